@@ -1,0 +1,340 @@
+/*
+ * dlock: distributed locks and coordination primitives on Redis.
+ *
+ * Public API. Everything the library exports is declared here; the layout of
+ * every handle is private.
+ *
+ * Conventions
+ * -----------
+ * - Every function that can fail returns an int: DLOCK_OK (0) on success or a
+ *   positive dlock_code. dlock_strerror() names a code; the handle's message
+ *   (dlock_errmsg(), dlock_lock_errmsg()) says what happened in one line.
+ *   Passwords never appear in a message.
+ * - "Not acquired" is not a failure: DLOCK_EBUSY (try-once found the lock
+ *   held) and DLOCK_ETIMEDOUT (the wait bound elapsed) are apart from real
+ *   failures (I/O, protocol, out of memory, bad argument, ...).
+ * - The library never prints, exits or aborts. Functions that free accept
+ *   NULL and do nothing.
+ * - Durations are int64_t milliseconds. Lease arithmetic uses the monotonic
+ *   clock (CLOCK_MONOTONIC).
+ * - Lock names are binary-safe: (pointer, length) pairs; pass
+ *   DLOCK_CSTR as the length for a NUL-terminated name. A name is 1 to
+ *   DLOCK_NAME_MAX bytes.
+ *
+ * Threads
+ * -------
+ * - A dlock_client is safe to share between threads. Each call borrows a
+ *   connection from the client's pool, so one thread waiting for a lock never
+ *   holds up another thread's commands.
+ * - A dlock_lock handle is used by one thread at a time (create one per
+ *   thread). The client's watchdog thread only reads a held handle's identity
+ *   and sets its lost flag.
+ * - dlock_errmsg(client) is per thread: it reports the last failure of a
+ *   client-level call made by the calling thread (like errno).
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version: the single source of truth (CMake reads these lines) ---- */
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_NUM \
+    ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) | DLOCK_VERSION_PATCH)
+#define DLOCK_AT_LEAST_VERSION(x, y, z) (DLOCK_VERSION_NUM >= (((x) << 16) | ((y) << 8) | (z)))
+
+#if defined(_WIN32)
+#define DLOCK_EXPORT
+#elif defined(__GNUC__)
+#define DLOCK_EXPORT __attribute__((visibility("default")))
+#else
+#define DLOCK_EXPORT
+#endif
+
+/* Returns the library's version as "MAJOR.MINOR.PATCH" (static storage). */
+DLOCK_EXPORT const char *dlock_version(void);
+/* Returns DLOCK_VERSION_NUM of the library actually linked. */
+DLOCK_EXPORT unsigned dlock_version_num(void);
+
+/* ---- error codes: append-only, never renumbered ---- */
+typedef enum dlock_code {
+    DLOCK_OK = 0,
+    DLOCK_EBUSY = 1,        /* try-once: the lock is held by another owner */
+    DLOCK_ETIMEDOUT = 2,    /* the wait bound elapsed before the lock was had */
+    DLOCK_EINVAL = 3,       /* bad argument (NULL handle, bad URL, bad name...) */
+    DLOCK_ENOMEM = 4,       /* out of memory */
+    DLOCK_EIO = 5,          /* connection failed, broke or timed out */
+    DLOCK_EPROTO = 6,       /* the server's reply was not what the protocol says */
+    DLOCK_ESERVER = 7,      /* the server answered with an error (WRONGTYPE...) */
+    DLOCK_ENOTHELD = 8,     /* this handle does not hold the lock */
+    DLOCK_ENOTOWNER = 9,    /* the token does not own the lock (wrong or expired) */
+    DLOCK_ELOST = 10,       /* the lease was lost: expired or taken over */
+    DLOCK_EAUTH = 11,       /* authentication refused (AUTH, NOPERM) */
+    DLOCK_ENAMETOOLONG = 12,/* lock name longer than DLOCK_NAME_MAX */
+    DLOCK_ENOTSUP = 13,     /* not supported (by this kind or backend) */
+    DLOCK_ESYS = 14,        /* a system call failed (getrandom, threads...) */
+    DLOCK_EOVERFLOW = 15,   /* a counter would overflow (ID worker) */
+    DLOCK_CODE_LAST_        /* not a code: one past the last */
+} dlock_code;
+
+/* Returns a static English name of a code ("lock is busy"...); never NULL. */
+DLOCK_EXPORT const char *dlock_strerror(int code);
+
+/* ---- limits and special values ---- */
+#define DLOCK_NAME_MAX 1024          /* longest lock name, in bytes */
+#define DLOCK_CSTR ((size_t)-1)      /* name length: the name is NUL-terminated */
+#define DLOCK_WAIT_FOREVER (-1)      /* wait_ms: wait until acquired */
+#define DLOCK_NOWAIT 0               /* wait_ms: try once */
+#define DLOCK_WATCHDOG 0             /* lease_ms: watchdog-renewed lease */
+#define DLOCK_TOKEN_LEN 32           /* hex characters of a plain lock token */
+#define DLOCK_DEFAULT_WATCHDOG_MS 30000
+#define DLOCK_DEFAULT_CONNECT_TIMEOUT_MS 2000
+#define DLOCK_DEFAULT_COMMAND_TIMEOUT_MS 5000
+
+/* ---- client ---- */
+typedef struct dlock_client dlock_client;
+
+typedef struct dlock_options {
+    /* redis://[user[:password]@]host[:port][/db]   (port 6379, db 0)
+     * unix:///path/to/redis.sock[?db=N]
+     * NULL means $DLOCK_URL, else redis://127.0.0.1:6379. User and password
+     * may be percent-encoded. */
+    const char *url;
+    /* Password for AUTH. Precedence: this field, then the URL's, then
+     * $DLOCK_PASSWORD. Never logged, never in an error message. */
+    const char *password;
+    const char *username;        /* ACL user; NULL: the URL's, else none */
+    int64_t connect_timeout_ms;  /* 0: DLOCK_DEFAULT_CONNECT_TIMEOUT_MS */
+    int64_t command_timeout_ms;  /* 0: DLOCK_DEFAULT_COMMAND_TIMEOUT_MS */
+    int64_t watchdog_lease_ms;   /* 0: DLOCK_DEFAULT_WATCHDOG_MS; renewed every third */
+    int max_idle_connections;    /* pooled idle connections kept; 0: 8 */
+} dlock_options;
+
+/* Fills *opts with defaults (all zero / NULL). */
+DLOCK_EXPORT void dlock_options_init(dlock_options *opts);
+
+/* Creates a client and connects it (one PING round trip checks the server
+ * and the credentials).
+ * opts: may be NULL (all defaults). The strings are copied.
+ * out:  receives the client. As with sqlite3_open, *out is set even when the
+ *       call fails (unless memory ran out, then it is NULL), so that
+ *       dlock_errmsg(*out) tells why; free it with dlock_client_free().
+ * Returns DLOCK_OK, DLOCK_EINVAL (bad URL or options), DLOCK_EIO (server
+ * unreachable within the connect timeout), DLOCK_EAUTH, DLOCK_ENOMEM,
+ * DLOCK_ESYS. */
+DLOCK_EXPORT int dlock_client_new(const dlock_options *opts, dlock_client **out);
+
+/* Stops the watchdog, closes every connection and frees the client. Locks
+ * still held are not released (their leases run out); free or release lock
+ * handles first. NULL is a no-op. */
+DLOCK_EXPORT void dlock_client_free(dlock_client *c);
+
+/* The calling thread's last client-level error message on c ("" if none).
+ * Valid until the thread's next call on c. NULL c: a static message. */
+DLOCK_EXPORT const char *dlock_errmsg(const dlock_client *c);
+
+/* This client's owner identity (a random 128-bit UUID-shaped string, as a
+ * Redisson client's), used in reentrant lock fields "<uuid>:<thread id>". */
+DLOCK_EXPORT const char *dlock_client_id(const dlock_client *c);
+
+/* One PING round trip; *rtt_us (may be NULL) receives the round trip time in
+ * microseconds. */
+DLOCK_EXPORT int dlock_ping(dlock_client *c, int64_t *rtt_us);
+
+/* ---- locks ---- */
+typedef enum dlock_kind {
+    /* One STRING key holding the owner's random token (redis-py Lock,
+     * node-redlock, redsync layout). Not reentrant. */
+    DLOCK_KIND_PLAIN = 1,
+    /* Redisson RLock layout: HASH key, field "<client uuid>:<thread id>",
+     * value the hold count. Reentrant per thread. */
+    DLOCK_KIND_REENTRANT = 2
+} dlock_kind;
+
+typedef struct dlock_lock dlock_lock;
+
+/* Lost-lease reasons passed to the callback. */
+#define DLOCK_LOST_TAKEN 1        /* renewal found the lock no longer ours */
+#define DLOCK_LOST_UNREACHABLE 2  /* server unreachable for longer than the lease */
+
+/* Called on the client's watchdog thread when a held lock is found lost. It
+ * must return quickly and must not call dlock functions; set a flag, write a
+ * pipe or signal a thread. */
+typedef void (*dlock_lost_fn)(dlock_lock *lock, int reason, void *userdata);
+
+/* Creates a handle for the lock `name` of `kind` on client c. Nothing is sent
+ * to the server. name_len: bytes, or DLOCK_CSTR.
+ * Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name, unknown kind),
+ * DLOCK_ENAMETOOLONG, DLOCK_ENOMEM. */
+DLOCK_EXPORT int dlock_lock_new(dlock_client *c, const char *name, size_t name_len,
+                                dlock_kind kind, dlock_lock **out);
+
+/* Frees the handle. If it still holds the lock, the lock is released first
+ * (all holds of a reentrant handle), best effort. NULL is a no-op. */
+DLOCK_EXPORT void dlock_lock_free(dlock_lock *l);
+
+/* The handle's last error message ("" if none). */
+DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
+
+/* Acquires the lock.
+ * wait_ms:  DLOCK_NOWAIT (try once), a bound in ms, or DLOCK_WAIT_FOREVER.
+ *           Waiters sleep on the lock's pub/sub channel and retry when a
+ *           release is announced, or after the holder's remaining TTL
+ *           (bounded by the wait), so releases by clients that publish
+ *           nothing are noticed too. There is no fixed-interval polling.
+ * lease_ms: the lease (> 0), or DLOCK_WATCHDOG: a lease of the client's
+ *           watchdog_lease_ms renewed every third of it by the client's
+ *           watchdog thread until released.
+ * fence:    may be NULL; receives the fencing token, a 64-bit number strictly
+ *           greater than every token issued before for this name (counter
+ *           key "redisson_lock_token:{name}", INCRed by the acquire script,
+ *           re-entry included).
+ * A reentrant handle already held by this thread re-enters (hold count + 1,
+ * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
+ * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT,
+ * or a failure code; on any non-OK return nothing is held. */
+DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
+                               uint64_t *fence);
+
+/* Releases one hold (the last hold deletes the key and publishes the unlock
+ * message on "redisson_lock__channel:{name}"). The server deletes the key only
+ * if this handle's owner still owns it: never someone else's lock.
+ * Returns DLOCK_OK, DLOCK_ENOTHELD (the handle holds nothing), DLOCK_ELOST
+ * (the handle held it but the lease had expired or was taken over; the handle
+ * no longer holds), or a failure code (DLOCK_EIO: the handle still counts as
+ * holding, so a retry is possible; the lease runs out otherwise). */
+DLOCK_EXPORT int dlock_release(dlock_lock *l);
+
+/* Sets the lease of a held lock to lease_ms (> 0) from now, owner-checked.
+ * A watchdog lock becomes an explicit-lease lock. Returns DLOCK_OK,
+ * DLOCK_ENOTHELD, DLOCK_ELOST, DLOCK_EINVAL or a failure code. */
+DLOCK_EXPORT int dlock_extend(dlock_lock *l, int64_t lease_ms);
+
+/* 1 if the handle believes it holds the lock (no round trip), else 0. */
+DLOCK_EXPORT int dlock_lock_holding(const dlock_lock *l);
+/* 1 once the watchdog (or a release/extend) found the lease lost, else 0.
+ * Cleared by the next successful acquire. Safe from any thread. */
+DLOCK_EXPORT int dlock_lock_is_lost(const dlock_lock *l);
+/* Registers the lost-lease callback (NULL to remove). */
+DLOCK_EXPORT void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *userdata);
+/* The owner token of the current hold (plain: 32 hex chars; reentrant:
+ * "<uuid>:<thread id>"), or "" when not held. */
+DLOCK_EXPORT const char *dlock_lock_token(const dlock_lock *l);
+/* The fencing token of the latest successful acquire (0 if none). */
+DLOCK_EXPORT uint64_t dlock_lock_fence(const dlock_lock *l);
+DLOCK_EXPORT const char *dlock_lock_name(const dlock_lock *l, size_t *len);
+DLOCK_EXPORT dlock_kind dlock_lock_kind(const dlock_lock *l);
+
+/* Asks the server whether this handle's owner holds the lock now: *held 1/0;
+ * *count (may be NULL) the server's hold count for this owner (plain: 1/0). */
+DLOCK_EXPORT int dlock_lock_check(dlock_lock *l, int *held, int64_t *count);
+
+/* ---- queries by name (any client; no handle needed) ---- */
+
+/* *locked = 1 if the key `name` exists (held by anyone), else 0. */
+DLOCK_EXPORT int dlock_is_locked(dlock_client *c, const char *name, size_t name_len,
+                                 int *locked);
+/* *ttl_ms = remaining lease in ms; -2 when free, -1 when held without expiry. */
+DLOCK_EXPORT int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len,
+                                     int64_t *ttl_ms);
+/* *fence = the last fencing token issued for name (0 if none ever). */
+DLOCK_EXPORT int dlock_fence_current(dlock_client *c, const char *name, size_t name_len,
+                                     uint64_t *fence);
+
+/* Information about one lock, from dlock_inspect(). */
+typedef struct dlock_info {
+    int exists;          /* 1 if held (the key exists) */
+    int kind;            /* DLOCK_KIND_PLAIN / DLOCK_KIND_REENTRANT, 0 if free or unknown */
+    int64_t ttl_ms;      /* as dlock_remaining_ttl */
+    uint64_t fence;      /* last fencing token issued */
+    int64_t hold_count;  /* reentrant: the holder's count; plain: 1 when held */
+    int64_t waiters;     /* clients subscribed to the unlock channel */
+    char holder[160];    /* plain: the token; reentrant: the first field; "" */
+    int holders;         /* number of holder fields (reentrant), 1 or 0 (plain) */
+} dlock_info;
+
+/* Fills *info for name in a few round trips. A key of another type than a
+ * lock's gives kind 0 and exists 1. */
+DLOCK_EXPORT int dlock_inspect(dlock_client *c, const char *name, size_t name_len,
+                               dlock_info *info);
+
+/* DANGEROUS: deletes the lock whoever holds it and publishes the unlock
+ * message so waiters retry. The holder is not told until its next renewal,
+ * extend or release, and may still be running its critical section: use it
+ * only to clean up after a holder known dead. *existed (may be NULL) 1/0. */
+DLOCK_EXPORT int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len,
+                                    int *existed);
+
+/* ---- token operations (for processes that hold no handle, e.g. the CLI's
+ * acquire / release / extend across separate invocations) ---- */
+
+/* Acquires a plain lock with an explicit lease and no handle. token must have
+ * room for DLOCK_TOKEN_LEN + 1 bytes; receives the random owner token.
+ * wait_ms as dlock_acquire. */
+DLOCK_EXPORT int dlock_acquire_token(dlock_client *c, const char *name, size_t name_len,
+                                     int64_t wait_ms, int64_t lease_ms,
+                                     char token[DLOCK_TOKEN_LEN + 1], uint64_t *fence);
+/* Releases the plain lock name if token owns it. DLOCK_ENOTOWNER otherwise
+ * (wrong token, or the lease expired); nothing is changed then. */
+DLOCK_EXPORT int dlock_release_token(dlock_client *c, const char *name, size_t name_len,
+                                     const char *token);
+/* Sets the lease of the plain lock name to lease_ms if token owns it;
+ * DLOCK_ENOTOWNER otherwise. */
+DLOCK_EXPORT int dlock_extend_token(dlock_client *c, const char *name, size_t name_len,
+                                    const char *token, int64_t lease_ms);
+
+/* ---- listing ---- */
+
+/* Calls fn once per key matching the glob pattern (NULL: "*") that looks like
+ * a lock (a STRING or a HASH that is not a fence counter), using SCAN (never
+ * KEYS). fn returns 0 to go on, non-zero to stop. */
+typedef int (*dlock_list_fn)(const char *name, size_t name_len, const dlock_info *info,
+                             void *userdata);
+DLOCK_EXPORT int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn,
+                            void *userdata);
+
+/* ---- server facts (for `dlock doctor`) ---- */
+
+/* Reads CONFIG GET / INFO field `what` (e.g. "maxmemory-policy", or
+ * "info:replication:role") into buf. Returns DLOCK_OK, DLOCK_ESERVER when the
+ * server refuses (CONFIG disabled by ACL), or a failure code. */
+DLOCK_EXPORT int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen);
+
+/* ---- parsing helpers shared with the CLI ---- */
+
+/* Parses a duration: "250ms", "1.5s", "30s", "5m", "1h", "2d"; a bare number
+ * is seconds. Result in ms, rounded to the nearest ms; must fit 0..2^53 ms.
+ * Returns DLOCK_OK or DLOCK_EINVAL. */
+DLOCK_EXPORT int dlock_parse_duration(const char *s, int64_t *ms);
+
+/* ---- global ID worker (seed 002's RedisIdWorker) ----
+ * id = (seconds since epoch_s) << 32 | n, where n comes from a per-day Redis
+ * counter "icr:<prefix>:<yyyy:mm:dd>" (UTC). */
+typedef struct dlock_idworker dlock_idworker;
+
+typedef struct dlock_idworker_options {
+    int64_t epoch_s;   /* Unix seconds of the epoch; 0: 2022-01-01T00:00:00Z */
+    int64_t batch;     /* ids reserved per INCRBY; 0 or 1: one INCR per id */
+} dlock_idworker_options;
+
+/* Creates an ID worker for prefix on c. opts may be NULL. */
+DLOCK_EXPORT int dlock_idworker_new(dlock_client *c, const char *prefix,
+                                    const dlock_idworker_options *opts,
+                                    dlock_idworker **out);
+DLOCK_EXPORT void dlock_idworker_free(dlock_idworker *w);
+/* Next id. DLOCK_EOVERFLOW when the day's counter passed 2^32 - 1 or the
+ * seconds no longer fit 31 bits. Not thread-safe: one worker per thread. */
+DLOCK_EXPORT int dlock_idworker_next(dlock_idworker *w, uint64_t *id);
+DLOCK_EXPORT const char *dlock_idworker_errmsg(const dlock_idworker *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

@@ -1,0 +1,211 @@
+/* One RESP connection: hiredis' formatter and reader over our own transport,
+ * so that every read and write has a deadline and TLS or a multiplexed
+ * fan-out can sit under the same code. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void dl_conn_close(dl_conn *c) {
+    if (!c) return;
+    if (c->ops) c->ops->close(c);
+    if (c->reader) redisReaderFree(c->reader);
+    free(c->obuf);
+    free(c);
+}
+
+int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err) {
+    char *cmd = NULL;
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0 || !cmd) return dl_seterr(err, DLOCK_ENOMEM, "out of memory formatting a command");
+    size_t need = c->olen + (size_t)n;
+    if (need > c->ocap) {
+        size_t cap = c->ocap ? c->ocap : 256;
+        while (cap < need) cap *= 2;
+        char *nb = realloc(c->obuf, cap);
+        if (!nb) {
+            redisFreeCommand(cmd);
+            return dl_seterr(err, DLOCK_ENOMEM, "out of memory queueing a command");
+        }
+        c->obuf = nb;
+        c->ocap = cap;
+    }
+    memcpy(c->obuf + c->olen, cmd, (size_t)n);
+    c->olen += (size_t)n;
+    redisFreeCommand(cmd);
+    return DLOCK_OK;
+}
+
+/* Waits until fd is ready for events before deadline. */
+static int wait_fd(dl_conn *c, short events, int64_t deadline, const char *what, dl_err *err) {
+    for (;;) {
+        int64_t left = deadline == DL_INF_DEADLINE ? 1000000 : deadline - dl_now_ms();
+        if (left <= 0) {
+            c->broken = 1;
+            return dl_seterr(err, DLOCK_EIO, "timed out %s", what);
+        }
+        struct pollfd p = {.fd = c->fd, .events = events};
+        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            c->broken = 1;
+            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
+        }
+        if (n > 0) return DLOCK_OK;
+    }
+}
+
+int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
+    if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
+    size_t off = 0;
+    while (off < c->olen) {
+        long n = c->ops->write(c, c->obuf + off, c->olen - off);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(c, POLLOUT, deadline, "writing to the server", err);
+            if (rc) return rc;
+            continue;
+        }
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "write to server failed: %s",
+                         n < 0 ? strerror(errno) : "connection closed");
+    }
+    c->olen = 0;
+    return DLOCK_OK;
+}
+
+int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
+    *out = NULL;
+    if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
+            c->broken = 1;
+            return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
+        }
+        if (reply) {
+            *out = reply;
+            return DLOCK_OK;
+        }
+        char buf[16384];
+        long n = c->ops->read(c, buf, sizeof buf);
+        if (n > 0) {
+            if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+                c->broken = 1;
+                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
+            if (rc) return rc;
+            continue;
+        }
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
+                         n < 0 ? strerror(errno) : "closed by the server");
+    }
+}
+
+int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
+                    const size_t *lens, redisReply **out, dl_err *err) {
+    int rc = dl_conn_append(c, argc, argv, lens, err);
+    if (!rc) rc = dl_conn_flush(c, deadline, err);
+    if (!rc) rc = dl_conn_read(c, deadline, out, err);
+    return rc;
+}
+
+int dl_conn_stale(dl_conn *c) {
+    if (c->broken || c->fd < 0) return 1;
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    int n = poll(&p, 1, 0);
+    /* an idle connection has nothing to read: readable means EOF, an error
+     * or bytes we did not ask for */
+    return n != 0;
+}
+
+int dl_reply_error(const redisReply *r, const char *what, dl_err *err) {
+    const char *s = r && r->str ? r->str : "";
+    int len = r ? (int)r->len : 0;
+    if (len > 160) len = 160;
+    int code = DLOCK_ESERVER;
+    if (!strncmp(s, "NOAUTH", 6) || !strncmp(s, "WRONGPASS", 9) || !strncmp(s, "NOPERM", 6) ||
+        strstr(s, "invalid password") || strstr(s, "invalid username-password"))
+        code = DLOCK_EAUTH;
+    return dl_seterr(err, code, "%s: server error: %.*s", what, len, s);
+}
+
+int dl_reply_int(const redisReply *r, long long *v) {
+    if (!r) return -1;
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *v = r->integer;
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(r->str, &end, 10);
+        if (errno || end == r->str || *end) return -1;
+        *v = x;
+        return 0;
+    }
+    return -1;
+}
+
+int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err) {
+    *out = NULL;
+    dl_conn *c = calloc(1, sizeof *c);
+    if (!c) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    c->fd = -1;
+    c->reader = redisReaderCreate();
+    if (!c->reader) {
+        free(c);
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    }
+    int rc = dl_transport_connect(ep, deadline, &c->fd, err);
+    if (rc) {
+        dl_conn_close(c);
+        return rc;
+    }
+    c->ops = &dl_plain_transport;
+
+    /* AUTH and SELECT, pipelined: one round trip */
+    int expect = 0;
+    if (ep->password) {
+        const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
+        size_t lens[3] = {4, strlen(argv[1]), strlen(ep->password)};
+        rc = dl_conn_append(c, ep->user ? 3 : 2, argv, lens, err);
+        expect++;
+    }
+    if (!rc && ep->db) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", ep->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)n};
+        rc = dl_conn_append(c, 2, argv, lens, err);
+        expect++;
+    }
+    if (!rc && expect) rc = dl_conn_flush(c, deadline, err);
+    for (int i = 0; !rc && i < expect; i++) {
+        redisReply *r;
+        rc = dl_conn_read(c, deadline, &r, err);
+        if (rc) break;
+        if (r->type == REDIS_REPLY_ERROR)
+            rc = dl_reply_error(r, (i == 0 && ep->password) ? "AUTH" : "SELECT", err);
+        freeReplyObject(r);
+    }
+    if (rc) {
+        dl_conn_close(c);
+        return rc;
+    }
+    *out = c;
+    return DLOCK_OK;
+}

@@ -1,0 +1,230 @@
+/* Internal declarations shared by the library's source files (prefix dl_). */
+#ifndef DLOCK_INTERNAL_H
+#define DLOCK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+
+#include "dlock.h"
+
+#define DL_ERRMSG_MAX 256
+#define DL_INF_DEADLINE INT64_MAX
+
+/* ---- errors (error.c) ---- */
+typedef struct dl_err {
+    int code;
+    char msg[DL_ERRMSG_MAX];
+} dl_err;
+
+/* Records code and a formatted one-line message in err; returns code. */
+int dl_seterr(dl_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Stores err as the calling thread's last error on client c; returns err->code. */
+int dl_client_fail(const dlock_client *c, const dl_err *err);
+/* Clears the calling thread's message on c. */
+void dl_client_ok(const dlock_client *c);
+
+/* ---- clock and randomness (clock.c, random.c) ---- */
+int64_t dl_now_ms(void);      /* CLOCK_MONOTONIC, milliseconds */
+int64_t dl_now_us(void);      /* CLOCK_MONOTONIC, microseconds */
+void dl_sleep_ms(int64_t ms);
+/* deadline from now + ms, saturating; ms < 0 gives DL_INF_DEADLINE */
+int64_t dl_deadline(int64_t ms);
+/* Fills buf with len bytes from getrandom(2). DLOCK_OK or DLOCK_ESYS. */
+int dl_random_bytes(void *buf, size_t len, dl_err *err);
+/* 2*len hex characters of random bytes plus NUL into out. */
+int dl_random_hex(char *out, size_t nbytes, dl_err *err);
+/* Uniform random in [0, n) (n > 0) from getrandom; 0 on failure. */
+uint64_t dl_random_below(uint64_t n);
+
+/* ---- endpoints and URLs (url.c) ---- */
+typedef struct dl_endpoint {
+    char *host;      /* TCP host, or NULL for a unix socket */
+    int port;
+    char *path;      /* unix socket path, or NULL */
+    int db;
+    char *user;      /* NULL: no ACL user */
+    char *password;  /* NULL: no AUTH */
+} dl_endpoint;
+
+int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
+void dl_endpoint_clear(dl_endpoint *ep);
+/* "host:port" or the socket path, for messages (never the password). */
+void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len);
+
+/* ---- transport and RESP connection (transport.c, conn.c) ---- */
+typedef struct dl_conn dl_conn;
+
+/* The byte stream under a connection: plain sockets now; TLS fits here. */
+typedef struct dl_transport_ops {
+    /* like read(2)/write(2) on a non-blocking fd: >0 bytes, 0 EOF (read),
+     * -1 with errno (EAGAIN: poll and retry) */
+    long (*read)(dl_conn *c, void *buf, size_t len);
+    long (*write)(dl_conn *c, const void *buf, size_t len);
+    void (*close)(dl_conn *c);
+} dl_transport_ops;
+
+struct dl_conn {
+    int fd;
+    const dl_transport_ops *ops;
+    void *tls;                 /* transport state (unused by plain sockets) */
+    redisReader *reader;
+    char *obuf;                /* pending output (pipelined commands) */
+    size_t olen, ocap;
+    int broken;                /* I/O failed: never reuse */
+    int subscribed;            /* in pub/sub mode */
+    dl_conn *next;             /* pool link */
+};
+
+/* Opens a non-blocking socket to ep and connects before deadline. */
+int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, dl_err *err);
+extern const dl_transport_ops dl_plain_transport;
+
+/* Connects, authenticates and selects the db before deadline. */
+int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err);
+void dl_conn_close(dl_conn *c);
+/* Queues one command (binary-safe argv). */
+int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err);
+/* Writes all queued output before deadline. */
+int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err);
+/* Reads the next reply before deadline. An error reply is returned as a
+ * reply (type REDIS_REPLY_ERROR), not as a failure. */
+int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err);
+/* append + flush + read. */
+int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
+                    const size_t *lens, redisReply **out, dl_err *err);
+/* 1 if the idle connection shows EOF or unexpected data (so is stale). */
+int dl_conn_stale(dl_conn *c);
+/* Maps an error reply to a code and message (NOPERM/NOAUTH -> EAUTH...). */
+int dl_reply_error(const redisReply *r, const char *what, dl_err *err);
+
+/* ---- scripts (scripts.c) ---- */
+typedef struct dl_script {
+    const char *name;
+    const char *text;
+    char sha[41];
+} dl_script;
+
+extern dl_script dl_script_plain_acquire;
+extern dl_script dl_script_plain_release;
+extern dl_script dl_script_plain_extend;
+extern dl_script dl_script_reentrant_acquire;
+extern dl_script dl_script_reentrant_release;
+extern dl_script dl_script_reentrant_extend;
+extern dl_script dl_script_renew;
+extern dl_script dl_script_force_unlock;
+
+/* Computes the scripts' SHA1s once. */
+void dl_scripts_init(void);
+/* Runs a script by EVALSHA, falling back to EVAL on NOSCRIPT.
+ * keys/args are binary-safe (lens). */
+int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
+            const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+            redisReply **out, dl_err *err);
+/* Queues an EVALSHA (no fallback; the caller re-sends by dl_eval on NOSCRIPT). */
+int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                   const size_t *keylens, int nargs, const char **args,
+                   const size_t *arglens, dl_err *err);
+int dl_is_noscript(const redisReply *r);
+
+/* ---- client and pool (client.c) ---- */
+typedef struct dl_watchdog dl_watchdog;
+
+struct dlock_client {
+    dl_endpoint ep;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    int64_t watchdog_lease_ms;
+    int max_idle;
+    int unusable;              /* dlock_client_new failed: every call refuses */
+    char id[40];               /* UUID-shaped client id */
+
+    pthread_mutex_t mu;        /* guards the pool and the backoff state */
+    dl_conn *idle;
+    int nidle;
+    int64_t backoff_ms;        /* current reconnect backoff, 0 when healthy */
+    int64_t next_attempt_ms;   /* monotonic ms before which no connect is tried */
+
+    pthread_mutex_t wd_mu;     /* guards wd creation */
+    dl_watchdog *wd;
+};
+
+/* Borrows a connection (an idle one, or a new one) before deadline. */
+int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
+/* Returns a connection: kept if healthy and not subscribed, else closed. */
+void dl_pool_put(dlock_client *c, dl_conn *conn);
+/* Deadline for one command round trip from now. */
+int64_t dl_cmd_deadline(const dlock_client *c);
+/* Borrow, run one command, return: the usual one-shot round trip. */
+int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
+                      redisReply **out, dl_err *err);
+
+/* ---- names (names.c) ---- */
+/* Validates a user name/length pair; resolves DLOCK_CSTR. */
+int dl_check_name(const char *name, size_t *len, dl_err *err);
+/* prefix + "{" name "}" + suffix, braces left out when name has '{'.
+ * Returns malloc'd buffer (NUL-terminated, binary-safe length in *outlen). */
+/* Printable, truncated copy of a name for messages ("\xNN" escapes). */
+const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen);
+char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
+                    size_t *outlen);
+
+/* ---- locks (lock.c, wait.c) ---- */
+struct dlock_lock {
+    dlock_client *c;
+    dlock_kind kind;
+    char *name;
+    size_t name_len;
+    char *fence_key;           /* redisson_lock_token:{name} */
+    size_t fence_key_len;
+    char *channel;             /* redisson_lock__channel:{name} */
+    size_t channel_len;
+
+    char token[96];            /* plain: 32 hex; reentrant: uuid:tid */
+    size_t token_len;
+    int64_t holds;             /* this handle's hold count */
+    int64_t lease_ms;          /* lease of the current hold (watchdog: the client's) */
+    int watchdog;              /* renewed by the watchdog */
+    int64_t expires_at;        /* monotonic ms: the lease surely holds until then */
+    uint64_t fence;
+    atomic_int lost;
+    dlock_lost_fn lost_fn;
+    void *lost_ud;
+    char errmsg[DL_ERRMSG_MAX];
+
+    /* watchdog registration (guarded by the watchdog's mutex) */
+    size_t wd_slot;
+    uint64_t wd_seq;
+    atomic_llong wd_last_ok;   /* monotonic ms of the last confirmed lease start */
+};
+
+/* Result of one acquire attempt. */
+typedef struct dl_try {
+    int acquired;
+    uint64_t fence;
+    int64_t count;             /* reentrant hold count after acquiring */
+    int64_t pttl;              /* when not acquired: holder's remaining ms (-1 none) */
+} dl_try;
+
+/* One acquire attempt on conn. */
+int dl_lock_try(dlock_lock *l, dl_conn *conn, int64_t lease_ms, dl_try *t, dl_err *err);
+/* Tries, and waits through pub/sub until acquired or deadline. */
+int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+/* Current thread's id (for reentrant owner fields). */
+long dl_thread_id(void);
+
+/* ---- watchdog (watchdog.c) ---- */
+int dl_watchdog_register(dlock_client *c, dlock_lock *l, dl_err *err);
+void dl_watchdog_unregister(dlock_client *c, dlock_lock *l);
+void dl_watchdog_free(dl_watchdog *wd);
+
+/* Reply helpers (conn.c) */
+int dl_reply_int(const redisReply *r, long long *v);
+
+#endif

@@ -1,0 +1,61 @@
+/* Lock names and the keys derived from them (Redisson's brace rule). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int dl_check_name(const char *name, size_t *len, dl_err *err) {
+    if (!name) return dl_seterr(err, DLOCK_EINVAL, "lock name is NULL");
+    if (*len == DLOCK_CSTR) *len = strlen(name);
+    if (*len == 0) return dl_seterr(err, DLOCK_EINVAL, "lock name is empty");
+    if (*len > DLOCK_NAME_MAX)
+        return dl_seterr(err, DLOCK_ENAMETOOLONG,
+                         "lock name is %zu bytes; the limit is %d", *len, DLOCK_NAME_MAX);
+    return DLOCK_OK;
+}
+
+char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
+                    size_t *outlen) {
+    size_t plen = strlen(prefix), slen = strlen(suffix);
+    int braces = memchr(name, '{', name_len) == NULL;
+    size_t n = plen + name_len + slen + (braces ? 2 : 0);
+    char *k = malloc(n + 1);
+    if (!k) return NULL;
+    char *p = k;
+    memcpy(p, prefix, plen);
+    p += plen;
+    if (braces) *p++ = '{';
+    memcpy(p, name, name_len);
+    p += name_len;
+    if (braces) *p++ = '}';
+    memcpy(p, suffix, slen);
+    p += slen;
+    *p = '\0';
+    *outlen = n;
+    return k;
+}
+
+const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen) {
+    size_t o = 0;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < len && o + 5 < buflen; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+            buf[o++] = (char)ch;
+        } else if (ch >= 0x80) {
+            buf[o++] = (char)ch; /* UTF-8 passes through */
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[ch >> 4];
+            buf[o++] = hex[ch & 15];
+        }
+        if (i + 1 < len && o + 8 >= buflen) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}

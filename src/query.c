@@ -1,0 +1,284 @@
+/* Queries by lock name: existence, TTL, fence counter, inspection, listing,
+ * force unlock, and server facts for `dlock doctor`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+/* Runs one command on `name` (and optional extra argument) and returns the reply. */
+static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t name_len,
+                    redisReply **r, dl_err *err) {
+    int rc = dl_check_name(name, &name_len, err);
+    if (rc) return rc;
+    const char *argv[2] = {cmd, name};
+    size_t lens[2] = {strlen(cmd), name_len};
+    rc = dl_client_command(c, 2, argv, lens, r, err);
+    if (!rc && (*r)->type == REDIS_REPLY_ERROR) {
+        rc = dl_reply_error(*r, cmd, err);
+        freeReplyObject(*r);
+        *r = NULL;
+    }
+    return rc;
+}
+
+int dlock_is_locked(dlock_client *c, const char *name, size_t name_len, int *locked) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!locked) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "locked is NULL"});
+    redisReply *r = NULL;
+    int rc = name_cmd(c, "EXISTS", name, name_len, &r, &err);
+    if (rc) return dl_client_fail(c, &err);
+    *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    freeReplyObject(r);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len, int64_t *ttl_ms) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!ttl_ms) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "ttl_ms is NULL"});
+    redisReply *r = NULL;
+    int rc = name_cmd(c, "PTTL", name, name_len, &r, &err);
+    if (rc) return dl_client_fail(c, &err);
+    long long v = -2;
+    if (dl_reply_int(r, &v)) rc = dl_seterr(&err, DLOCK_EPROTO, "PTTL: bad reply");
+    freeReplyObject(r);
+    if (rc) return dl_client_fail(c, &err);
+    *ttl_ms = v;
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+int dlock_fence_current(dlock_client *c, const char *name, size_t name_len, uint64_t *fence) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!fence) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "fence is NULL"});
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    size_t kl;
+    char *key = dl_derive_key("redisson_lock_token:", name, name_len, "", &kl);
+    if (!key) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    redisReply *r = NULL;
+    rc = name_cmd(c, "GET", key, kl, &r, &err);
+    free(key);
+    if (rc) return dl_client_fail(c, &err);
+    long long v = 0;
+    if (r->type != REDIS_REPLY_NIL && (dl_reply_int(r, &v) || v < 0))
+        rc = dl_seterr(&err, DLOCK_EPROTO, "fence counter is not a number");
+    freeReplyObject(r);
+    if (rc) return dl_client_fail(c, &err);
+    *fence = (uint64_t)v;
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+/* One pipelined round trip: TYPE, PTTL, GET fence, PUBSUB NUMSUB, GET, HGETALL.
+ * The two reads of the wrong type answer WRONGTYPE, which is ignored. */
+static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_t name_len,
+                        dlock_info *info, dl_err *err) {
+    memset(info, 0, sizeof *info);
+    size_t fkl, chl;
+    char *fkey = dl_derive_key("redisson_lock_token:", name, name_len, "", &fkl);
+    char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
+    int rc = (!fkey || !chan) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory") : DLOCK_OK;
+    const char *cmds[6][3] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
+                              {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name}};
+    size_t lens[6][3] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
+                         {3, name_len}, {7, name_len}};
+    int argc[6] = {2, 2, 2, 3, 2, 2};
+    for (int i = 0; i < 6 && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
+    if (!rc) rc = dl_conn_flush(conn, deadline, err);
+    redisReply *r[6] = {0};
+    for (int i = 0; i < 6 && !rc; i++) rc = dl_conn_read(conn, deadline, &r[i], err);
+    if (!rc && r[0]->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r[0], "TYPE", err);
+    if (!rc) {
+        const char *type = r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "none";
+        long long v;
+        info->exists = strcmp(type, "none") != 0;
+        info->ttl_ms = dl_reply_int(r[1], &v) ? -2 : v;
+        info->fence = (!dl_reply_int(r[2], &v) && v > 0) ? (uint64_t)v : 0;
+        if (r[3]->type == REDIS_REPLY_ARRAY && r[3]->elements == 2 &&
+            !dl_reply_int(r[3]->element[1], &v))
+            info->waiters = v;
+        if (!strcmp(type, "string") && r[4]->type == REDIS_REPLY_STRING) {
+            info->kind = DLOCK_KIND_PLAIN;
+            info->holders = 1;
+            info->hold_count = 1;
+            snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[4]->len, r[4]->str);
+        } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY) {
+            info->kind = DLOCK_KIND_REENTRANT;
+            info->holders = (int)(r[5]->elements / 2);
+            if (r[5]->elements >= 2) {
+                snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[5]->element[0]->len,
+                         r[5]->element[0]->str);
+                if (!dl_reply_int(r[5]->element[1], &v)) info->hold_count = v;
+            }
+        }
+    }
+    for (int i = 0; i < 6; i++)
+        if (r[i]) freeReplyObject(r[i]);
+    free(fkey);
+    free(chan);
+    return rc;
+}
+
+int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info *info) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!info) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "info is NULL"});
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    int64_t deadline = dl_cmd_deadline(c);
+    dl_conn *conn = NULL;
+    rc = dl_pool_get(c, deadline, &conn, &err);
+    if (!rc) {
+        rc = inspect_conn(conn, deadline, name, name_len, info, &err);
+        dl_pool_put(c, conn);
+    }
+    if (rc) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *existed) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    size_t chl;
+    char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
+    if (!chan) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    const char *keys[2] = {name, chan};
+    size_t keylens[2] = {name_len, chl};
+    int64_t deadline = dl_cmd_deadline(c);
+    dl_conn *conn = NULL;
+    redisReply *r = NULL;
+    rc = dl_pool_get(c, deadline, &conn, &err);
+    if (!rc) {
+        rc = dl_eval(conn, deadline, &dl_script_force_unlock, 2, keys, keylens, 0, NULL, NULL, &r,
+                     &err);
+        dl_pool_put(c, conn);
+    }
+    free(chan);
+    long long v = 0;
+    if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "force-unlock", &err);
+    else if (!rc && dl_reply_int(r, &v)) rc = dl_seterr(&err, DLOCK_EPROTO, "force-unlock: bad reply");
+    if (r) freeReplyObject(r);
+    if (rc) return dl_client_fail(c, &err);
+    if (existed) *existed = v == 1;
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+/* Keys dlock derives from lock names: not locks themselves. */
+static int derived_key(const char *k, size_t n) {
+    static const char *const prefixes[] = {"redisson_lock_token:", "redisson_lock__channel:",
+                                           "icr:"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        size_t pl = strlen(prefixes[i]);
+        if (n >= pl && !memcmp(k, prefixes[i], pl)) return 1;
+    }
+    return 0;
+}
+
+int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *userdata) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!fn) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "callback is NULL"});
+    if (!pattern || !*pattern) pattern = "*";
+    char cursor[32] = "0";
+    dl_conn *conn = NULL;
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
+    int stop = 0;
+    while (!rc && !stop) {
+        const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
+        redisReply *r = NULL;
+        int64_t deadline = dl_cmd_deadline(c);
+        rc = dl_conn_command(conn, deadline, 6, argv, lens, &r, &err);
+        if (rc) break;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = dl_reply_error(r, "SCAN", &err);
+        } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                   r->element[0]->type != REDIS_REPLY_STRING ||
+                   r->element[0]->len >= sizeof cursor ||
+                   r->element[1]->type != REDIS_REPLY_ARRAY) {
+            rc = dl_seterr(&err, DLOCK_EPROTO, "SCAN: unexpected reply");
+        } else {
+            memcpy(cursor, r->element[0]->str, r->element[0]->len);
+            cursor[r->element[0]->len] = '\0';
+            redisReply *keys = r->element[1];
+            for (size_t i = 0; i < keys->elements && !rc && !stop; i++) {
+                redisReply *k = keys->element[i];
+                if (k->type != REDIS_REPLY_STRING || k->len == 0 || k->len > DLOCK_NAME_MAX ||
+                    derived_key(k->str, k->len))
+                    continue;
+                dlock_info info;
+                rc = inspect_conn(conn, deadline, k->str, k->len, &info, &err);
+                if (!rc && info.kind != 0) stop = fn(k->str, k->len, &info, userdata) != 0;
+            }
+            if (!strcmp(cursor, "0")) stop = 1;
+        }
+        freeReplyObject(r);
+    }
+    dl_pool_put(c, conn);
+    if (rc) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+/* "info:SECTION:FIELD" reads INFO; anything else is CONFIG GET. */
+int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen) {
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!what || !*what || !buf || buflen == 0)
+        return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: bad arguments"});
+    buf[0] = '\0';
+    redisReply *r = NULL;
+    int rc;
+    if (!strncmp(what, "info:", 5)) {
+        const char *sec = what + 5, *colon = strchr(sec, ':');
+        if (!colon || !colon[1])
+            return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: use info:SECTION:FIELD"});
+        const char *argv[2] = {"INFO", sec};
+        size_t lens[2] = {4, (size_t)(colon - sec)};
+        rc = dl_client_command(c, 2, argv, lens, &r, &err);
+        if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "INFO", &err);
+        else if (!rc && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)
+            rc = dl_seterr(&err, DLOCK_EPROTO, "INFO: unexpected reply");
+        if (!rc) {
+            const char *field = colon + 1;
+            size_t fl = strlen(field);
+            const char *p = r->str;
+            rc = dl_seterr(&err, DLOCK_ESERVER, "INFO has no field '%.60s'", field);
+            while (p && *p) {
+                if (!strncmp(p, field, fl) && p[fl] == ':') {
+                    const char *v = p + fl + 1, *e = strpbrk(v, "\r\n");
+                    size_t vl = e ? (size_t)(e - v) : strlen(v);
+                    snprintf(buf, buflen, "%.*s", (int)vl, v);
+                    rc = DLOCK_OK;
+                    break;
+                }
+                p = strchr(p, '\n');
+                if (p) p++;
+            }
+        }
+    } else {
+        const char *argv[3] = {"CONFIG", "GET", what};
+        size_t lens[3] = {6, 3, strlen(what)};
+        rc = dl_client_command(c, 3, argv, lens, &r, &err);
+        if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "CONFIG GET", &err);
+        else if (!rc && (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+                         r->element[1]->type != REDIS_REPLY_STRING))
+            rc = dl_seterr(&err, DLOCK_ESERVER, "CONFIG GET %.60s: no such setting", what);
+        else if (!rc)
+            snprintf(buf, buflen, "%.*s", (int)r->element[1]->len, r->element[1]->str);
+    }
+    if (r) freeReplyObject(r);
+    if (rc) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}

@@ -1,0 +1,188 @@
+/* Connection URLs:
+ *   redis://[user[:password]@]host[:port][/db]
+ *   unix:///path/to/redis.sock[?db=N]
+ * Messages never repeat the password. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void dl_endpoint_clear(dl_endpoint *ep) {
+    free(ep->host);
+    free(ep->path);
+    free(ep->user);
+    if (ep->password) {
+        /* do not leave the secret in freed memory */
+        volatile char *v = ep->password;
+        while (*v) *v++ = 0;
+        free(ep->password);
+    }
+    memset(ep, 0, sizeof *ep);
+}
+
+void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len) {
+    if (ep->path) snprintf(buf, len, "unix:%s", ep->path);
+    else if (ep->host && strchr(ep->host, ':')) snprintf(buf, len, "[%s]:%d", ep->host, ep->port);
+    else snprintf(buf, len, "%s:%d", ep->host ? ep->host : "?", ep->port);
+}
+
+static int hexval(int ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    ch = tolower(ch);
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    return -1;
+}
+
+/* Percent-decodes [s, s+n) into a new string; NULL on bad escape or NUL. */
+static char *pct_decode(const char *s, size_t n, int *oom) {
+    char *out = malloc(n + 1), *o = out;
+    if (!out) {
+        *oom = 1;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '%') {
+            int h = i + 1 < n ? hexval((unsigned char)s[i + 1]) : -1;
+            int l = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+            if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+                free(out);
+                return NULL;
+            }
+            *o++ = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+static int parse_uint(const char *s, size_t n, long max, long *out) {
+    if (n == 0 || n > 10) return -1;
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static char *dupn(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static int parse_unix(const char *rest, dl_endpoint *ep, dl_err *err) {
+    /* rest is what follows "unix://": "/path[?db=N]" */
+    if (rest[0] != '/')
+        return dl_seterr(err, DLOCK_EINVAL, "bad URL: unix:// needs an absolute socket path");
+    const char *q = strchr(rest, '?');
+    size_t plen = q ? (size_t)(q - rest) : strlen(rest);
+    if (plen < 2) return dl_seterr(err, DLOCK_EINVAL, "bad URL: empty unix socket path");
+    if (plen >= 108)
+        return dl_seterr(err, DLOCK_EINVAL, "bad URL: unix socket path longer than 107 bytes");
+    if (q) {
+        long db;
+        if (strncmp(q, "?db=", 4) != 0 || parse_uint(q + 4, strlen(q + 4), 1000000, &db) != 0)
+            return dl_seterr(err, DLOCK_EINVAL, "bad URL: unix query must be ?db=N");
+        ep->db = (int)db;
+    }
+    ep->path = dupn(rest, plen);
+    if (!ep->path) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+static int parse_tcp(const char *rest, dl_endpoint *ep, dl_err *err) {
+    /* [user[:password]@]host[:port][/db] */
+    size_t n = strlen(rest);
+    const char *end = rest + n;
+    const char *slash = memchr(rest, '/', n);
+    const char *auth_end = NULL;
+    /* the userinfo ends at the last '@' before the path */
+    for (const char *p = rest; p < (slash ? slash : end); p++)
+        if (*p == '@') auth_end = p;
+    const char *hp = rest;
+    int oom = 0;
+    if (auth_end) {
+        const char *colon = memchr(rest, ':', (size_t)(auth_end - rest));
+        size_t ulen = colon ? (size_t)(colon - rest) : (size_t)(auth_end - rest);
+        if (ulen > 0) {
+            ep->user = pct_decode(rest, ulen, &oom);
+            if (!ep->user) goto bad_auth;
+        }
+        if (colon) {
+            ep->password = pct_decode(colon + 1, (size_t)(auth_end - colon - 1), &oom);
+            if (!ep->password) goto bad_auth;
+        }
+        hp = auth_end + 1;
+    }
+    const char *hp_end = slash ? slash : end;
+    const char *host = hp, *host_end, *port_s = NULL;
+    if (*hp == '[') {
+        const char *rb = memchr(hp, ']', (size_t)(hp_end - hp));
+        if (!rb) return dl_seterr(err, DLOCK_EINVAL, "bad URL: unterminated [IPv6] host");
+        host = hp + 1;
+        host_end = rb;
+        if (rb + 1 < hp_end) {
+            if (rb[1] != ':') return dl_seterr(err, DLOCK_EINVAL, "bad URL: junk after [IPv6] host");
+            port_s = rb + 2;
+        }
+    } else {
+        const char *colon = memchr(hp, ':', (size_t)(hp_end - hp));
+        host_end = colon ? colon : hp_end;
+        if (colon) port_s = colon + 1;
+    }
+    if (host_end == host) return dl_seterr(err, DLOCK_EINVAL, "bad URL: empty host");
+    for (const char *p = host; p < host_end; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_' || *p == ':'))
+            return dl_seterr(err, DLOCK_EINVAL, "bad URL: bad character in host");
+    ep->port = 6379;
+    if (port_s) {
+        long port;
+        if (parse_uint(port_s, (size_t)(hp_end - port_s), 65535, &port) != 0 || port == 0)
+            return dl_seterr(err, DLOCK_EINVAL, "bad URL: port must be 1 to 65535");
+        ep->port = (int)port;
+    }
+    if (slash && slash + 1 < end) {
+        long db;
+        if (parse_uint(slash + 1, strlen(slash + 1), 1000000, &db) != 0)
+            return dl_seterr(err, DLOCK_EINVAL, "bad URL: database must be a number after '/'");
+        ep->db = (int)db;
+    }
+    ep->host = dupn(host, (size_t)(host_end - host));
+    if (!ep->host) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+bad_auth:
+    if (oom) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return dl_seterr(err, DLOCK_EINVAL, "bad URL: bad %%-escape in user or password");
+}
+
+int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err) {
+    memset(ep, 0, sizeof *ep);
+    if (!url || !*url) return dl_seterr(err, DLOCK_EINVAL, "bad URL: empty");
+    int rc;
+    if (strncmp(url, "redis://", 8) == 0) rc = parse_tcp(url + 8, ep, err);
+    else if (strncmp(url, "unix://", 7) == 0) rc = parse_unix(url + 7, ep, err);
+    else if (strncmp(url, "rediss://", 9) == 0)
+        rc = dl_seterr(err, DLOCK_ENOTSUP, "bad URL: rediss:// (TLS) is not supported yet");
+    else {
+        const char *sep = strstr(url, "://");
+        int n = sep ? (int)(sep - url) : 0;
+        if (n > 20) n = 20;
+        rc = sep ? dl_seterr(err, DLOCK_EINVAL,
+                             "bad URL: unknown scheme '%.*s' (expected redis:// or unix://)", n, url)
+                 : dl_seterr(err, DLOCK_EINVAL,
+                             "bad URL: no scheme (expected redis://host:port or unix:///path)");
+    }
+    if (rc) dl_endpoint_clear(ep);
+    return rc;
+}

@@ -1,0 +1,177 @@
+/* Acquire attempts and waiting. A waiter subscribes to the lock's unlock
+ * channel, retries when a release is announced, and otherwise sleeps only
+ * until the holder's lease would run out (bounded by the wait deadline), so
+ * releases by clients that publish nothing (redis-py, redsync) are noticed
+ * too. No fixed-interval polling. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Keys held without any expiry (a peer's lock taken with no TTL) cannot be
+ * waited out: re-check them with a backoff between these bounds. */
+#define DL_NOTTL_RECHECK_MIN_MS 10
+#define DL_NOTTL_RECHECK_MAX_MS 1000
+
+long dl_thread_id(void) { return (long)syscall(SYS_gettid); }
+
+int dl_lock_try(dlock_lock *l, dl_conn *conn, int64_t lease_ms, dl_try *t, dl_err *err) {
+    char lease[24];
+    int ll = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+    const char *keys[2] = {l->name, l->fence_key};
+    size_t keylens[2] = {l->name_len, l->fence_key_len};
+    const char *args[2];
+    size_t arglens[2];
+    dl_script *s;
+    if (l->kind == DLOCK_KIND_PLAIN) {
+        s = &dl_script_plain_acquire;
+        args[0] = l->token;
+        arglens[0] = l->token_len;
+        args[1] = lease;
+        arglens[1] = (size_t)ll;
+    } else {
+        s = &dl_script_reentrant_acquire;
+        args[0] = lease;
+        arglens[0] = (size_t)ll;
+        args[1] = l->token;
+        arglens[1] = l->token_len;
+    }
+    memset(t, 0, sizeof *t);
+    int64_t t0 = dl_now_ms();
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 2, keys, keylens, 2, args, arglens, &r, err);
+    if (rc) return rc;
+    long long a = 0, b = 0, n = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = dl_reply_error(r, "acquire", err);
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+               dl_reply_int(r->element[0], &a) || dl_reply_int(r->element[1], &b) ||
+               (r->elements > 2 && dl_reply_int(r->element[2], &n))) {
+        rc = dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
+    } else if (a == 1) {
+        t->acquired = 1;
+        t->fence = (uint64_t)b;
+        t->count = r->elements > 2 ? n : 1;
+        l->expires_at = t0 + lease_ms;
+        atomic_store(&l->wd_last_ok, (long long)t0);
+    } else {
+        t->pttl = b;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Waits until the subscriber connection has a message, or until deadline.
+ * Returns DLOCK_OK (a message was consumed), DLOCK_ETIMEDOUT, or a failure. */
+static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_err *err) {
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
+            sub->broken = 1;
+            return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
+        }
+        if (reply) {
+            freeReplyObject(reply);
+            return DLOCK_OK;
+        }
+        int64_t left = until - dl_now_ms();
+        if (left <= 0) return DLOCK_ETIMEDOUT;
+        struct pollfd p = {.fd = sub->fd, .events = POLLIN};
+        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            sub->broken = 1;
+            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
+        }
+        if (n == 0) continue;
+        redisReply *r = NULL;
+        int rc = dl_conn_read(sub, dl_cmd_deadline(l->c), &r, err);
+        if (rc) return rc;
+        freeReplyObject(r);
+        return DLOCK_OK;
+    }
+}
+
+static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) {
+    const char *argv[2] = {cmd, l->channel};
+    size_t lens[2] = {strlen(cmd), l->channel_len};
+    int64_t deadline = dl_cmd_deadline(l->c);
+    int rc = dl_conn_append(sub, 2, argv, lens, err);
+    if (!rc) rc = dl_conn_flush(sub, deadline, err);
+    if (rc) return rc;
+    sub->subscribed = 1;
+    /* read up to the confirmation; messages may come first */
+    for (;;) {
+        redisReply *r = NULL;
+        rc = dl_conn_read(sub, deadline, &r, err);
+        if (rc) return rc;
+        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                   r->element[0]->type == REDIS_REPLY_STRING &&
+                   !strcasecmp(r->element[0]->str, cmd);
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad) rc = dl_reply_error(r, cmd, err);
+        if (done && !strcasecmp(cmd, "UNSUBSCRIBE") && r->element[2]->integer == 0)
+            sub->subscribed = 0;
+        freeReplyObject(r);
+        if (bad) {
+            sub->broken = 1;
+            return rc;
+        }
+        if (done) return DLOCK_OK;
+    }
+}
+
+int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+    dlock_client *c = l->c;
+    int64_t deadline = dl_deadline(wait_ms);
+    dl_conn *conn = NULL, *sub = NULL;
+    char nm[80];
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, err);
+    if (rc) return rc;
+    rc = dl_lock_try(l, conn, lease_ms, t, err);
+    if (rc || t->acquired) goto out;
+    if (wait_ms == 0) {
+        rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
+                       dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+        goto out;
+    }
+    rc = dl_pool_get(c, dl_cmd_deadline(c), &sub, err);
+    if (!rc) rc = subscribe(l, sub, "SUBSCRIBE", err);
+    int64_t recheck = DL_NOTTL_RECHECK_MIN_MS;
+    while (!rc) {
+        /* subscribed before this attempt: a release after it is not missed */
+        rc = dl_lock_try(l, conn, lease_ms, t, err);
+        if (rc || t->acquired) break;
+        int64_t now = dl_now_ms();
+        if (now >= deadline) {
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'",
+                           dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+            break;
+        }
+        int64_t until = deadline;
+        if (t->pttl >= 0) {
+            /* +1: the key is surely gone on the server's clock by then */
+            if (now + t->pttl + 1 < until) until = now + t->pttl + 1;
+        } else if (t->pttl == -1) {
+            if (now + recheck < until) until = now + recheck;
+            recheck = recheck * 2 > DL_NOTTL_RECHECK_MAX_MS ? DL_NOTTL_RECHECK_MAX_MS : recheck * 2;
+        } else {
+            continue; /* gone between the attempt's two steps: try again */
+        }
+        rc = wait_message(l, sub, until, err);
+        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
+    }
+    if (sub && !sub->broken && sub->subscribed) {
+        dl_err ignored;
+        subscribe(l, sub, "UNSUBSCRIBE", &ignored);
+    }
+out:
+    dl_pool_put(c, sub);
+    dl_pool_put(c, conn);
+    return rc;
+}

@@ -1,0 +1,294 @@
+/* The client's watchdog: one background thread renews every held watchdog
+ * lock every third of the lease, up to 100 locks per script call and all
+ * batches pipelined in one round trip. A lock the server no longer gives us,
+ * or one not renewed for a whole lease, is marked lost and its callback run. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define DL_WD_BATCH 100
+
+typedef struct wd_entry {
+    dlock_lock *l;   /* NULL: free slot */
+    uint64_t seq;    /* registration number; guards against slot reuse */
+} wd_entry;
+
+struct dl_watchdog {
+    dlock_client *c;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    wd_entry *slots;
+    size_t nslots, cap, count;
+    size_t *freelist;
+    size_t nfree;
+    uint64_t next_seq;
+};
+
+/* One lock's identity, copied so that renewal I/O runs without the mutex. */
+typedef struct wd_snap {
+    size_t slot;
+    uint64_t seq;
+    char kind[2];
+    char *key;
+    size_t key_len;
+    char *owner;
+    size_t owner_len;
+    int result;     /* 1 renewed, 0 lost, -1 no answer */
+} wd_snap;
+
+static void cond_deadline(struct timespec *ts, int64_t ms_from_now) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms_from_now / 1000;
+    ts->tv_nsec += (ms_from_now % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static void slot_remove(dl_watchdog *wd, dlock_lock *l) {
+    wd->slots[l->wd_slot].l = NULL;
+    wd->slots[l->wd_slot].seq = 0;
+    wd->freelist[wd->nfree++] = l->wd_slot;
+    wd->count--;
+    l->wd_seq = 0;
+}
+
+/* Sends the batches; fills snap[i].result. */
+static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
+    dlock_client *c = wd->c;
+    dl_err err = {0};
+    int64_t deadline = dl_cmd_deadline(c);
+    dl_conn *conn = NULL;
+    if (dl_pool_get(c, deadline, &conn, &err) != DLOCK_OK) return;
+    char lease[24];
+    int ll = snprintf(lease, sizeof lease, "%lld", (long long)c->watchdog_lease_ms);
+    const char *keys[DL_WD_BATCH], *args[1 + 2 * DL_WD_BATCH];
+    size_t keylens[DL_WD_BATCH], arglens[1 + 2 * DL_WD_BATCH];
+    size_t nbatches = (n + DL_WD_BATCH - 1) / DL_WD_BATCH;
+    int rc = DLOCK_OK;
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        /* pass 0 queues every batch; pass 1 reads every reply */
+        for (size_t b = 0; b < nbatches && !rc; b++) {
+            size_t first = b * DL_WD_BATCH, m = n - first < DL_WD_BATCH ? n - first : DL_WD_BATCH;
+            args[0] = lease;
+            arglens[0] = (size_t)ll;
+            for (size_t i = 0; i < m; i++) {
+                wd_snap *s = &snap[first + i];
+                keys[i] = s->key, keylens[i] = s->key_len;
+                args[1 + 2 * i] = s->kind, arglens[1 + 2 * i] = 1;
+                args[2 + 2 * i] = s->owner, arglens[2 + 2 * i] = s->owner_len;
+            }
+            if (pass == 0) {
+                rc = dl_eval_append(conn, &dl_script_renew, (int)m, keys, keylens,
+                                    (int)(1 + 2 * m), args, arglens, &err);
+                if (!rc && b + 1 == nbatches) rc = dl_conn_flush(conn, deadline, &err);
+                continue;
+            }
+            redisReply *r = NULL;
+            rc = dl_conn_read(conn, deadline, &r, &err);
+            if (rc) break;
+            if (dl_is_noscript(r)) { /* script cache flushed: send the text */
+                freeReplyObject(r);
+                r = NULL;
+                dl_conn *c2 = NULL;
+                if (dl_pool_get(c, deadline, &c2, &err) != DLOCK_OK) continue;
+                if (dl_eval(c2, deadline, &dl_script_renew, (int)m, keys, keylens,
+                            (int)(1 + 2 * m), args, arglens, &r, &err) != DLOCK_OK)
+                    r = NULL;
+                dl_pool_put(c, c2);
+                if (!r) continue;
+            }
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
+                for (size_t i = 0; i < m; i++) {
+                    long long v;
+                    if (!dl_reply_int(r->element[i], &v)) snap[first + i].result = v == 1;
+                }
+            }
+            freeReplyObject(r);
+        }
+    }
+    dl_pool_put(c, conn);
+}
+
+static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
+    /* snapshot under the mutex */
+    size_t n = wd->count, k = 0;
+    wd_snap *snap = calloc(n ? n : 1, sizeof *snap);
+    if (!snap) {
+        *retry_soon = 1;
+        return;
+    }
+    for (size_t i = 0; i < wd->nslots && k < n; i++) {
+        dlock_lock *l = wd->slots[i].l;
+        if (!l) continue;
+        wd_snap *s = &snap[k];
+        s->slot = i;
+        s->seq = wd->slots[i].seq;
+        s->kind[0] = l->kind == DLOCK_KIND_PLAIN ? 'p' : 'r';
+        s->key = malloc(l->name_len + 1);
+        s->owner = malloc(l->token_len + 1);
+        if (!s->key || !s->owner) {
+            free(s->key);
+            free(s->owner);
+            continue; /* renewed next round */
+        }
+        memcpy(s->key, l->name, l->name_len);
+        s->key_len = l->name_len;
+        memcpy(s->owner, l->token, l->token_len);
+        s->owner_len = l->token_len;
+        s->result = -1;
+        k++;
+    }
+    pthread_mutex_unlock(&wd->mu);
+    int64_t t0 = dl_now_ms();
+    renew_io(wd, snap, k);
+    int64_t now = dl_now_ms();
+    pthread_mutex_lock(&wd->mu);
+    for (size_t i = 0; i < k; i++) {
+        wd_snap *s = &snap[i];
+        dlock_lock *l = wd->slots[s->slot].l;
+        if (l && wd->slots[s->slot].seq == s->seq) {
+            int reason = 0;
+            if (s->result == 1) {
+                atomic_store(&l->wd_last_ok, (long long)t0);
+            } else if (s->result == 0) {
+                reason = DLOCK_LOST_TAKEN;
+            } else {
+                *retry_soon = 1;
+                if (now - atomic_load(&l->wd_last_ok) >= wd->c->watchdog_lease_ms)
+                    reason = DLOCK_LOST_UNREACHABLE;
+            }
+            if (reason) {
+                atomic_store(&l->lost, 1);
+                slot_remove(wd, l);
+                if (l->lost_fn) l->lost_fn(l, reason, l->lost_ud);
+            }
+        }
+        free(s->key);
+        free(s->owner);
+    }
+    free(snap);
+}
+
+static void *wd_main(void *arg) {
+    dl_watchdog *wd = arg;
+    int64_t period = wd->c->watchdog_lease_ms / 3;
+    int64_t next = dl_now_ms() + period;
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        if (wd->count == 0) {
+            pthread_cond_wait(&wd->cv, &wd->mu);
+            next = dl_now_ms() + period;
+            continue;
+        }
+        int64_t now = dl_now_ms();
+        if (now < next) {
+            struct timespec ts;
+            cond_deadline(&ts, next - now);
+            pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+            continue;
+        }
+        int64_t retry_soon = 0;
+        renew_round(wd, &retry_soon);
+        /* after a failed round, try again sooner: a blip must not cost the lease */
+        next = dl_now_ms() + (retry_soon ? period / 4 + 1 : period);
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+static int wd_create(dlock_client *c, dl_watchdog **out, dl_err *err) {
+    dl_watchdog *wd = calloc(1, sizeof *wd);
+    if (!wd) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    wd->c = c;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&wd->mu, NULL);
+    int e = pthread_create(&wd->th, NULL, wd_main, wd);
+    if (e) {
+        pthread_cond_destroy(&wd->cv);
+        pthread_mutex_destroy(&wd->mu);
+        free(wd);
+        return dl_seterr(err, DLOCK_ESYS, "cannot start the watchdog thread: %s", strerror(e));
+    }
+    *out = wd;
+    return DLOCK_OK;
+}
+
+static dl_watchdog *wd_get(dlock_client *c) {
+    pthread_mutex_lock(&c->wd_mu);
+    dl_watchdog *wd = c->wd;
+    pthread_mutex_unlock(&c->wd_mu);
+    return wd;
+}
+
+int dl_watchdog_register(dlock_client *c, dlock_lock *l, dl_err *err) {
+    pthread_mutex_lock(&c->wd_mu);
+    int rc = DLOCK_OK;
+    if (!c->wd) rc = wd_create(c, &c->wd, err);
+    dl_watchdog *wd = c->wd;
+    pthread_mutex_unlock(&c->wd_mu);
+    if (rc) return rc;
+    pthread_mutex_lock(&wd->mu);
+    size_t slot;
+    if (wd->nfree) {
+        slot = wd->freelist[--wd->nfree];
+    } else {
+        if (wd->nslots == wd->cap) {
+            size_t cap = wd->cap ? wd->cap * 2 : 64;
+            wd_entry *ns = realloc(wd->slots, cap * sizeof *ns);
+            if (ns) wd->slots = ns;
+            size_t *nf = ns ? realloc(wd->freelist, cap * sizeof *nf) : NULL;
+            if (nf) wd->freelist = nf;
+            if (!ns || !nf) {
+                pthread_mutex_unlock(&wd->mu);
+                return dl_seterr(err, DLOCK_ENOMEM, "out of memory registering with the watchdog");
+            }
+            wd->cap = cap;
+        }
+        slot = wd->nslots++;
+    }
+    wd->slots[slot].l = l;
+    wd->slots[slot].seq = ++wd->next_seq;
+    l->wd_slot = slot;
+    l->wd_seq = wd->slots[slot].seq;
+    wd->count++;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    return DLOCK_OK;
+}
+
+void dl_watchdog_unregister(dlock_client *c, dlock_lock *l) {
+    dl_watchdog *wd = wd_get(c);
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    if (l->wd_seq && l->wd_slot < wd->nslots && wd->slots[l->wd_slot].l == l &&
+        wd->slots[l->wd_slot].seq == l->wd_seq)
+        slot_remove(wd, l);
+    l->wd_seq = 0;
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void dl_watchdog_free(dl_watchdog *wd) {
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = 1;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->th, NULL);
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    free(wd->slots);
+    free(wd->freelist);
+    free(wd);
+}
