@@ -153,7 +153,6 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
              "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", raw[0],
              raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
              raw[11], raw[12], raw[13], raw[14], raw[15]);
-    dl_scripts_init();
 
     /* connect now so that a bad address or password is reported here */
     const char *argv[] = {"PING"};

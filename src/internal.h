@@ -108,20 +108,12 @@ int dl_reply_error(const redisReply *r, const char *what, dl_err *err);
 typedef struct dl_script {
     const char *name;
     const char *text;
-    char sha[41];
+    char sha[41];              /* computed on first use */
+    atomic_int ready;
 } dl_script;
 
-extern dl_script dl_script_plain_acquire;
-extern dl_script dl_script_plain_release;
-extern dl_script dl_script_plain_extend;
-extern dl_script dl_script_reentrant_acquire;
-extern dl_script dl_script_reentrant_release;
-extern dl_script dl_script_reentrant_extend;
-extern dl_script dl_script_renew;
-extern dl_script dl_script_force_unlock;
+#define DL_SCRIPT(name, text) {name, text, "", 0}
 
-/* Computes the scripts' SHA1s once. */
-void dl_scripts_init(void);
 /* Runs a script by EVALSHA, falling back to EVAL on NOSCRIPT.
  * keys/args are binary-safe (lens). */
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
@@ -132,6 +124,16 @@ int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
                    const size_t *keylens, int nargs, const char **args,
                    const size_t *arglens, dl_err *err);
 int dl_is_noscript(const redisReply *r);
+/* dl_eval on a pooled connection with the command deadline: the usual case. */
+int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
+                   const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+                   redisReply **out, dl_err *err);
+/* Interprets an integer script answer; error replies become codes. */
+int dl_reply_expect_int(redisReply *r, const char *what, long long *v, dl_err *err);
+
+extern dl_script dl_script_plain_release;   /* lock_plain.c: KEYS lock, channel; ARGV token */
+extern dl_script dl_script_plain_extend;    /* lock_plain.c: KEYS lock; ARGV token, lease */
+extern dl_script dl_script_force_unlock;    /* query.c */
 
 /* ---- client and pool (client.c) ---- */
 typedef struct dl_watchdog dl_watchdog;
@@ -175,54 +177,113 @@ const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen);
 char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
                     size_t *outlen);
 
-/* ---- locks (lock.c, wait.c) ---- */
-struct dlock_lock {
-    dlock_client *c;
-    dlock_kind kind;
-    char *name;
-    size_t name_len;
-    char *fence_key;           /* redisson_lock_token:{name} */
-    size_t fence_key_len;
-    char *channel;             /* redisson_lock__channel:{name} */
-    size_t channel_len;
-
-    char token[96];            /* plain: 32 hex; reentrant: uuid:tid */
-    size_t token_len;
-    int64_t holds;             /* this handle's hold count */
-    int64_t lease_ms;          /* lease of the current hold (watchdog: the client's) */
-    int watchdog;              /* renewed by the watchdog */
-    int64_t expires_at;        /* monotonic ms: the lease surely holds until then */
-    uint64_t fence;
+/* ---- leases renewed by the watchdog (watchdog.c) ---- */
+typedef struct dl_lease dl_lease;
+struct dl_lease {
+    /* Renewal script: KEYS[i] = key of item i, ARGV[1] = lease ms,
+     * ARGV[1+i] = owner of item i; answers an array of 1 (renewed) / 0 (lost). */
+    dl_script *renew;
+    int64_t lease_ms;
+    const char *key;           /* immutable while registered */
+    size_t key_len;
+    const char *owner;         /* immutable while registered */
+    size_t owner_len;
     atomic_int lost;
-    dlock_lost_fn lost_fn;
-    void *lost_ud;
-    char errmsg[DL_ERRMSG_MAX];
-
-    /* watchdog registration (guarded by the watchdog's mutex) */
-    size_t wd_slot;
+    atomic_llong last_ok;      /* monotonic ms of the last confirmed lease start */
+    /* called on the watchdog thread, under its mutex, when found lost */
+    void (*on_lost)(dl_lease *lease, int reason);
+    size_t wd_slot;            /* guarded by the watchdog's mutex */
     uint64_t wd_seq;
-    atomic_llong wd_last_ok;   /* monotonic ms of the last confirmed lease start */
 };
+
+int dl_watchdog_register(dlock_client *c, dl_lease *lease, dl_err *err);
+void dl_watchdog_unregister(dlock_client *c, dl_lease *lease);
+void dl_watchdog_free(dl_watchdog *wd);
+
+/* ---- locks (lock.c, wait.c, lock_<kind>.c) ---- */
 
 /* Result of one acquire attempt. */
 typedef struct dl_try {
     int acquired;
     uint64_t fence;
-    int64_t count;             /* reentrant hold count after acquiring */
-    int64_t pttl;              /* when not acquired: holder's remaining ms (-1 none) */
+    int64_t count;             /* hold count after acquiring (reentrant kinds) */
+    int64_t pttl;              /* not acquired: ms to wait at most before retrying
+                                * (-1: no expiry known) */
 } dl_try;
 
-/* One acquire attempt on conn. */
-int dl_lock_try(dlock_lock *l, dl_conn *conn, int64_t lease_ms, dl_try *t, dl_err *err);
+typedef struct dl_kind_ops dl_kind_ops;
+
+struct dlock_lock {
+    dlock_client *c;
+    dlock_kind kind;
+    const dl_kind_ops *ops;
+    char *name;
+    size_t name_len;
+    char *fence_key;           /* redisson_lock_token:{name} */
+    size_t fence_key_len;
+    char *channel;             /* the channel a waiter subscribes to */
+    size_t channel_len;
+    void *kdata;               /* the kind's own state (extra keys...) */
+
+    char token[96];            /* owner: plain 32 hex; others uuid:tid */
+    size_t token_len;
+    int64_t holds;             /* this handle's hold count */
+    int64_t lease_ms;          /* lease of the current hold */
+    int watchdog;              /* registered with the watchdog */
+    int64_t expires_at;        /* monotonic ms: the lease surely holds until then */
+    uint64_t fence;
+    dlock_lost_fn lost_fn;
+    void *lost_ud;
+    char errmsg[DL_ERRMSG_MAX];
+    dl_lease lease;
+};
+
+/* What a lock kind does; one table per kind, one file per kind. */
+struct dl_kind_ops {
+    dlock_kind kind;
+    const char *name;
+    int reentrant;
+    /* sets up l->channel (and l->kdata) when the handle is created */
+    int (*init)(dlock_lock *l, dl_err *err);
+    void (*destroy)(dlock_lock *l);
+    /* writes the owner of a new hold into l->token (may update l->channel) */
+    int (*owner)(dlock_lock *l, dl_err *err);
+    /* one attempt; wait_ms is the caller's remaining wait (0 try once,
+     * -1 forever) for kinds that queue */
+    int (*attempt)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+                   dl_err *err);
+    /* a message on l->channel: returns 1 when it hands the lock over (t filled) */
+    int (*message)(dlock_lock *l, const redisReply *msg, dl_try *t);
+    /* stops waiting (leave a queue); best effort, may be NULL */
+    void (*abandon)(dlock_lock *l, dl_conn *conn);
+    /* releases one hold: *res 1 released fully, 0 still held, -1 not ours */
+    int (*release)(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err);
+    /* sets the lease: *res 1 done, 0 not ours */
+    int (*extend)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res, dl_err *err);
+    /* server's view: held by this owner, and hold count */
+    int (*check)(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err);
+    dl_script *renew;
+};
+
+extern const dl_kind_ops dl_plain_ops;
+extern const dl_kind_ops dl_reentrant_ops;
+
 /* Tries, and waits through pub/sub until acquired or deadline. */
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+/* Parses {1, fence[, count]} | {0, pttl} answers of acquire scripts. */
+int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
+                     dl_err *err);
+/* Runs an acquire script with KEYS {name, fence_key} and the two ARGV given. */
+int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_ms,
+                      const char *a1, size_t a1len, const char *a2, size_t a2len, dl_try *t,
+                      dl_err *err);
+/* "<client id>:<thread id>" into l->token. */
+int dl_owner_thread(dlock_lock *l, dl_err *err);
 /* Current thread's id (for reentrant owner fields). */
 long dl_thread_id(void);
+/* Decimal of v into buf (>= 24 bytes); returns its length. */
+size_t dl_fmt_ll(char *buf, long long v);
 
-/* ---- watchdog (watchdog.c) ---- */
-int dl_watchdog_register(dlock_client *c, dlock_lock *l, dl_err *err);
-void dl_watchdog_unregister(dlock_client *c, dlock_lock *l);
-void dl_watchdog_free(dl_watchdog *wd);
 
 /* Reply helpers (conn.c) */
 int dl_reply_int(const redisReply *r, long long *v);

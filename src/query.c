@@ -7,6 +7,11 @@
 
 #include "internal.h"
 
+/* KEYS: lock, channel. -> 1 deleted (waiters told) | 0 was free */
+dl_script dl_script_force_unlock = DL_SCRIPT("force_unlock",
+    "if redis.call('del', KEYS[1]) == 1 then "
+    "redis.call('publish', KEYS[2], '0'); return 1 end return 0");
+
 /* Runs one command on `name` (and optional extra argument) and returns the reply. */
 static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t name_len,
                     redisReply **r, dl_err *err) {

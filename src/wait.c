@@ -1,8 +1,9 @@
-/* Acquire attempts and waiting. A waiter subscribes to the lock's unlock
- * channel, retries when a release is announced, and otherwise sleeps only
- * until the holder's lease would run out (bounded by the wait deadline), so
- * releases by clients that publish nothing (redis-py, redsync) are noticed
- * too. No fixed-interval polling. */
+/* Acquire attempts and waiting. A waiter subscribes to its kind's channel,
+ * retries when a release is announced (or takes a lock handed to it in the
+ * message, for kinds that hand over), and otherwise sleeps only until the
+ * holder's lease would run out, bounded by the wait deadline: releases by
+ * clients that publish nothing (redis-py, redsync) are noticed too. There is
+ * no fixed-interval polling. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -20,79 +21,72 @@
 
 long dl_thread_id(void) { return (long)syscall(SYS_gettid); }
 
-int dl_lock_try(dlock_lock *l, dl_conn *conn, int64_t lease_ms, dl_try *t, dl_err *err) {
-    char lease[24];
-    int ll = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-    const char *keys[2] = {l->name, l->fence_key};
-    size_t keylens[2] = {l->name_len, l->fence_key_len};
-    const char *args[2];
-    size_t arglens[2];
-    dl_script *s;
-    if (l->kind == DLOCK_KIND_PLAIN) {
-        s = &dl_script_plain_acquire;
-        args[0] = l->token;
-        arglens[0] = l->token_len;
-        args[1] = lease;
-        arglens[1] = (size_t)ll;
-    } else {
-        s = &dl_script_reentrant_acquire;
-        args[0] = lease;
-        arglens[0] = (size_t)ll;
-        args[1] = l->token;
-        arglens[1] = l->token_len;
-    }
-    memset(t, 0, sizeof *t);
-    int64_t t0 = dl_now_ms();
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 2, keys, keylens, 2, args, arglens, &r, err);
-    if (rc) return rc;
+int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
+                     dl_err *err) {
     long long a = 0, b = 0, n = 0;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rc = dl_reply_error(r, "acquire", err);
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-               dl_reply_int(r->element[0], &a) || dl_reply_int(r->element[1], &b) ||
-               (r->elements > 2 && dl_reply_int(r->element[2], &n))) {
-        rc = dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
-    } else if (a == 1) {
+    memset(t, 0, sizeof *t);
+    if (r->type == REDIS_REPLY_ERROR) return dl_reply_error(r, "acquire", err);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
+        dl_reply_int(r->element[1], &b) || (r->elements > 2 && dl_reply_int(r->element[2], &n)))
+        return dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
+    if (a == 1) {
         t->acquired = 1;
         t->fence = (uint64_t)b;
         t->count = r->elements > 2 ? n : 1;
         l->expires_at = t0 + lease_ms;
-        atomic_store(&l->wd_last_ok, (long long)t0);
+        atomic_store(&l->lease.last_ok, (long long)t0);
     } else {
         t->pttl = b;
     }
+    return DLOCK_OK;
+}
+
+int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_ms,
+                      const char *a1, size_t a1len, const char *a2, size_t a2len, dl_try *t,
+                      dl_err *err) {
+    const char *keys[2] = {l->name, l->fence_key};
+    size_t keylens[2] = {l->name_len, l->fence_key_len};
+    const char *args[2] = {a1, a2};
+    size_t arglens[2] = {a1len, a2len};
+    int64_t t0 = dl_now_ms();
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 2, keys, keylens, 2, args, arglens, &r, err);
+    if (rc) return rc;
+    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
     freeReplyObject(r);
     return rc;
 }
 
 /* Waits until the subscriber connection has a message, or until deadline.
- * Returns DLOCK_OK (a message was consumed), DLOCK_ETIMEDOUT, or a failure. */
-static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_err *err) {
+ * Returns DLOCK_OK (*granted set if the message handed the lock over),
+ * DLOCK_ETIMEDOUT, or a failure. */
+static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
+                        dl_err *err) {
+    *granted = 0;
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
             sub->broken = 1;
             return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
         }
-        if (reply) {
-            freeReplyObject(reply);
-            return DLOCK_OK;
+        if (!reply) {
+            int64_t left = until - dl_now_ms();
+            if (left <= 0) return DLOCK_ETIMEDOUT;
+            struct pollfd p = {.fd = sub->fd, .events = POLLIN};
+            int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) {
+                sub->broken = 1;
+                return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
+            }
+            if (n == 0) continue;
+            int rc = dl_conn_read(sub, dl_cmd_deadline(l->c), (redisReply **)&reply, err);
+            if (rc) return rc;
         }
-        int64_t left = until - dl_now_ms();
-        if (left <= 0) return DLOCK_ETIMEDOUT;
-        struct pollfd p = {.fd = sub->fd, .events = POLLIN};
-        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
-        }
-        if (n == 0) continue;
-        redisReply *r = NULL;
-        int rc = dl_conn_read(sub, dl_cmd_deadline(l->c), &r, err);
-        if (rc) return rc;
-        freeReplyObject(r);
+        redisReply *m = reply;
+        if (l->ops->message && m->type == REDIS_REPLY_ARRAY && m->elements == 3)
+            *granted = l->ops->message(l, m->element[2], t);
+        freeReplyObject(m);
         return DLOCK_OK;
     }
 }
@@ -126,6 +120,12 @@ static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) 
     }
 }
 
+static int64_t wait_left(int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) return -1;
+    int64_t left = deadline - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
     int64_t deadline = dl_deadline(wait_ms);
@@ -133,7 +133,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     char nm[80];
     int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
-    rc = dl_lock_try(l, conn, lease_ms, t, err);
+    rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto out;
     if (wait_ms == 0) {
         rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
@@ -145,7 +145,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     int64_t recheck = DL_NOTTL_RECHECK_MIN_MS;
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
-        rc = dl_lock_try(l, conn, lease_ms, t, err);
+        rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
         if (rc || t->acquired) break;
         int64_t now = dl_now_ms();
         if (now >= deadline) {
@@ -163,9 +163,12 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         } else {
             continue; /* gone between the attempt's two steps: try again */
         }
-        rc = wait_message(l, sub, until, err);
+        int granted = 0;
+        rc = wait_message(l, sub, until, t, &granted, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
+        if (!rc && granted) break;
     }
+    if (rc && l->ops->abandon && !conn->broken) l->ops->abandon(l, conn);
     if (sub && !sub->broken && sub->subscribed) {
         dl_err ignored;
         subscribe(l, sub, "UNSUBSCRIBE", &ignored);

@@ -1,7 +1,8 @@
-/* The client's watchdog: one background thread renews every held watchdog
- * lock every third of the lease, up to 100 locks per script call and all
- * batches pipelined in one round trip. A lock the server no longer gives us,
- * or one not renewed for a whole lease, is marked lost and its callback run. */
+/* The client's watchdog: one background thread renews every registered
+ * lease (held watchdog locks, expirable permits) every third of the client's
+ * watchdog lease, up to 100 items per script call and all batches pipelined
+ * in one round trip. An item the server no longer gives us, or one not
+ * renewed for a whole lease, is marked lost and its callback run. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #define DL_WD_BATCH 100
 
 typedef struct wd_entry {
-    dlock_lock *l;   /* NULL: free slot */
+    dl_lease *l;     /* NULL: free slot */
     uint64_t seq;    /* registration number; guards against slot reuse */
 } wd_entry;
 
@@ -34,7 +35,8 @@ struct dl_watchdog {
 typedef struct wd_snap {
     size_t slot;
     uint64_t seq;
-    char kind[2];
+    dl_script *renew;
+    int64_t lease_ms;
     char *key;
     size_t key_len;
     char *owner;
@@ -52,12 +54,31 @@ static void cond_deadline(struct timespec *ts, int64_t ms_from_now) {
     }
 }
 
-static void slot_remove(dl_watchdog *wd, dlock_lock *l) {
+static void slot_remove(dl_watchdog *wd, dl_lease *l) {
     wd->slots[l->wd_slot].l = NULL;
     wd->slots[l->wd_slot].seq = 0;
     wd->freelist[wd->nfree++] = l->wd_slot;
     wd->count--;
     l->wd_seq = 0;
+}
+
+/* Batch boundaries: at most DL_WD_BATCH items, one script and one lease. */
+static size_t batch_len(const wd_snap *snap, size_t first, size_t n) {
+    size_t m = 1;
+    while (first + m < n && m < DL_WD_BATCH && snap[first + m].renew == snap[first].renew &&
+           snap[first + m].lease_ms == snap[first].lease_ms)
+        m++;
+    return m;
+}
+
+static void batch_args(wd_snap *snap, size_t m, const char **keys, size_t *keylens,
+                       const char **args, size_t *arglens, char *lease) {
+    args[0] = lease;
+    arglens[0] = dl_fmt_ll(lease, snap[0].lease_ms);
+    for (size_t i = 0; i < m; i++) {
+        keys[i] = snap[i].key, keylens[i] = snap[i].key_len;
+        args[1 + i] = snap[i].owner, arglens[1 + i] = snap[i].owner_len;
+    }
 }
 
 /* Sends the batches; fills snap[i].result. */
@@ -66,55 +87,46 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
     dl_err err = {0};
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    if (dl_pool_get(c, deadline, &conn, &err) != DLOCK_OK) return;
+    if (n == 0 || dl_pool_get(c, deadline, &conn, &err) != DLOCK_OK) return;
     char lease[24];
-    int ll = snprintf(lease, sizeof lease, "%lld", (long long)c->watchdog_lease_ms);
-    const char *keys[DL_WD_BATCH], *args[1 + 2 * DL_WD_BATCH];
-    size_t keylens[DL_WD_BATCH], arglens[1 + 2 * DL_WD_BATCH];
-    size_t nbatches = (n + DL_WD_BATCH - 1) / DL_WD_BATCH;
+    const char *keys[DL_WD_BATCH], *args[1 + DL_WD_BATCH];
+    size_t keylens[DL_WD_BATCH], arglens[1 + DL_WD_BATCH];
     int rc = DLOCK_OK;
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        /* pass 0 queues every batch; pass 1 reads every reply */
-        for (size_t b = 0; b < nbatches && !rc; b++) {
-            size_t first = b * DL_WD_BATCH, m = n - first < DL_WD_BATCH ? n - first : DL_WD_BATCH;
-            args[0] = lease;
-            arglens[0] = (size_t)ll;
-            for (size_t i = 0; i < m; i++) {
-                wd_snap *s = &snap[first + i];
-                keys[i] = s->key, keylens[i] = s->key_len;
-                args[1 + 2 * i] = s->kind, arglens[1 + 2 * i] = 1;
-                args[2 + 2 * i] = s->owner, arglens[2 + 2 * i] = s->owner_len;
-            }
-            if (pass == 0) {
-                rc = dl_eval_append(conn, &dl_script_renew, (int)m, keys, keylens,
-                                    (int)(1 + 2 * m), args, arglens, &err);
-                if (!rc && b + 1 == nbatches) rc = dl_conn_flush(conn, deadline, &err);
-                continue;
-            }
-            redisReply *r = NULL;
-            rc = dl_conn_read(conn, deadline, &r, &err);
-            if (rc) break;
-            if (dl_is_noscript(r)) { /* script cache flushed: send the text */
-                freeReplyObject(r);
-                r = NULL;
-                dl_conn *c2 = NULL;
-                if (dl_pool_get(c, deadline, &c2, &err) != DLOCK_OK) continue;
-                if (dl_eval(c2, deadline, &dl_script_renew, (int)m, keys, keylens,
-                            (int)(1 + 2 * m), args, arglens, &r, &err) != DLOCK_OK)
-                    r = NULL;
-                dl_pool_put(c, c2);
-                if (!r) continue;
-            }
-            if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
-                for (size_t i = 0; i < m; i++) {
-                    long long v;
-                    if (!dl_reply_int(r->element[i], &v)) snap[first + i].result = v == 1;
-                }
-            }
+    /* queue every batch, flush once, then read every reply */
+    for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
+        size_t m = batch_len(snap, first, n);
+        batch_args(snap + first, m, keys, keylens, args, arglens, lease);
+        rc = dl_eval_append(conn, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
+                            arglens, &err);
+    }
+    if (!rc) rc = dl_conn_flush(conn, deadline, &err);
+    for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
+        size_t m = batch_len(snap, first, n);
+        redisReply *r = NULL;
+        rc = dl_conn_read(conn, deadline, &r, &err);
+        if (rc) break;
+        if (dl_is_noscript(r)) { /* script cache flushed: send the text */
             freeReplyObject(r);
+            batch_args(snap + first, m, keys, keylens, args, arglens, lease);
+            if (dl_client_eval(c, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
+                               arglens, &r, &err) != DLOCK_OK)
+                continue;
         }
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
+            for (size_t i = 0; i < m; i++) {
+                long long v;
+                if (!dl_reply_int(r->element[i], &v)) snap[first + i].result = v == 1;
+            }
+        }
+        freeReplyObject(r);
     }
     dl_pool_put(c, conn);
+}
+
+static int snap_cmp(const void *a, const void *b) {
+    const wd_snap *x = a, *y = b;
+    if (x->renew != y->renew) return (uintptr_t)x->renew < (uintptr_t)y->renew ? -1 : 1;
+    return (x->lease_ms > y->lease_ms) - (x->lease_ms < y->lease_ms);
 }
 
 static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
@@ -126,49 +138,51 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
         return;
     }
     for (size_t i = 0; i < wd->nslots && k < n; i++) {
-        dlock_lock *l = wd->slots[i].l;
+        dl_lease *l = wd->slots[i].l;
         if (!l) continue;
         wd_snap *s = &snap[k];
         s->slot = i;
         s->seq = wd->slots[i].seq;
-        s->kind[0] = l->kind == DLOCK_KIND_PLAIN ? 'p' : 'r';
-        s->key = malloc(l->name_len + 1);
-        s->owner = malloc(l->token_len + 1);
+        s->renew = l->renew;
+        s->lease_ms = l->lease_ms;
+        s->key = malloc(l->key_len + 1);
+        s->owner = malloc(l->owner_len + 1);
         if (!s->key || !s->owner) {
             free(s->key);
             free(s->owner);
             continue; /* renewed next round */
         }
-        memcpy(s->key, l->name, l->name_len);
-        s->key_len = l->name_len;
-        memcpy(s->owner, l->token, l->token_len);
-        s->owner_len = l->token_len;
+        memcpy(s->key, l->key, l->key_len);
+        s->key_len = l->key_len;
+        memcpy(s->owner, l->owner, l->owner_len);
+        s->owner_len = l->owner_len;
         s->result = -1;
         k++;
     }
     pthread_mutex_unlock(&wd->mu);
+    qsort(snap, k, sizeof *snap, snap_cmp);
     int64_t t0 = dl_now_ms();
     renew_io(wd, snap, k);
     int64_t now = dl_now_ms();
     pthread_mutex_lock(&wd->mu);
     for (size_t i = 0; i < k; i++) {
         wd_snap *s = &snap[i];
-        dlock_lock *l = wd->slots[s->slot].l;
+        dl_lease *l = wd->slots[s->slot].l;
         if (l && wd->slots[s->slot].seq == s->seq) {
             int reason = 0;
             if (s->result == 1) {
-                atomic_store(&l->wd_last_ok, (long long)t0);
+                atomic_store(&l->last_ok, (long long)t0);
             } else if (s->result == 0) {
                 reason = DLOCK_LOST_TAKEN;
             } else {
                 *retry_soon = 1;
-                if (now - atomic_load(&l->wd_last_ok) >= wd->c->watchdog_lease_ms)
+                if (now - atomic_load(&l->last_ok) >= l->lease_ms)
                     reason = DLOCK_LOST_UNREACHABLE;
             }
             if (reason) {
                 atomic_store(&l->lost, 1);
                 slot_remove(wd, l);
-                if (l->lost_fn) l->lost_fn(l, reason, l->lost_ud);
+                if (l->on_lost) l->on_lost(l, reason);
             }
         }
         free(s->key);
@@ -232,7 +246,7 @@ static dl_watchdog *wd_get(dlock_client *c) {
     return wd;
 }
 
-int dl_watchdog_register(dlock_client *c, dlock_lock *l, dl_err *err) {
+int dl_watchdog_register(dlock_client *c, dl_lease *l, dl_err *err) {
     pthread_mutex_lock(&c->wd_mu);
     int rc = DLOCK_OK;
     if (!c->wd) rc = wd_create(c, &c->wd, err);
@@ -268,7 +282,7 @@ int dl_watchdog_register(dlock_client *c, dlock_lock *l, dl_err *err) {
     return DLOCK_OK;
 }
 
-void dl_watchdog_unregister(dlock_client *c, dlock_lock *l) {
+void dl_watchdog_unregister(dlock_client *c, dl_lease *l) {
     dl_watchdog *wd = wd_get(c);
     if (!wd) return;
     pthread_mutex_lock(&wd->mu);
