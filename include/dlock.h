@@ -155,7 +155,26 @@ typedef enum dlock_kind {
     DLOCK_KIND_PLAIN = 1,
     /* Redisson RLock layout: HASH key, field "<client uuid>:<thread id>",
      * value the hold count. Reentrant per thread. */
-    DLOCK_KIND_REENTRANT = 2
+    DLOCK_KIND_REENTRANT = 2,
+    /* Redisson RFairLock layout: reentrant, and waiters get the lock in the
+     * order they arrived (queue "redisson_lock_queue:{name}", deadlines in
+     * "redisson_lock_timeout:{name}"). A waiter that died is skipped once its
+     * deadline passes. The release hands the lock straight to the next
+     * waiter. */
+    DLOCK_KIND_FAIR = 3,
+    /* The read side of Redisson's RReadWriteLock at `name`: many readers at
+     * once, reentrant per thread. */
+    DLOCK_KIND_READ = 4,
+    /* The write side: one writer and no reader, reentrant per thread. The
+     * thread holding the write side may also take the read side (downgrade),
+     * never the reverse. Writer preference: while a writer waits, new readers
+     * wait too, so a stream of readers cannot starve writers. */
+    DLOCK_KIND_WRITE = 5,
+    /* Not lock kinds: what dlock_inspect()/dlock_list() report for the
+     * other objects. */
+    DLOCK_KIND_SEMAPHORE = 6,
+    DLOCK_KIND_PERMIT_SEMAPHORE = 7,
+    DLOCK_KIND_LATCH = 8
 } dlock_kind;
 
 typedef struct dlock_lock dlock_lock;
@@ -169,8 +188,9 @@ typedef struct dlock_lock dlock_lock;
  * pipe or signal a thread. */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, int reason, void *userdata);
 
-/* Creates a handle for the lock `name` of `kind` on client c. Nothing is sent
- * to the server. name_len: bytes, or DLOCK_CSTR.
+/* Creates a handle for the lock `name` of `kind` (DLOCK_KIND_PLAIN to
+ * DLOCK_KIND_WRITE) on client c. Nothing is sent to the server. name_len:
+ * bytes, or DLOCK_CSTR.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name, unknown kind),
  * DLOCK_ENAMETOOLONG, DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_lock_new(dlock_client *c, const char *name, size_t name_len,
@@ -258,6 +278,12 @@ typedef struct dlock_info {
     int64_t waiters;     /* clients subscribed to the unlock channel */
     char holder[160];    /* plain: the token; reentrant: the first field; "" */
     int holders;         /* number of holder fields (reentrant), 1 or 0 (plain) */
+    /* read-write lock: readers holding, 1 if a writer holds */
+    int64_t readers;
+    int writer;
+    int64_t queued;      /* fair lock: waiters in the queue */
+    int64_t permits;     /* semaphores: available permits; latch: the count */
+    int64_t leased;      /* permit-expirable semaphore: permits out on lease */
 } dlock_info;
 
 /* Fills *info for name in a few round trips. A key of another type than a
@@ -306,6 +332,90 @@ DLOCK_EXPORT int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
  * "info:replication:role") into buf. Returns DLOCK_OK, DLOCK_ESERVER when the
  * server refuses (CONFIG disabled by ACL), or a failure code. */
 DLOCK_EXPORT int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen);
+
+/* ---- multi-lock ---- */
+
+/* Acquires every lock in locks[0..n) (any kinds, any names, one client or
+ * several), all or nothing, within one wait bound. Locks are taken in a
+ * canonical order (by name, then kind), so two callers taking overlapping
+ * sets in different orders cannot deadlock. On failure every lock taken so
+ * far is released and the first failure's code is returned (DLOCK_EBUSY,
+ * DLOCK_ETIMEDOUT...), with its message on that lock's handle.
+ * lease_ms as dlock_acquire. fences (may be NULL) receives each lock's token
+ * in the caller's order. The same handle twice is DLOCK_EINVAL. */
+DLOCK_EXPORT int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms,
+                                     int64_t lease_ms, uint64_t *fences);
+/* Releases one hold of every lock in locks[0..n), all attempted even when
+ * one fails; returns the first failure (DLOCK_OK if none). */
+DLOCK_EXPORT int dlock_multi_release(dlock_lock *const *locks, size_t n);
+
+/* ---- semaphore (Redisson RSemaphore layout) ----
+ * STRING `name` holds the available permits; a release publishes the new
+ * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
+ * A handle is used by one thread at a time. */
+typedef struct dlock_semaphore dlock_semaphore;
+
+DLOCK_EXPORT int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len,
+                                     dlock_semaphore **out);
+DLOCK_EXPORT void dlock_semaphore_free(dlock_semaphore *s);
+DLOCK_EXPORT const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
+/* Takes `permits` (>= 1) permits, waiting up to wait_ms (DLOCK_NOWAIT,
+ * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available. */
+DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms);
+/* Gives back `permits` (>= 1) permits and wakes waiters. */
+DLOCK_EXPORT int dlock_semaphore_release(dlock_semaphore *s, int64_t permits);
+DLOCK_EXPORT int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits);
+/* Sets the permits only if the semaphore does not exist yet: *set 1/0. */
+DLOCK_EXPORT int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set);
+/* Adds delta (may be negative) to the available permits. */
+DLOCK_EXPORT int dlock_semaphore_add(dlock_semaphore *s, int64_t delta);
+
+/* ---- permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
+ * STRING `name` holds the available permits, ZSET "{name}:timeout" each
+ * acquired permit's id and expiry. A holder that dies loses its permits
+ * after their lease instead of leaking them. */
+#define DLOCK_PERMIT_ID_LEN 32   /* hex characters of a permit id */
+typedef struct dlock_permits dlock_permits;
+
+DLOCK_EXPORT int dlock_permits_new(dlock_client *c, const char *name, size_t name_len,
+                                   dlock_permits **out);
+/* Stops renewing this handle's watchdog permits (they expire) and frees. */
+DLOCK_EXPORT void dlock_permits_free(dlock_permits *p);
+DLOCK_EXPORT const char *dlock_permits_errmsg(const dlock_permits *p);
+/* Takes one permit with a lease (> 0, or DLOCK_WATCHDOG: renewed by the
+ * client's watchdog until released), waiting up to wait_ms. id receives the
+ * permit's id. DLOCK_EBUSY / DLOCK_ETIMEDOUT when none is available. */
+DLOCK_EXPORT int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
+                                       char id[DLOCK_PERMIT_ID_LEN + 1]);
+/* Releases the permit id: DLOCK_ENOTOWNER if it is not held (expired, or
+ * never issued). */
+DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
+/* Sets the lease of permit id to lease_ms from now; DLOCK_ENOTOWNER if gone. */
+DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms);
+/* Available permits, after returning expired ones. */
+DLOCK_EXPORT int dlock_permits_available(dlock_permits *p, int64_t *permits);
+DLOCK_EXPORT int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set);
+DLOCK_EXPORT int dlock_permits_add(dlock_permits *p, int64_t delta);
+
+/* ---- countdown latch (Redisson RCountDownLatch layout) ----
+ * STRING `name` holds the count; channel
+ * "redisson_countdownlatch__channel__{name}" gets "0" when the count reaches
+ * zero (the key is deleted then) and "1" when a new count is set. */
+typedef struct dlock_latch dlock_latch;
+
+DLOCK_EXPORT int dlock_latch_new(dlock_client *c, const char *name, size_t name_len,
+                                 dlock_latch **out);
+DLOCK_EXPORT void dlock_latch_free(dlock_latch *l);
+DLOCK_EXPORT const char *dlock_latch_errmsg(const dlock_latch *l);
+/* Sets the count (>= 1) only if the latch is at zero: *set 1/0. */
+DLOCK_EXPORT int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set);
+/* Sets the count (>= 0) unconditionally. */
+DLOCK_EXPORT int dlock_latch_set(dlock_latch *l, int64_t count);
+/* Counts down by k (>= 1), not below zero; reaching zero wakes waiters. */
+DLOCK_EXPORT int dlock_latch_count_down(dlock_latch *l, int64_t k);
+/* Waits until the count is zero: DLOCK_OK, or DLOCK_ETIMEDOUT. */
+DLOCK_EXPORT int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
+DLOCK_EXPORT int dlock_latch_count(dlock_latch *l, int64_t *count);
 
 /* ---- parsing helpers shared with the CLI ---- */
 

@@ -1,0 +1,96 @@
+/* Multi-lock: all or nothing, and no deadlock between clients that list
+ * overlapping sets in different orders. */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#define ROUNDS 120
+
+/* Takes {A,B} (order 0) or {B,A} (order 1) ROUNDS times, each time doing a
+ * non-atomic increment of a counter that both sets protect. */
+static int child(const th_server *s, int order, dlock_kind kind_b)
+{
+    dlock_client *c = th_client(s, 2000);
+    dlock_lock *a = th_lock(c, "multi:A", DLOCK_KIND_PLAIN);
+    dlock_lock *b = th_lock(c, "multi:B", kind_b);
+    dlock_lock *set[2] = {order ? b : a, order ? a : b};
+    redisContext *rc = th_redis(s);
+    for (int i = 0; i < ROUNDS; i++) {
+        uint64_t fences[2] = {0, 0};
+        ASSERT_OK(dlock_multi_acquire(set, 2, 20000, 10000, fences));
+        ASSERT_U64_GT(fences[0], 0);
+        ASSERT_U64_GT(fences[1], 0);
+        ASSERT_EQ(th_cmd_int(rc, "INCR multi:inside"), 1);
+        char *v = th_cmd_str(rc, "GET multi:counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        if (i % 5 == 0) usleep(300);
+        th_cmd_ok(rc, "SET multi:counter %lld", n + 1);
+        ASSERT_EQ(th_cmd_int(rc, "DECR multi:inside"), 0);
+        ASSERT_OK(dlock_multi_release(set, 2));
+    }
+    redisFree(rc);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(c);
+    return 0;
+}
+
+int main(void)
+{
+    th_init("multilock");
+    th_server *s = th_server_start(NULL);
+
+    /* four processes, two in each order; kinds mixed (plain A, reentrant B) */
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) exit(child(s, i % 2, DLOCK_KIND_REENTRANT));
+    }
+    for (int i = 0; i < 4; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
+    redisContext *rc = th_redis(s);
+    char *v = th_cmd_str(rc, "GET multi:counter");
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(atoll(v), 4 * ROUNDS);
+    free(v);
+
+    /* all or nothing: B held elsewhere, so taking {A, B} takes neither */
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *a = th_lock(c, "multi:A", DLOCK_KIND_PLAIN);
+    dlock_lock *b = th_lock(c, "multi:B", DLOCK_KIND_PLAIN);
+    dlock_lock *b2 = th_lock(c, "multi:B", DLOCK_KIND_PLAIN);
+    ASSERT_OK(dlock_acquire(b2, DLOCK_NOWAIT, 10000, NULL));
+    dlock_lock *set[2] = {a, b};
+    ASSERT_CODE(dlock_multi_acquire(set, 2, DLOCK_NOWAIT, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_EQ(dlock_lock_holding(a), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS multi:A"), 0);
+    int64_t t0 = th_now_ms();
+    ASSERT_CODE(dlock_multi_acquire(set, 2, 300, 10000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 250);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS multi:A"), 0);
+    /* once B is free the set is taken */
+    ASSERT_OK(dlock_release(b2));
+    ASSERT_OK(dlock_multi_acquire(set, 2, 1000, DLOCK_WATCHDOG, NULL));
+    ASSERT_EQ(dlock_lock_holding(a) && dlock_lock_holding(b), 1);
+    ASSERT_OK(dlock_multi_release(set, 2));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS multi:A multi:B"), 0);
+
+    /* bad input */
+    ASSERT_CODE(dlock_multi_acquire(NULL, 2, 0, 1000, NULL), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_multi_acquire(set, 0, 0, 1000, NULL), DLOCK_EINVAL);
+    dlock_lock *dup[2] = {a, a};
+    ASSERT_CODE(dlock_multi_acquire(dup, 2, 0, 1000, NULL), DLOCK_EINVAL);
+    dlock_lock *withnull[2] = {a, NULL};
+    ASSERT_CODE(dlock_multi_acquire(withnull, 2, 0, 1000, NULL), DLOCK_EINVAL);
+    ASSERT_EQ(dlock_lock_holding(a), 0);
+    ASSERT_CODE(dlock_multi_release(NULL, 1), DLOCK_EINVAL);
+
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(b2);
+    dlock_client_free(c);
+    redisFree(rc);
+    th_log("ok");
+    return 0;
+}
