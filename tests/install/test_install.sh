@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the built tree into a temporary prefix (with DESTDIR), then builds a
+# program against it with pkg-config, statically and dynamically, and runs it
+# against a private redis-server.
+# usage: test_install.sh BUILD_DIR SOURCE_DIR VERSION
+set -euo pipefail
+build=$1 src=$2 version=$3
+command -v redis-server >/dev/null || { echo "SKIP: redis-server not installed"; exit 77; }
+command -v pkg-config >/dev/null || { echo "SKIP: pkg-config not installed"; exit 77; }
+tmp=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+DESTDIR=$tmp/stage cmake --install "$build" --prefix /opt/dlock >/dev/null
+root=$tmp/stage/opt/dlock
+libdir=$(dirname "$(find "$root" -name dlock.pc | head -1)")/..
+test -f "$root/include/dlock.h"
+test -f "$libdir/libdlock.a"
+ls "$libdir"/libdlock.so.* >/dev/null
+# dlock.pc is relocatable: found wherever the tree was put
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+[ "$(pkg-config --modversion dlock)" = "$version" ]
+cc -Wall -Werror "$src/tests/install/hello.c" -o "$tmp/hello-shared" $(pkg-config --cflags --libs dlock)
+cc -Wall -Werror "$src/tests/install/hello.c" -o "$tmp/hello-static" $(pkg-config --cflags dlock) \
+   "$libdir/libdlock.a" $(pkg-config --libs-only-l --static dlock | sed 's/-ldlock//')
+# only the public API is exported from the shared library
+bad=$(nm -D --defined-only "$libdir"/libdlock.so.* | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^dlock_' || true)
+[ -z "$bad" ] || { echo "FAIL: non-API symbols exported: $bad"; exit 1; }
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save '' --logfile "$tmp/log" & pid=$!
+for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
+LD_LIBRARY_PATH=$libdir "$tmp/hello-shared" "$version" "redis://127.0.0.1:$port"
+"$tmp/hello-static" "$version" "redis://127.0.0.1:$port"
+# the CLI and its man page are installed too
+if [ -x "$root/bin/dlock" ]; then
+  test -f "$root/share/man/man1/dlock.1"
+fi
+echo "install test: ok"
