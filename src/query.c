@@ -80,53 +80,99 @@ int dlock_fence_current(dlock_client *c, const char *name, size_t name_len, uint
     return DLOCK_OK;
 }
 
-/* One pipelined round trip: TYPE, PTTL, GET fence, PUBSUB NUMSUB, GET, HGETALL.
- * The two reads of the wrong type answer WRONGTYPE, which is ignored. */
+/* Classifies a HASH lock from its fields: Redisson's read-write lock has a
+ * "mode" field; a fair lock has a queue key beside it. */
+static void inspect_hash(const redisReply *h, long long queued, dlock_info *info) {
+    const redisReply *mode = NULL;
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (h->element[i]->len == 4 && !memcmp(h->element[i]->str, "mode", 4))
+            mode = h->element[i + 1];
+    long long v;
+    if (!mode) {
+        info->kind = queued > 0 ? DLOCK_KIND_FAIR : DLOCK_KIND_REENTRANT;
+        info->queued = queued;
+        info->holders = (int)(h->elements / 2);
+        if (h->elements >= 2) {
+            snprintf(info->holder, sizeof info->holder, "%.*s", (int)h->element[0]->len,
+                     h->element[0]->str);
+            if (!dl_reply_int(h->element[1], &v)) info->hold_count = v;
+        }
+        return;
+    }
+    int is_write = mode->len == 5 && !memcmp(mode->str, "write", 5);
+    info->kind = is_write ? DLOCK_KIND_WRITE : DLOCK_KIND_READ;
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        const redisReply *f = h->element[i];
+        if (f->len == 4 && !memcmp(f->str, "mode", 4)) continue;
+        int w = f->len > 6 && !memcmp(f->str + f->len - 6, ":write", 6);
+        if (w) info->writer = 1;
+        else info->readers++;
+        if (!info->holder[0] || w) {
+            snprintf(info->holder, sizeof info->holder, "%.*s", (int)f->len, f->str);
+            if (!dl_reply_int(h->element[i + 1], &v)) info->hold_count = v;
+        }
+    }
+    info->holders = (int)info->readers + info->writer;
+}
+
+/* One pipelined round trip: TYPE, PTTL, GET fence, PUBSUB NUMSUB, GET, HGETALL,
+ * LLEN of a fair lock's queue, ZCARD of an expirable semaphore's leases.
+ * The reads of the wrong type answer WRONGTYPE, which is ignored. */
 static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_t name_len,
                         dlock_info *info, dl_err *err) {
     memset(info, 0, sizeof *info);
-    size_t fkl, chl;
+    size_t fkl, chl, qkl, tkl;
     char *fkey = dl_derive_key("redisson_lock_token:", name, name_len, "", &fkl);
     char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
-    int rc = (!fkey || !chan) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory") : DLOCK_OK;
-    const char *cmds[6][3] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
-                              {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name}};
-    size_t lens[6][3] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
-                         {3, name_len}, {7, name_len}};
-    int argc[6] = {2, 2, 2, 3, 2, 2};
-    for (int i = 0; i < 6 && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
+    char *qkey = dl_derive_key("redisson_lock_queue:", name, name_len, "", &qkl);
+    char *tkey = dl_derive_key("", name, name_len, ":timeout", &tkl);
+    int rc = (!fkey || !chan || !qkey || !tkey) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory")
+                                                : DLOCK_OK;
+    enum { N = 8 };
+    const char *cmds[N][3] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
+                              {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name},
+                              {"LLEN", qkey}, {"ZCARD", tkey}};
+    size_t lens[N][3] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
+                         {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}};
+    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2};
+    for (int i = 0; i < N && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
     if (!rc) rc = dl_conn_flush(conn, deadline, err);
-    redisReply *r[6] = {0};
-    for (int i = 0; i < 6 && !rc; i++) rc = dl_conn_read(conn, deadline, &r[i], err);
+    redisReply *r[N] = {0};
+    for (int i = 0; i < N && !rc; i++) rc = dl_conn_read(conn, deadline, &r[i], err);
     if (!rc && r[0]->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r[0], "TYPE", err);
     if (!rc) {
         const char *type = r[0]->type == REDIS_REPLY_STATUS ? r[0]->str : "none";
-        long long v;
+        long long v, queued = 0, leased = 0;
         info->exists = strcmp(type, "none") != 0;
         info->ttl_ms = dl_reply_int(r[1], &v) ? -2 : v;
         info->fence = (!dl_reply_int(r[2], &v) && v > 0) ? (uint64_t)v : 0;
         if (r[3]->type == REDIS_REPLY_ARRAY && r[3]->elements == 2 &&
             !dl_reply_int(r[3]->element[1], &v))
             info->waiters = v;
+        if (dl_reply_int(r[6], &queued)) queued = 0;
+        if (dl_reply_int(r[7], &leased)) leased = 0;
         if (!strcmp(type, "string") && r[4]->type == REDIS_REPLY_STRING) {
-            info->kind = DLOCK_KIND_PLAIN;
-            info->holders = 1;
-            info->hold_count = 1;
-            snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[4]->len, r[4]->str);
-        } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY) {
-            info->kind = DLOCK_KIND_REENTRANT;
-            info->holders = (int)(r[5]->elements / 2);
-            if (r[5]->elements >= 2) {
-                snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[5]->element[0]->len,
-                         r[5]->element[0]->str);
-                if (!dl_reply_int(r[5]->element[1], &v)) info->hold_count = v;
+            if (!dl_reply_int(r[4], &v)) {
+                /* a number: a semaphore's permits or a latch's count */
+                info->kind = leased > 0 ? DLOCK_KIND_PERMIT_SEMAPHORE : DLOCK_KIND_SEMAPHORE;
+                info->permits = v;
+                info->leased = leased;
+            } else {
+                info->kind = DLOCK_KIND_PLAIN;
+                info->holders = 1;
+                info->hold_count = 1;
+                snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[4]->len, r[4]->str);
             }
+        } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY) {
+            inspect_hash(r[5], queued, info);
         }
     }
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < N; i++)
         if (r[i]) freeReplyObject(r[i]);
     free(fkey);
     free(chan);
+    free(qkey);
+    free(tkey);
     return rc;
 }
 
@@ -180,12 +226,17 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
 
 /* Keys dlock derives from lock names: not locks themselves. */
 static int derived_key(const char *k, size_t n) {
-    static const char *const prefixes[] = {"redisson_lock_token:", "redisson_lock__channel:",
+    static const char *const prefixes[] = {"redisson_lock_token:", "redisson_lock_queue:",
+                                           "redisson_lock_timeout:", "redisson_lock_lease:",
                                            "icr:"};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         size_t pl = strlen(prefixes[i]);
         if (n >= pl && !memcmp(k, prefixes[i], pl)) return 1;
     }
+    /* a read-write lock's per-hold timeout keys */
+    static const char rw[] = ":rwlock_timeout:";
+    for (size_t i = 0; i + sizeof rw - 1 <= n; i++)
+        if (!memcmp(k + i, rw, sizeof rw - 1)) return 1;
     return 0;
 }
 
