@@ -239,6 +239,12 @@ DLOCK_EXPORT int dlock_extend(dlock_lock *l, int64_t lease_ms);
 
 /* 1 if the handle believes it holds the lock (no round trip), else 0. */
 DLOCK_EXPORT int dlock_lock_holding(const dlock_lock *l);
+/* How long the current hold is surely still valid, in ms, by this process's
+ * monotonic clock: the lease counted from just before the request that
+ * started it (acquire, extend, or the watchdog's last confirmed renewal).
+ * 0 when not held, lost, or past it. No round trip. Use it to skip work that
+ * would not finish in time; fencing tokens are what make late writes safe. */
+DLOCK_EXPORT int64_t dlock_lock_valid_ms(const dlock_lock *l);
 /* 1 once the watchdog (or a release/extend) found the lease lost, else 0.
  * Cleared by the next successful acquire. Safe from any thread. */
 DLOCK_EXPORT int dlock_lock_is_lost(const dlock_lock *l);

@@ -278,6 +278,17 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
 
 int dlock_lock_holding(const dlock_lock *l) { return l && l->holds > 0; }
 
+int64_t dlock_lock_valid_ms(const dlock_lock *l) {
+    if (!l || l->holds <= 0 || atomic_load(&l->lease.lost)) return 0;
+    int64_t until = l->expires_at;
+    if (l->watchdog) {
+        int64_t renewed = (int64_t)atomic_load(&l->lease.last_ok) + l->lease_ms;
+        if (renewed > until) until = renewed;
+    }
+    int64_t left = until - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
 int dlock_lock_is_lost(const dlock_lock *l) { return l ? atomic_load(&l->lease.lost) : 0; }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_fn fn, void *userdata) {
