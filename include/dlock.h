@@ -81,6 +81,7 @@ typedef enum dlock_code {
     DLOCK_ENOTSUP = 13,     /* not supported (by this kind or backend) */
     DLOCK_ESYS = 14,        /* a system call failed (getrandom, threads...) */
     DLOCK_EOVERFLOW = 15,   /* a counter would overflow (ID worker) */
+    DLOCK_ENOQUORUM = 16,   /* RedLock: fewer than a majority of nodes answered */
     DLOCK_CODE_LAST_        /* not a code: one past the last */
 } dlock_code;
 
@@ -104,8 +105,10 @@ typedef struct dlock_client dlock_client;
 typedef struct dlock_options {
     /* redis://[user[:password]@]host[:port][/db]   (port 6379, db 0)
      * unix:///path/to/redis.sock[?db=N]
+     * redlock://NODE,NODE,...   independent masters, NODE as in redis://
+     *                           without the scheme: [user[:password]@]host[:port][/db]
      * NULL means $DLOCK_URL, else redis://127.0.0.1:6379. User and password
-     * may be percent-encoded. */
+     * may be percent-encoded (a ',' in a redlock password must be). */
     const char *url;
     /* Password for AUTH. Precedence: this field, then the URL's, then
      * $DLOCK_PASSWORD. Never logged, never in an error message. */
@@ -114,7 +117,16 @@ typedef struct dlock_options {
     int64_t connect_timeout_ms;  /* 0: DLOCK_DEFAULT_CONNECT_TIMEOUT_MS */
     int64_t command_timeout_ms;  /* 0: DLOCK_DEFAULT_COMMAND_TIMEOUT_MS */
     int64_t watchdog_lease_ms;   /* 0: DLOCK_DEFAULT_WATCHDOG_MS; renewed every third */
-    int max_idle_connections;    /* pooled idle connections kept; 0: 8 */
+    int max_idle_connections;    /* pooled idle connections kept per server; 0: 8 */
+    /* RedLock: how long one node may take to answer (connect included); 0:
+     * 50 ms. Much smaller than the lease: a node down or frozen costs at most
+     * this much of an acquire. */
+    int64_t node_timeout_ms;
+    /* RedLock: URL (redis://...) of one designated server whose counter
+     * issues the fencing tokens, so that they are strictly increasing even
+     * across node failures. NULL: each acquire's token is the largest of the
+     * majority's own counters, which is NOT linearizable (see docs). */
+    const char *fence_url;
 } dlock_options;
 
 /* Fills *opts with defaults (all zero / NULL). */

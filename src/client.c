@@ -18,62 +18,99 @@ const char *dlock_client_id(const dlock_client *c) { return c ? c->id : ""; }
 
 int64_t dl_cmd_deadline(const dlock_client *c) { return dl_deadline(c->command_timeout_ms); }
 
-int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err) {
-    if (c->unusable) return dl_seterr(err, DLOCK_EINVAL, "client failed to open; free it");
-    pthread_mutex_lock(&c->mu);
-    while (c->idle) {
-        dl_conn *conn = c->idle;
-        c->idle = conn->next;
-        c->nidle--;
+int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
+    pthread_mutex_lock(&n->mu);
+    while (n->idle) {
+        dl_conn *conn = n->idle;
+        n->idle = conn->next;
+        n->nidle--;
         conn->next = NULL;
         if (!dl_conn_stale(conn)) {
-            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&n->mu);
             *out = conn;
             return DLOCK_OK;
         }
         dl_conn_close(conn); /* the server closed it (restart, timeout...) */
     }
     int64_t now = dl_now_ms();
-    int64_t next = c->next_attempt_ms;
-    pthread_mutex_unlock(&c->mu);
+    int64_t next = n->next_attempt_ms;
+    pthread_mutex_unlock(&n->mu);
     if (now < next) {
-        if (next >= deadline)
+        if (next >= deadline) {
+            char where[300];
+            dl_endpoint_describe(&n->ep, where, sizeof where);
             return dl_seterr(err, DLOCK_EIO,
-                             "server unavailable; next reconnect attempt in %lld ms",
+                             "server %s unavailable; next reconnect attempt in %lld ms", where,
                              (long long)(next - now));
+        }
         dl_sleep_ms(next - now);
     }
-    int64_t cdl = dl_deadline(c->connect_timeout_ms);
+    int64_t cdl = dl_deadline(n->connect_timeout_ms);
     if (cdl > deadline) cdl = deadline;
-    int rc = dl_conn_open(&c->ep, cdl, out, err);
-    pthread_mutex_lock(&c->mu);
+    int rc = dl_conn_open(&n->ep, cdl, out, err);
+    pthread_mutex_lock(&n->mu);
     if (rc == DLOCK_EIO) {
-        c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : DL_BACKOFF_MIN_MS;
-        if (c->backoff_ms > DL_BACKOFF_MAX_MS) c->backoff_ms = DL_BACKOFF_MAX_MS;
-        c->next_attempt_ms = dl_now_ms() + c->backoff_ms;
+        n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : DL_BACKOFF_MIN_MS;
+        if (n->backoff_ms > DL_BACKOFF_MAX_MS) n->backoff_ms = DL_BACKOFF_MAX_MS;
+        n->next_attempt_ms = dl_now_ms() + n->backoff_ms;
     } else if (rc == DLOCK_OK) {
-        c->backoff_ms = 0;
-        c->next_attempt_ms = 0;
+        n->backoff_ms = 0;
+        n->next_attempt_ms = 0;
+        (*out)->node = n;
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&n->mu);
     return rc;
 }
 
-void dl_pool_put(dlock_client *c, dl_conn *conn) {
+void dl_node_put(dl_conn *conn) {
     if (!conn) return;
-    if (conn->broken || conn->subscribed || conn->olen) {
+    dl_node *n = conn->node;
+    if (!n || conn->broken || conn->subscribed || conn->olen) {
         dl_conn_close(conn);
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    if (c->nidle < c->max_idle) {
-        conn->next = c->idle;
-        c->idle = conn;
-        c->nidle++;
+    pthread_mutex_lock(&n->mu);
+    if (n->nidle < n->max_idle) {
+        conn->next = n->idle;
+        n->idle = conn;
+        n->nidle++;
         conn = NULL;
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&n->mu);
     dl_conn_close(conn);
+}
+
+int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err) {
+    if (c->unusable) return dl_seterr(err, DLOCK_EINVAL, "client failed to open; free it");
+    return dl_node_get(c->nodes[0], deadline, out, err);
+}
+
+void dl_pool_put(dlock_client *c, dl_conn *conn) {
+    (void)c;
+    dl_node_put(conn);
+}
+
+static dl_node *node_new(dl_endpoint *ep, const dlock_client *c) {
+    dl_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->ep = *ep; /* takes ownership */
+    memset(ep, 0, sizeof *ep);
+    n->max_idle = c->max_idle;
+    n->connect_timeout_ms = c->connect_timeout_ms;
+    pthread_mutex_init(&n->mu, NULL);
+    return n;
+}
+
+static void node_free(dl_node *n) {
+    if (!n) return;
+    while (n->idle) {
+        dl_conn *next = n->idle->next;
+        dl_conn_close(n->idle);
+        n->idle = next;
+    }
+    dl_endpoint_clear(&n->ep);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
 }
 
 int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
@@ -113,38 +150,112 @@ static char *dup_or_null(const char *s, int *oom) {
     return d;
 }
 
-static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
-    const char *url = o->url ? o->url : getenv("DLOCK_URL");
-    if (!url || !*url) url = DL_DEFAULT_URL;
-    int rc = dl_url_parse(url, &c->ep, err);
-    if (rc) return rc;
+/* Applies the options' credentials to one endpoint. */
+static int apply_credentials(dl_endpoint *ep, const dlock_options *o, dl_err *err) {
     int oom = 0;
     const char *pw = o->password;
-    if (!pw && !c->ep.password) pw = getenv("DLOCK_PASSWORD");
+    if (!pw && !ep->password) pw = getenv("DLOCK_PASSWORD");
     if (pw && *pw) {
         dl_endpoint tmp = {0};
-        tmp.password = c->ep.password;
+        tmp.password = ep->password;
         dl_endpoint_clear(&tmp); /* wipes and frees the URL's password */
-        c->ep.password = dup_or_null(pw, &oom);
+        ep->password = dup_or_null(pw, &oom);
     }
     if (o->username) {
-        free(c->ep.user);
-        c->ep.user = dup_or_null(o->username, &oom);
+        free(ep->user);
+        ep->user = dup_or_null(o->username, &oom);
     }
     if (oom) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    if (c->ep.user && !c->ep.password)
+    if (ep->user && !ep->password)
         return dl_seterr(err, DLOCK_EINVAL, "a user name needs a password");
+    return DLOCK_OK;
+}
+
+/* PINGs every node (redlock: a majority must answer). */
+static int check_nodes(dlock_client *c, dl_err *err) {
+    size_t ok = 0;
+    int first_rc = DLOCK_OK;
+    dl_err first = {0};
+    for (size_t i = 0; i < c->nnodes; i++) {
+        const char *argv[] = {"PING"};
+        size_t lens[] = {4};
+        redisReply *r = NULL;
+        dl_conn *conn = NULL;
+        dl_err e = {0};
+        int64_t deadline = dl_cmd_deadline(c);
+        int rc = dl_node_get(c->nodes[i], deadline, &conn, &e);
+        if (!rc) rc = dl_conn_command(conn, deadline, 1, argv, lens, &r, &e);
+        if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "connect", &e);
+        if (r) freeReplyObject(r);
+        dl_node_put(conn);
+        if (!rc) ok++;
+        else if (!first_rc) {
+            first_rc = rc;
+            first = e;
+        }
+        if (rc == DLOCK_EAUTH || rc == DLOCK_EINVAL) break;
+    }
+    if (c->mode != DL_MODE_REDLOCK) {
+        if (first_rc) *err = first;
+        return first_rc;
+    }
+    if (first_rc == DLOCK_EAUTH || first_rc == DLOCK_EINVAL) {
+        *err = first;
+        return first_rc;
+    }
+    if (ok < c->quorum)
+        return dl_seterr(err, DLOCK_ENOQUORUM, "no quorum: %zu of %zu nodes answered (%s)", ok,
+                         c->nnodes, first.msg);
+    return DLOCK_OK;
+}
+
+static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
     if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->watchdog_lease_ms < 0 ||
-        o->max_idle_connections < 0)
+        o->max_idle_connections < 0 || o->node_timeout_ms < 0)
         return dl_seterr(err, DLOCK_EINVAL, "timeouts, lease and pool size must not be negative");
     c->connect_timeout_ms =
         o->connect_timeout_ms ? o->connect_timeout_ms : DLOCK_DEFAULT_CONNECT_TIMEOUT_MS;
     c->command_timeout_ms =
         o->command_timeout_ms ? o->command_timeout_ms : DLOCK_DEFAULT_COMMAND_TIMEOUT_MS;
     c->watchdog_lease_ms = o->watchdog_lease_ms ? o->watchdog_lease_ms : DLOCK_DEFAULT_WATCHDOG_MS;
+    c->node_timeout_ms = o->node_timeout_ms ? o->node_timeout_ms : 50;
     if (c->watchdog_lease_ms < 30)
         return dl_seterr(err, DLOCK_EINVAL, "watchdog lease must be at least 30 ms");
     c->max_idle = o->max_idle_connections ? o->max_idle_connections : 8;
+
+    const char *url = o->url ? o->url : getenv("DLOCK_URL");
+    if (!url || !*url) url = DL_DEFAULT_URL;
+    dl_target t;
+    int rc = dl_target_parse(url, &t, err);
+    if (rc) return rc;
+    if (t.mode == DL_MODE_SENTINEL || t.mode == DL_MODE_CLUSTER) {
+        dl_target_clear(&t);
+        return dl_seterr(err, DLOCK_ENOTSUP, "%s is not supported yet",
+                         t.mode == DL_MODE_SENTINEL ? "redis-sentinel://" : "redis-cluster://");
+    }
+    c->mode = t.mode;
+    c->nodes = calloc(t.neps, sizeof *c->nodes);
+    if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < t.neps; i++) {
+        rc = apply_credentials(&t.eps[i], o, err);
+        if (!rc && !(c->nodes[i] = node_new(&t.eps[i], c)))
+            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        if (!rc) c->nnodes++;
+    }
+    dl_target_clear(&t);
+    if (rc) return rc;
+    c->quorum = c->nnodes / 2 + 1;
+    if (o->fence_url) {
+        if (c->mode != DL_MODE_REDLOCK)
+            return dl_seterr(err, DLOCK_EINVAL, "fence_url is for redlock:// clients");
+        dl_endpoint ep;
+        rc = dl_url_parse(o->fence_url, &ep, err);
+        if (!rc) rc = apply_credentials(&ep, o, err);
+        if (!rc && !(c->fence_node = node_new(&ep, c)))
+            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        dl_endpoint_clear(&ep);
+        if (rc) return rc;
+    }
 
     unsigned char raw[16];
     rc = dl_random_bytes(raw, sizeof raw, err);
@@ -155,13 +266,16 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
              raw[11], raw[12], raw[13], raw[14], raw[15]);
 
     /* connect now so that a bad address or password is reported here */
-    const char *argv[] = {"PING"};
-    size_t lens[] = {4};
-    redisReply *r = NULL;
-    rc = dl_client_command(c, 1, argv, lens, &r, err);
-    if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "connect", err);
-    if (r) freeReplyObject(r);
-    return rc;
+    return check_nodes(c, err);
+}
+
+static void client_clear(dlock_client *c) {
+    for (size_t i = 0; i < c->nnodes; i++) node_free(c->nodes[i]);
+    free(c->nodes);
+    c->nodes = NULL;
+    c->nnodes = 0;
+    node_free(c->fence_node);
+    c->fence_node = NULL;
 }
 
 int dlock_client_new(const dlock_options *opts, dlock_client **out) {
@@ -169,7 +283,6 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     *out = NULL;
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return DLOCK_ENOMEM;
-    pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->wd_mu, NULL);
     *out = c;
     dlock_options defaults;
@@ -178,7 +291,7 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     int rc = client_init(c, opts ? opts : &defaults, &err);
     if (rc) {
         /* keep the message on the handle; drop the connection state */
-        dl_endpoint_clear(&c->ep);
+        client_clear(c);
         c->unusable = 1;
         return dl_client_fail(c, &err);
     }
@@ -190,13 +303,7 @@ void dlock_client_free(dlock_client *c) {
     if (!c) return;
     dl_watchdog_free(c->wd);
     c->wd = NULL;
-    while (c->idle) {
-        dl_conn *n = c->idle->next;
-        dl_conn_close(c->idle);
-        c->idle = n;
-    }
-    dl_endpoint_clear(&c->ep);
-    pthread_mutex_destroy(&c->mu);
+    client_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
     dl_client_ok(c);
     free(c);

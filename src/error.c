@@ -21,6 +21,7 @@ static const char *const names[] = {
     [DLOCK_ENOTSUP] = "not supported",
     [DLOCK_ESYS] = "system call failed",
     [DLOCK_EOVERFLOW] = "counter overflow",
+    [DLOCK_ENOQUORUM] = "no quorum of nodes answered",
 };
 
 const char *dlock_strerror(int code) {

@@ -54,6 +54,19 @@ typedef struct dl_endpoint {
 } dl_endpoint;
 
 int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
+
+/* What a client talks to. */
+enum { DL_MODE_SINGLE = 0, DL_MODE_REDLOCK = 1, DL_MODE_SENTINEL = 2, DL_MODE_CLUSTER = 3 };
+typedef struct dl_target {
+    int mode;
+    dl_endpoint *eps;     /* single: 1; redlock: masters; sentinel: sentinels; cluster: seeds */
+    size_t neps;
+    char *master_name;    /* sentinel */
+    int db;               /* sentinel */
+    char *password;       /* sentinel: the master's password */
+} dl_target;
+int dl_target_parse(const char *url, dl_target *t, dl_err *err);
+void dl_target_clear(dl_target *t);
 void dl_endpoint_clear(dl_endpoint *ep);
 /* "host:port" or the socket path, for messages (never the password). */
 void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len);
@@ -79,6 +92,7 @@ struct dl_conn {
     size_t olen, ocap;
     int broken;                /* I/O failed: never reuse */
     int subscribed;            /* in pub/sub mode */
+    struct dl_node *node;      /* the pool it returns to */
     dl_conn *next;             /* pool link */
 };
 
@@ -138,28 +152,45 @@ extern dl_script dl_script_force_unlock;    /* query.c */
 /* ---- client and pool (client.c) ---- */
 typedef struct dl_watchdog dl_watchdog;
 
-struct dlock_client {
+/* One server: its address and a pool of idle connections, re-established
+ * after failures with a bounded exponential backoff. */
+typedef struct dl_node {
     dl_endpoint ep;
-    int64_t connect_timeout_ms;
-    int64_t command_timeout_ms;
-    int64_t watchdog_lease_ms;
     int max_idle;
-    int unusable;              /* dlock_client_new failed: every call refuses */
-    char id[40];               /* UUID-shaped client id */
-
+    int64_t connect_timeout_ms;
     pthread_mutex_t mu;        /* guards the pool and the backoff state */
     dl_conn *idle;
     int nidle;
     int64_t backoff_ms;        /* current reconnect backoff, 0 when healthy */
     int64_t next_attempt_ms;   /* monotonic ms before which no connect is tried */
+} dl_node;
+
+struct dlock_client {
+    int mode;                  /* DL_MODE_* */
+    dl_node **nodes;           /* single: 1 node; redlock: the masters */
+    size_t nnodes;
+    size_t quorum;             /* redlock: nnodes / 2 + 1 */
+    dl_node *fence_node;       /* redlock: designated fencing counter, or NULL */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    int64_t watchdog_lease_ms;
+    int64_t node_timeout_ms;
+    int max_idle;
+    int unusable;              /* dlock_client_new failed: every call refuses */
+    char id[40];               /* UUID-shaped client id */
 
     pthread_mutex_t wd_mu;     /* guards wd creation */
     dl_watchdog *wd;
 };
 
-/* Borrows a connection (an idle one, or a new one) before deadline. */
+/* Borrows a connection to node (an idle one, or a new one) before deadline. */
+int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* Returns a connection to its node: kept if healthy and not subscribed. */
+void dl_node_put(dl_conn *conn);
+/* Borrows a connection to the client's main node (single: the server;
+ * redlock: the first master, used for queries) before deadline. */
 int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
-/* Returns a connection: kept if healthy and not subscribed, else closed. */
+/* Returns a connection (NULL is a no-op). */
 void dl_pool_put(dlock_client *c, dl_conn *conn);
 /* Deadline for one command round trip from now. */
 int64_t dl_cmd_deadline(const dlock_client *c);
@@ -267,6 +298,9 @@ struct dl_kind_ops {
 
 extern const dl_kind_ops dl_plain_ops;
 extern const dl_kind_ops dl_reentrant_ops;
+extern const dl_kind_ops dl_fair_ops;
+extern const dl_kind_ops dl_read_ops;
+extern const dl_kind_ops dl_write_ops;
 
 /* Tries, and waits through pub/sub until acquired or deadline. */
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);

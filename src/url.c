@@ -1,6 +1,9 @@
 /* Connection URLs:
  *   redis://[user[:password]@]host[:port][/db]
  *   unix:///path/to/redis.sock[?db=N]
+ *   redlock://NODE,NODE,...        NODE = [user[:password]@]host[:port][/db]
+ *   redis-sentinel://[password@]host:port,host:port/MASTER_NAME[/db]
+ *   redis-cluster://host:port,host:port
  * Messages never repeat the password. */
 #include <ctype.h>
 #include <stdio.h>
@@ -179,10 +182,97 @@ int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err) {
         int n = sep ? (int)(sep - url) : 0;
         if (n > 20) n = 20;
         rc = sep ? dl_seterr(err, DLOCK_EINVAL,
-                             "bad URL: unknown scheme '%.*s' (expected redis:// or unix://)", n, url)
+                             "bad URL: unknown scheme '%.*s' (expected redis://, unix://, "
+                             "redlock://, redis-sentinel:// or redis-cluster://)",
+                             n, url)
                  : dl_seterr(err, DLOCK_EINVAL,
                              "bad URL: no scheme (expected redis://host:port or unix:///path)");
     }
     if (rc) dl_endpoint_clear(ep);
+    return rc;
+}
+
+void dl_target_clear(dl_target *t) {
+    for (size_t i = 0; i < t->neps; i++) dl_endpoint_clear(&t->eps[i]);
+    free(t->eps);
+    free(t->master_name);
+    dl_endpoint tmp = {0};
+    tmp.password = t->password;
+    dl_endpoint_clear(&tmp);
+    memset(t, 0, sizeof *t);
+}
+
+/* Parses "NODE,NODE,..." (each a redis:// authority) into t->eps. */
+static int parse_node_list(const char *list, size_t len, dl_target *t, dl_err *err) {
+    size_t n = 1;
+    for (size_t i = 0; i < len; i++) n += list[i] == ',';
+    if (n > 64) return dl_seterr(err, DLOCK_EINVAL, "bad URL: more than 64 nodes");
+    t->eps = calloc(n, sizeof *t->eps);
+    if (!t->eps) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    const char *p = list, *end = list + len;
+    while (p <= end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        if (e == p) return dl_seterr(err, DLOCK_EINVAL, "bad URL: empty node in the list");
+        char *part = dupn(p, (size_t)(e - p));
+        if (!part) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        int rc = parse_tcp(part, &t->eps[t->neps], err);
+        free(part);
+        if (rc) {
+            dl_endpoint_clear(&t->eps[t->neps]);
+            return rc;
+        }
+        t->neps++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return DLOCK_OK;
+}
+
+int dl_target_parse(const char *url, dl_target *t, dl_err *err) {
+    memset(t, 0, sizeof *t);
+    int rc;
+    if (url && !strncmp(url, "redlock://", 10)) {
+        t->mode = DL_MODE_REDLOCK;
+        rc = parse_node_list(url + 10, strlen(url + 10), t, err);
+        if (!rc && t->neps < 1) rc = dl_seterr(err, DLOCK_EINVAL, "bad URL: redlock:// needs nodes");
+    } else if (url && !strncmp(url, "redis-cluster://", 16)) {
+        t->mode = DL_MODE_CLUSTER;
+        rc = parse_node_list(url + 16, strlen(url + 16), t, err);
+    } else if (url && !strncmp(url, "redis-sentinel://", 17)) {
+        t->mode = DL_MODE_SENTINEL;
+        const char *rest = url + 17, *slash = strchr(rest, '/');
+        if (!slash || !slash[1])
+            return dl_seterr(err, DLOCK_EINVAL, "bad URL: redis-sentinel:// needs /MASTER_NAME");
+        const char *at = memchr(rest, '@', (size_t)(slash - rest));
+        const char *nodes = at ? at + 1 : rest;
+        rc = parse_node_list(nodes, (size_t)(slash - nodes), t, err);
+        const char *mn = slash + 1, *mend = strchr(mn, '/');
+        size_t ml = mend ? (size_t)(mend - mn) : strlen(mn);
+        if (!rc && ml == 0) rc = dl_seterr(err, DLOCK_EINVAL, "bad URL: empty master name");
+        if (!rc && !(t->master_name = dupn(mn, ml)))
+            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        if (!rc && mend && mend[1]) {
+            long db;
+            if (parse_uint(mend + 1, strlen(mend + 1), 1000000, &db) != 0)
+                rc = dl_seterr(err, DLOCK_EINVAL, "bad URL: database must be a number");
+            else
+                t->db = (int)db;
+        }
+        if (!rc && at) {
+            int oom = 0;
+            t->password = pct_decode(rest, (size_t)(at - rest), &oom);
+            if (!t->password)
+                rc = dl_seterr(err, oom ? DLOCK_ENOMEM : DLOCK_EINVAL,
+                               "bad URL: bad %%-escape in the password");
+        }
+    } else {
+        t->mode = DL_MODE_SINGLE;
+        t->eps = calloc(1, sizeof *t->eps);
+        if (!t->eps) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        rc = dl_url_parse(url, &t->eps[0], err);
+        if (!rc) t->neps = 1;
+    }
+    if (rc) dl_target_clear(t);
     return rc;
 }
