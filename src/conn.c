@@ -115,6 +115,36 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
     }
 }
 
+int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err) {
+    *out = NULL;
+    if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
+            c->broken = 1;
+            return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
+        }
+        if (reply) {
+            *out = reply;
+            return DLOCK_OK;
+        }
+        char buf[16384];
+        long n = c->ops->read(c, buf, sizeof buf);
+        if (n > 0) {
+            if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+                c->broken = 1;
+                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return DLOCK_OK;
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
+                         n < 0 ? strerror(errno) : "closed by the server");
+    }
+}
+
 int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
                     const size_t *lens, redisReply **out, dl_err *err) {
     int rc = dl_conn_append(c, argc, argv, lens, err);

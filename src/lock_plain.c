@@ -41,43 +41,31 @@ static int plain_owner(dlock_lock *l, dl_err *err) {
     return rc;
 }
 
-static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                         dl_try *t, dl_err *err) {
-    (void)wait_ms;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    return dl_attempt_script(l, conn, &acquire_script, lease_ms, l->token, l->token_len, lease, ll,
-                             t, err);
-}
-
-static int plain_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    const char *keys[2] = {l->name, l->channel};
-    size_t keylens[2] = {l->name_len, l->channel_len};
-    const char *args[1] = {l->token};
-    size_t arglens[1] = {l->token_len};
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &dl_script_plain_release, 2, keys, keylens, 1,
-                     args, arglens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "release", res, err);
-    if (r) freeReplyObject(r);
-    if (!rc && *res != 1) *res = -1;
-    return rc;
-}
-
-static int plain_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
-                        dl_err *err) {
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[1] = {l->name};
-    size_t keylens[1] = {l->name_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &dl_script_plain_extend, 1, keys, keylens, 2,
-                     args, arglens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
-    if (r) freeReplyObject(r);
-    return rc;
+static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
+    memset(call, 0, sizeof *call);
+    size_t ll = dl_fmt_ll(call->num, lease_ms);
+    call->keys[0] = l->name, call->keylens[0] = l->name_len;
+    call->args[0] = l->token, call->arglens[0] = l->token_len;
+    call->nkeys = 1;
+    call->nargs = 2;
+    call->args[1] = call->num, call->arglens[1] = ll;
+    switch (op) {
+    case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV token, lease */
+        call->script = &acquire_script;
+        call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
+        call->nkeys = 2;
+        break;
+    case DL_OP_RELEASE: /* KEYS lock, channel; ARGV token */
+        call->script = &dl_script_plain_release;
+        call->keys[1] = l->channel, call->keylens[1] = l->channel_len;
+        call->nkeys = 2;
+        call->nargs = 1;
+        call->binary_release = 1;
+        break;
+    default: /* extend: KEYS lock; ARGV token, lease */
+        call->script = &dl_script_plain_extend;
+        break;
+    }
 }
 
 static int plain_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
@@ -99,9 +87,10 @@ const dl_kind_ops dl_plain_ops = {
     .reentrant = 0,
     .init = plain_init,
     .owner = plain_owner,
-    .attempt = plain_attempt,
-    .release = plain_release,
-    .extend = plain_extend,
+    .attempt = dl_call_attempt,
+    .release = dl_call_release,
+    .extend = dl_call_extend,
     .check = plain_check,
     .renew = &renew_script,
+    .call = plain_call,
 };

@@ -40,44 +40,32 @@ static int reentrant_init(dlock_lock *l, dl_err *err) {
     return l->channel ? DLOCK_OK : dl_seterr(err, DLOCK_ENOMEM, "out of memory");
 }
 
-static int reentrant_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                             dl_try *t, dl_err *err) {
-    (void)wait_ms;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    return dl_attempt_script(l, conn, &acquire_script, lease_ms, lease, ll, l->token, l->token_len,
-                             t, err);
-}
-
-static int reentrant_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, l->lease_ms);
-    const char *keys[2] = {l->name, l->channel};
-    size_t keylens[2] = {l->name_len, l->channel_len};
-    const char *args[2] = {lease, l->token};
-    size_t arglens[2] = {ll, l->token_len};
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &release_script, 2, keys, keylens, 2, args,
-                     arglens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "release", res, err);
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
-static int reentrant_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
-                            dl_err *err) {
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[1] = {l->name};
-    size_t keylens[1] = {l->name_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &extend_script, 1, keys, keylens, 2, args,
-                     arglens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
-    if (r) freeReplyObject(r);
-    return rc;
+static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
+    memset(call, 0, sizeof *call);
+    size_t ll = dl_fmt_ll(call->num, lease_ms);
+    call->keys[0] = l->name, call->keylens[0] = l->name_len;
+    call->nkeys = 2;
+    call->nargs = 2;
+    switch (op) {
+    case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV lease, owner */
+        call->script = &acquire_script;
+        call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
+        call->args[0] = call->num, call->arglens[0] = ll;
+        call->args[1] = l->token, call->arglens[1] = l->token_len;
+        break;
+    case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner */
+        call->script = &release_script;
+        call->keys[1] = l->channel, call->keylens[1] = l->channel_len;
+        call->args[0] = call->num, call->arglens[0] = ll;
+        call->args[1] = l->token, call->arglens[1] = l->token_len;
+        break;
+    default: /* extend: KEYS lock; ARGV owner, lease */
+        call->script = &extend_script;
+        call->nkeys = 1;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        break;
+    }
 }
 
 static int reentrant_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
@@ -102,9 +90,10 @@ const dl_kind_ops dl_reentrant_ops = {
     .reentrant = 1,
     .init = reentrant_init,
     .owner = dl_owner_thread,
-    .attempt = reentrant_attempt,
-    .release = reentrant_release,
-    .extend = reentrant_extend,
+    .attempt = dl_call_attempt,
+    .release = dl_call_release,
+    .extend = dl_call_extend,
     .check = reentrant_check,
     .renew = &renew_script,
+    .call = reentrant_call,
 };

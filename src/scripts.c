@@ -82,6 +82,12 @@ int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
     return eval_append(c, s, 0, nkeys, keys, keylens, nargs, args, arglens, err);
 }
 
+int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                        const size_t *keylens, int nargs, const char **args,
+                        const size_t *arglens, dl_err *err) {
+    return eval_append(c, s, 1, nkeys, keys, keylens, nargs, args, arglens, err);
+}
+
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
             const size_t *keylens, int nargs, const char **args, const size_t *arglens,
             redisReply **out, dl_err *err) {

@@ -128,6 +128,7 @@ static int64_t wait_left(int64_t deadline) {
 
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
+    if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];

@@ -42,6 +42,7 @@ typedef struct wd_snap {
     char *owner;
     size_t owner_len;
     int result;     /* 1 renewed, 0 lost, -1 no answer */
+    int yes, no;    /* per-node answers (RedLock: a majority decides) */
 } wd_snap;
 
 static void cond_deadline(struct timespec *ts, int64_t ms_from_now) {
@@ -81,13 +82,11 @@ static void batch_args(wd_snap *snap, size_t m, const char **keys, size_t *keyle
     }
 }
 
-/* Sends the batches; fills snap[i].result. */
-static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
-    dlock_client *c = wd->c;
+/* Sends the batches to one node and counts its answers in snap[i].yes/no. */
+static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     dl_err err = {0};
-    int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    if (n == 0 || dl_pool_get(c, deadline, &conn, &err) != DLOCK_OK) return;
+    if (n == 0 || dl_node_get(node, deadline, &conn, &err) != DLOCK_OK) return;
     char lease[24];
     const char *keys[DL_WD_BATCH], *args[1 + DL_WD_BATCH];
     size_t keylens[DL_WD_BATCH], arglens[1 + DL_WD_BATCH];
@@ -107,20 +106,45 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
         if (rc) break;
         if (dl_is_noscript(r)) { /* script cache flushed: send the text */
             freeReplyObject(r);
+            r = NULL;
             batch_args(snap + first, m, keys, keylens, args, arglens, lease);
-            if (dl_client_eval(c, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
-                               arglens, &r, &err) != DLOCK_OK)
-                continue;
+            dl_conn *c2 = NULL;
+            if (dl_node_get(node, deadline, &c2, &err) == DLOCK_OK &&
+                dl_eval(c2, deadline, snap[first].renew, (int)m, keys, keylens, (int)(1 + m),
+                        args, arglens, &r, &err) != DLOCK_OK)
+                r = NULL;
+            dl_node_put(c2);
+            if (!r) continue;
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
             for (size_t i = 0; i < m; i++) {
                 long long v;
-                if (!dl_reply_int(r->element[i], &v)) snap[first + i].result = v == 1;
+                if (dl_reply_int(r->element[i], &v)) continue;
+                if (v == 1) snap[first + i].yes++;
+                else snap[first + i].no++;
             }
         }
         freeReplyObject(r);
     }
-    dl_pool_put(c, conn);
+    dl_node_put(conn);
+}
+
+/* Renews on every node of the client; fills snap[i].result. One node: its
+ * answer. RedLock: renewed on a majority, or lost when a majority says no. */
+static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
+    dlock_client *c = wd->c;
+    /* RedLock: each node gets its own short deadline, so a frozen node
+     * cannot use up the others' time */
+    for (size_t i = 0; i < c->nnodes; i++)
+        renew_on(c->nodes[i],
+                 c->mode == DL_MODE_REDLOCK ? dl_deadline(c->node_timeout_ms * 4)
+                                            : dl_cmd_deadline(c),
+                 snap, n);
+    size_t need = c->mode == DL_MODE_REDLOCK ? c->quorum : 1;
+    for (size_t i = 0; i < n; i++) {
+        if ((size_t)snap[i].yes >= need) snap[i].result = 1;
+        else if ((size_t)snap[i].no >= need) snap[i].result = 0;
+    }
 }
 
 static int snap_cmp(const void *a, const void *b) {

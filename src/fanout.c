@@ -1,0 +1,80 @@
+/* One script on several servers at once (RedLock): every request is sent
+ * before any answer is awaited, and all answers are awaited in one poll()
+ * loop under one deadline, so a slow or dead node costs at most the
+ * deadline, never its sum over the nodes. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define DL_FANOUT_MAX 64
+
+size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
+                      const char **keys, const size_t *keylens, int nargs, const char **args,
+                      const size_t *arglens, redisReply **replies) {
+    struct pollfd pfd[DL_FANOUT_MAX];
+    int pending[DL_FANOUT_MAX] = {0};
+    int by_text[DL_FANOUT_MAX] = {0};
+    size_t answered = 0, npending = 0;
+    if (n > DL_FANOUT_MAX) n = DL_FANOUT_MAX;
+    for (size_t i = 0; i < n; i++) {
+        replies[i] = NULL;
+        if (!conns[i]) continue;
+        dl_err err;
+        if (dl_eval_append(conns[i], s, nkeys, keys, keylens, nargs, args, arglens, &err) ||
+            dl_conn_flush(conns[i], deadline, &err)) {
+            conns[i]->broken = 1;
+            continue;
+        }
+        pending[i] = 1;
+        npending++;
+    }
+    while (npending > 0) {
+        /* take what has arrived */
+        for (size_t i = 0; i < n; i++) {
+            if (!pending[i]) continue;
+            redisReply *r = NULL;
+            dl_err err;
+            if (dl_conn_poll_reply(conns[i], &r, &err)) {
+                pending[i] = 0;
+                npending--;
+                continue;
+            }
+            if (!r) continue;
+            if (dl_is_noscript(r) && !by_text[i]) {
+                freeReplyObject(r);
+                by_text[i] = 1;
+                if (dl_eval_append_text(conns[i], s, nkeys, keys, keylens, nargs, args, arglens,
+                                        &err) ||
+                    dl_conn_flush(conns[i], deadline, &err)) {
+                    conns[i]->broken = 1;
+                    pending[i] = 0;
+                    npending--;
+                }
+                continue;
+            }
+            replies[i] = r;
+            pending[i] = 0;
+            npending--;
+            answered++;
+        }
+        if (npending == 0) break;
+        int64_t left = deadline - dl_now_ms();
+        if (left <= 0) break;
+        nfds_t np = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!pending[i]) continue;
+            pfd[np].fd = conns[i]->fd;
+            pfd[np].events = POLLIN;
+            pfd[np].revents = 0;
+            np++;
+        }
+        int k = poll(pfd, np, left > 1000000 ? 1000000 : (int)left);
+        if (k < 0 && errno != EINTR) break;
+    }
+    /* a request without an answer leaves its connection out of step */
+    for (size_t i = 0; i < n; i++)
+        if (pending[i]) conns[i]->broken = 1;
+    return answered;
+}

@@ -1,0 +1,243 @@
+/* RedLock over independent masters (the Redis documentation's algorithm):
+ * the same key and owner on every node, all contacted at once with a
+ * per-node timeout much smaller than the lease; acquired when a majority
+ * accepted and time is left: validity = lease - elapsed - drift, with
+ * drift = lease / 100 + 2 ms. Otherwise the lock is released on every node
+ * and tried again after a random delay. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DL_RL_MAX 64
+#define DL_RL_RETRY_MIN_MS 10
+#define DL_RL_RETRY_MAX_MS 100
+
+static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+/* Borrows one connection per node (NULL where the node cannot be reached
+ * before deadline). */
+static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns) {
+    for (size_t i = 0; i < c->nnodes; i++) {
+        dl_err ignored;
+        if (dl_node_get(c->nodes[i], deadline, &conns[i], &ignored) != DLOCK_OK) conns[i] = NULL;
+    }
+}
+
+static void put_all(dlock_client *c, dl_conn **conns, redisReply **replies) {
+    for (size_t i = 0; i < c->nnodes; i++) {
+        dl_node_put(conns[i]);
+        conns[i] = NULL;
+        if (replies && replies[i]) {
+            freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+    }
+}
+
+/* Runs op's call on every node; returns the number of answers. */
+static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **replies,
+                      dl_conn **conns) {
+    dlock_client *c = l->c;
+    int64_t deadline = dl_deadline(c->node_timeout_ms);
+    dl_call call;
+    l->ops->call(l, op, lease_ms, &call);
+    get_all(c, deadline, conns);
+    return dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys, call.keys,
+                          call.keylens, call.nargs, call.args, call.arglens, replies);
+}
+
+/* Releases on every node, whatever each answers: after a failed attempt,
+ * the nodes that did not answer in time may still have set the key. */
+static void release_all(dlock_lock *l) {
+    redisReply *replies[DL_RL_MAX];
+    dl_conn *conns[DL_RL_MAX];
+    run_all(l, DL_OP_RELEASE, l->c->watchdog_lease_ms, replies, conns);
+    put_all(l->c, conns, replies);
+}
+
+static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
+    return dl_seterr(err, DLOCK_ENOQUORUM, "no quorum: %zu of %zu nodes answered (%zu needed)",
+                     answered, c->nnodes, c->quorum);
+}
+
+/* The designated fencing counter: INCR of the lock's fence key there. */
+static int fence_from_node(dlock_lock *l, uint64_t *fence, dl_err *err) {
+    dlock_client *c = l->c;
+    int64_t deadline = dl_cmd_deadline(c);
+    dl_conn *conn = NULL;
+    int rc = dl_node_get(c->fence_node, deadline, &conn, err);
+    if (rc) return rc;
+    const char *argv[2] = {"INCR", l->fence_key};
+    size_t lens[2] = {4, l->fence_key_len};
+    redisReply *r = NULL;
+    long long v = 0;
+    rc = dl_conn_command(conn, deadline, 2, argv, lens, &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, "fence counter", &v, err);
+    if (r) freeReplyObject(r);
+    dl_node_put(conn);
+    if (!rc) *fence = (uint64_t)v;
+    return rc;
+}
+
+/* One RedLock attempt. *answered: nodes that answered. */
+static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered, dl_err *err) {
+    dlock_client *c = l->c;
+    redisReply *replies[DL_RL_MAX];
+    dl_conn *conns[DL_RL_MAX];
+    memset(t, 0, sizeof *t);
+    int64_t t0 = dl_now_ms();
+    *answered = run_all(l, DL_OP_ACQUIRE, lease_ms, replies, conns);
+    size_t ok = 0;
+    uint64_t fence = 0;
+    int64_t count = 1, pttl = -2;
+    int server_rc = DLOCK_OK;
+    size_t errors = 0;
+    dl_err server_err = {0};
+    for (size_t i = 0; i < c->nnodes; i++) {
+        if (!replies[i]) continue;
+        dl_try one;
+        dl_err e = {0};
+        int rc = dl_parse_attempt(l, replies[i], t0, lease_ms, &one, &e);
+        if (rc) {
+            if (!server_rc) server_rc = rc, server_err = e;
+            errors++;
+            continue;
+        }
+        if (one.acquired) {
+            ok++;
+            if (one.fence > fence) fence = one.fence;
+            if (one.count > count) count = one.count;
+        } else if (one.pttl >= 0 && (pttl < 0 || one.pttl < pttl)) {
+            pttl = one.pttl;
+        }
+    }
+    put_all(c, conns, replies);
+    int64_t elapsed = dl_now_ms() - t0;
+    int64_t validity = lease_ms - elapsed - drift_ms(lease_ms);
+    if (ok >= c->quorum && validity > 0) {
+        int rc = c->fence_node ? fence_from_node(l, &fence, err) : DLOCK_OK;
+        if (rc) {
+            release_all(l);
+            return rc;
+        }
+        t->acquired = 1;
+        t->fence = fence;
+        t->count = count;
+        l->expires_at = t0 + lease_ms - drift_ms(lease_ms);
+        atomic_store(&l->lease.last_ok, (long long)t0);
+        return DLOCK_OK;
+    }
+    if (ok > 0 || *answered < c->nnodes) release_all(l);
+    t->pttl = pttl;
+    if (errors >= c->quorum) {
+        /* a majority refused with an error (WRONGTYPE...): not worth waiting */
+        *err = server_err;
+        return server_rc;
+    }
+    return DLOCK_OK;
+}
+
+int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+    dlock_client *c = l->c;
+    char nm[80];
+    if (!l->ops->call)
+        return dl_seterr(err, DLOCK_ENOTSUP, "%s locks are not supported on redlock://",
+                         l->ops->name);
+    if (lease_ms <= drift_ms(lease_ms) + c->node_timeout_ms)
+        return dl_seterr(err, DLOCK_EINVAL,
+                         "lease %lld ms is too short for RedLock (node timeout %lld ms)",
+                         (long long)lease_ms, (long long)c->node_timeout_ms);
+    int64_t deadline = dl_deadline(wait_ms);
+    for (;;) {
+        size_t answered = 0;
+        int rc = attempt(l, lease_ms, t, &answered, err);
+        if (rc || t->acquired) return rc;
+        int64_t now = dl_now_ms();
+        if (wait_ms == 0 || now >= deadline) {
+            if (answered < c->quorum) return no_quorum(c, answered, err);
+            if (wait_ms == 0)
+                return dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
+                                 dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+            return dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'",
+                             dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+        }
+        /* random delay, so that competing clients do not collide again;
+         * no longer than the holder's remaining lease or the deadline */
+        int64_t delay =
+            DL_RL_RETRY_MIN_MS + (int64_t)dl_random_below(DL_RL_RETRY_MAX_MS - DL_RL_RETRY_MIN_MS);
+        if (t->pttl >= 0 && t->pttl + 1 < delay) delay = t->pttl + 1;
+        if (now + delay > deadline) delay = deadline - now;
+        dl_sleep_ms(delay);
+    }
+}
+
+int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
+    dlock_client *c = l->c;
+    redisReply *replies[DL_RL_MAX];
+    dl_conn *conns[DL_RL_MAX];
+    dl_call call;
+    l->ops->call(l, DL_OP_RELEASE, l->lease_ms, &call);
+    size_t answered = run_all(l, DL_OP_RELEASE, l->lease_ms, replies, conns);
+    size_t released = 0, still = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        long long v;
+        if (!replies[i] || dl_reply_int(replies[i], &v)) continue;
+        v = dl_call_release_result(&call, v);
+        if (v == 1) released++;
+        else if (v == 0) still++;
+    }
+    put_all(c, conns, replies);
+    if (released + still == 0) {
+        if (answered < c->quorum) return no_quorum(c, answered, err);
+        *res = -1;
+    } else {
+        *res = released >= still ? 1 : 0;
+    }
+    return DLOCK_OK;
+}
+
+int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
+    dlock_client *c = l->c;
+    redisReply *replies[DL_RL_MAX];
+    dl_conn *conns[DL_RL_MAX];
+    int64_t t0 = dl_now_ms();
+    size_t answered = run_all(l, DL_OP_EXTEND, lease_ms, replies, conns);
+    size_t ok = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        long long v;
+        if (replies[i] && !dl_reply_int(replies[i], &v) && v == 1) ok++;
+    }
+    put_all(c, conns, replies);
+    if (ok >= c->quorum && dl_now_ms() - t0 + drift_ms(lease_ms) < lease_ms) {
+        *res = 1;
+        return DLOCK_OK;
+    }
+    if (answered < c->quorum) return no_quorum(c, answered, err);
+    *res = 0;
+    return DLOCK_OK;
+}
+
+int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
+    dlock_client *c = l->c;
+    size_t answered = 0, yes = 0;
+    int64_t most = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        dl_conn *conn = NULL;
+        dl_err e;
+        int h = 0;
+        int64_t n = 0;
+        if (dl_node_get(c->nodes[i], dl_deadline(c->node_timeout_ms), &conn, &e)) continue;
+        if (!l->ops->check(l, conn, &h, &n, &e)) {
+            answered++;
+            if (h) yes++;
+            if (n > most) most = n;
+        }
+        dl_node_put(conn);
+    }
+    if (answered < c->quorum) return no_quorum(c, answered, err);
+    *held = yes >= c->quorum;
+    *count = *held ? most : 0;
+    return DLOCK_OK;
+}
