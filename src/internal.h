@@ -110,6 +110,9 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err);
 /* Reads the next reply before deadline. An error reply is returned as a
  * reply (type REDIS_REPLY_ERROR), not as a failure. */
 int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err);
+/* Takes a reply if one is complete, reading only what is there (never
+ * blocks): DLOCK_OK with *out NULL when none is complete yet. */
+int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err);
 /* append + flush + read. */
 int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
                     const size_t *lens, redisReply **out, dl_err *err);
@@ -142,6 +145,18 @@ int dl_is_noscript(const redisReply *r);
 int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
                    const size_t *keylens, int nargs, const char **args, const size_t *arglens,
                    redisReply **out, dl_err *err);
+/* Runs one script on several connections at once: sends to every non-NULL
+ * conns[i], then waits for all answers in one poll() loop until deadline
+ * (NOSCRIPT answered by EVAL on that connection). replies[i] gets each answer
+ * or NULL (no connection, no answer in time: that connection is marked
+ * broken). Returns how many answered. */
+size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
+                      const char **keys, const size_t *keylens, int nargs, const char **args,
+                      const size_t *arglens, redisReply **replies);
+/* Queues EVAL (by text) of s. */
+int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                        const size_t *keylens, int nargs, const char **args,
+                        const size_t *arglens, dl_err *err);
 /* Interprets an integer script answer; error replies become codes. */
 int dl_reply_expect_int(redisReply *r, const char *what, long long *v, dl_err *err);
 
@@ -244,6 +259,21 @@ typedef struct dl_try {
 
 typedef struct dl_kind_ops dl_kind_ops;
 
+/* The script call of one operation, described rather than run, so that the
+ * same call can go to one server or to every RedLock node. */
+enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
+typedef struct dl_call {
+    dl_script *script;
+    int nkeys, nargs;
+    const char *keys[2];
+    size_t keylens[2];
+    const char *args[2];
+    size_t arglens[2];
+    char num[24];              /* the lease, in decimal, when an argument */
+    int binary_release;        /* release answers 1 released / 0 not ours
+                                * (else 1 released, 0 still held, -1 not ours) */
+} dl_call;
+
 struct dlock_lock {
     dlock_client *c;
     dlock_kind kind;
@@ -294,7 +324,24 @@ struct dl_kind_ops {
     /* server's view: held by this owner, and hold count */
     int (*check)(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err);
     dl_script *renew;
+    /* describes an operation's script call; kinds that have it can run on
+     * RedLock (redlock.c) and may use the dl_call_* functions as their
+     * attempt / release / extend. NULL: single server only. */
+    void (*call)(dlock_lock *l, int op, int64_t lease_ms, dl_call *call);
 };
+
+int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+                    dl_err *err);
+int dl_call_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err);
+int dl_call_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res, dl_err *err);
+/* Maps a release answer to 1 released / 0 still held / -1 not ours. */
+long long dl_call_release_result(const dl_call *call, long long v);
+
+/* RedLock versions of the generic lock steps (redlock.c). */
+int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err);
+int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
+int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
 
 extern const dl_kind_ops dl_plain_ops;
 extern const dl_kind_ops dl_reentrant_ops;

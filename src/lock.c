@@ -214,8 +214,10 @@ int dlock_release(dlock_lock *l) {
     if (final) wd_off(l);
     dl_conn *conn = NULL;
     long long res = 0;
-    int rc = with_conn(l, &conn, &err);
-    if (!rc) {
+    int rc;
+    if (l->c->mode == DL_MODE_REDLOCK) {
+        rc = dl_redlock_release(l, &res, &err);
+    } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->release(l, conn, &res, &err);
         dl_pool_put(l->c, conn);
     }
@@ -255,8 +257,10 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
     dl_conn *conn = NULL;
     long long res = 0;
     int64_t t0 = dl_now_ms();
-    int rc = with_conn(l, &conn, &err);
-    if (!rc) {
+    int rc;
+    if (l->c->mode == DL_MODE_REDLOCK) {
+        rc = dl_redlock_extend(l, lease_ms, &res, &err);
+    } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->extend(l, conn, lease_ms, &res, &err);
         dl_pool_put(l->c, conn);
     }
@@ -327,8 +331,10 @@ int dlock_lock_check(dlock_lock *l, int *held, int64_t *count) {
     if (count) *count = 0;
     if (l->holds <= 0) return lock_ok(l);
     dl_conn *conn = NULL;
-    int rc = with_conn(l, &conn, &err);
-    if (!rc) {
+    int rc;
+    if (l->c->mode == DL_MODE_REDLOCK) {
+        rc = dl_redlock_check(l, held, &n, &err);
+    } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->check(l, conn, held, &n, &err);
         dl_pool_put(l->c, conn);
     }
