@@ -12,6 +12,9 @@ static const dl_kind_ops *dl_kind_lookup(dlock_kind kind) {
     static const dl_kind_ops *const kinds[] = {
         [DLOCK_KIND_PLAIN] = &dl_plain_ops,
         [DLOCK_KIND_REENTRANT] = &dl_reentrant_ops,
+        [DLOCK_KIND_FAIR] = &dl_fair_ops,
+        [DLOCK_KIND_READ] = &dl_read_ops,
+        [DLOCK_KIND_WRITE] = &dl_write_ops,
     };
     if ((int)kind <= 0 || (size_t)kind >= sizeof kinds / sizeof kinds[0]) return NULL;
     return kinds[kind];

@@ -198,28 +198,41 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     int rc = dl_check_name(name, &name_len, &err);
+    if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
     size_t chl;
     char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
     if (!chan) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
     const char *keys[2] = {name, chan};
     size_t keylens[2] = {name_len, chl};
-    int64_t deadline = dl_cmd_deadline(c);
-    dl_conn *conn = NULL;
-    redisReply *r = NULL;
-    rc = dl_pool_get(c, deadline, &conn, &err);
-    if (!rc) {
-        rc = dl_eval(conn, deadline, &dl_script_force_unlock, 2, keys, keylens, 0, NULL, NULL, &r,
-                     &err);
-        dl_pool_put(c, conn);
+    int any = 0;
+    size_t answered = 0;
+    dl_err first = {0};
+    /* every node: on RedLock a stale copy would otherwise keep counting */
+    for (size_t i = 0; i < c->nnodes; i++) {
+        int64_t deadline = dl_cmd_deadline(c);
+        dl_conn *conn = NULL;
+        redisReply *r = NULL;
+        long long v = 0;
+        dl_err e = {0};
+        rc = dl_node_get(c->nodes[i], deadline, &conn, &e);
+        if (!rc) {
+            rc = dl_eval(conn, deadline, &dl_script_force_unlock, 2, keys, keylens, 0, NULL, NULL,
+                         &r, &e);
+            dl_node_put(conn);
+        }
+        if (!rc) rc = dl_reply_expect_int(r, "force-unlock", &v, &e);
+        if (r) freeReplyObject(r);
+        if (rc && !first.code) first = e;
+        if (!rc) {
+            answered++;
+            any |= v == 1;
+        }
     }
     free(chan);
-    long long v = 0;
-    if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "force-unlock", &err);
-    else if (!rc && dl_reply_int(r, &v)) rc = dl_seterr(&err, DLOCK_EPROTO, "force-unlock: bad reply");
-    if (r) freeReplyObject(r);
-    if (rc) return dl_client_fail(c, &err);
-    if (existed) *existed = v == 1;
+    if (answered == 0 || (c->mode == DL_MODE_REDLOCK && answered < c->quorum))
+        return dl_client_fail(c, &first);
+    if (existed) *existed = any;
     dl_client_ok(c);
     return DLOCK_OK;
 }

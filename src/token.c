@@ -1,7 +1,8 @@
 /* Plain locks addressed by name and token, for processes holding no handle
- * (the CLI's acquire / release / extend run as separate invocations). */
+ * (the CLI's acquire / release / extend run as separate invocations). Each
+ * call goes through a short-lived handle, so one server and RedLock behave
+ * the same. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -32,52 +33,34 @@ int dlock_acquire_token(dlock_client *c, const char *name, size_t name_len, int6
     return DLOCK_OK;
 }
 
-/* Runs a plain-lock script that answers 1 (done) or 0 (token does not own). */
-static int token_script(dlock_client *c, const char *op, const char *name, size_t name_len,
-                        const char *token, int64_t lease_ms) {
+/* Releases (lease_ms 0) or extends the plain lock name held by token. */
+static int token_op(dlock_client *c, const char *op, const char *name, size_t name_len,
+                    const char *token, int64_t lease_ms) {
     dl_err err = {0};
-    int rc = dl_check_name(name, &name_len, &err);
-    if (!rc && (!token || !*token || strlen(token) > 200))
-        rc = dl_seterr(&err, DLOCK_EINVAL, "%s: missing or malformed token", op);
-    if (!rc && lease_ms < 0)
-        rc = dl_seterr(&err, DLOCK_EINVAL, "%s: lease must be > 0 ms", op);
-    if (rc) return dl_client_fail(c, &err);
-    size_t chlen = 0;
-    char *channel = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chlen);
-    if (!channel) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    char lease[24];
-    int ll = snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-    const char *keys[2] = {name, channel};
-    size_t keylens[2] = {name_len, chlen};
-    const char *args[2] = {token, lease};
-    size_t arglens[2] = {strlen(token), (size_t)ll};
-    int64_t deadline = dl_cmd_deadline(c);
-    dl_conn *conn = NULL;
-    redisReply *r = NULL;
-    rc = dl_pool_get(c, deadline, &conn, &err);
-    if (!rc) {
-        if (lease_ms == 0)
-            rc = dl_eval(conn, deadline, &dl_script_plain_release, 2, keys, keylens, 1, args,
-                         arglens, &r, &err);
-        else
-            rc = dl_eval(conn, deadline, &dl_script_plain_extend, 1, keys, keylens, 2, args,
-                         arglens, &r, &err);
-        dl_pool_put(c, conn);
+    if (!token || !*token || strlen(token) >= sizeof ((dlock_lock *)0)->token) {
+        dl_seterr(&err, DLOCK_EINVAL, "%s: missing or malformed token", op);
+        return dl_client_fail(c, &err);
     }
-    free(channel);
-    long long v = 0;
-    if (!rc) {
-        if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, op, &err);
-        else if (dl_reply_int(r, &v)) rc = dl_seterr(&err, DLOCK_EPROTO, "%s: bad reply", op);
-        else if (v != 1) {
-            char nm[80];
-            rc = dl_seterr(&err, DLOCK_ENOTOWNER,
-                           "%s: the token does not own lock '%s' (wrong token, or the lease "
-                           "expired)",
-                           op, dl_name_msg(name, name_len, nm, sizeof nm));
-        }
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, name_len, DLOCK_KIND_PLAIN, &l);
+    if (rc) return rc;
+    /* adopt the hold the token stands for */
+    l->token_len = strlen(token);
+    memcpy(l->token, token, l->token_len + 1);
+    l->holds = 1;
+    l->lease_ms = lease_ms;
+    rc = lease_ms ? dlock_extend(l, lease_ms) : dlock_release(l);
+    if (rc == DLOCK_ELOST) {
+        char nm[80];
+        dl_seterr(&err, DLOCK_ENOTOWNER,
+                  "%s: the token does not own lock '%s' (wrong token, or the lease expired)", op,
+                  dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+        rc = DLOCK_ENOTOWNER;
+    } else if (rc) {
+        dl_seterr(&err, rc, "%s", dlock_lock_errmsg(l));
     }
-    if (r) freeReplyObject(r);
+    l->holds = 0; /* never release on free: the hold stays the caller's */
+    dlock_lock_free(l);
     if (rc) return dl_client_fail(c, &err);
     dl_client_ok(c);
     return DLOCK_OK;
@@ -85,7 +68,7 @@ static int token_script(dlock_client *c, const char *op, const char *name, size_
 
 int dlock_release_token(dlock_client *c, const char *name, size_t name_len, const char *token) {
     if (!c) return DLOCK_EINVAL;
-    return token_script(c, "release", name, name_len, token, 0);
+    return token_op(c, "release", name, name_len, token, 0);
 }
 
 int dlock_extend_token(dlock_client *c, const char *name, size_t name_len, const char *token,
@@ -93,5 +76,5 @@ int dlock_extend_token(dlock_client *c, const char *name, size_t name_len, const
     if (!c) return DLOCK_EINVAL;
     if (lease_ms <= 0)
         return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "extend: lease must be > 0 ms"});
-    return token_script(c, "extend", name, name_len, token, lease_ms);
+    return token_op(c, "extend", name, name_len, token, lease_ms);
 }

@@ -1,0 +1,83 @@
+/* dlock benchmarks: shared helpers.
+ *
+ * The benchmark program (dlock_bench) is a set of scenarios run one after the
+ * other against one redis-server that the driver (bench/run.sh) started. Each
+ * scenario measures dlock beside a raw hiredis baseline in the same run, with
+ * rounds alternating between the two so that machine noise hits both alike,
+ * and records its figures as named metrics (printed as a table, optionally
+ * written as JSON). Targets are checked on the metrics at the end and printed
+ * as PASS/WARN lines; they are never asserted (these machines are noisy).
+ *
+ * Adding a scenario (issue 7's suite): write `int bench_<name>(bench_ctx *)`
+ * in its own file, declare it here, add it to the table in main.c.
+ */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+typedef struct bench_ctx {
+    const char *host;
+    int port;
+    int quick;          /* CI mode: short, asserts no timings */
+    int verbose;
+    const char *series; /* comma-separated series to run (NULL: all), for profiling */
+} bench_ctx;
+
+/* 1 if series `name` is selected by ctx->series. */
+int bench_series_on(const bench_ctx *ctx, const char *name);
+/* 1 if name is in the comma-separated list (NULL list: everything). */
+int bench_in_list(const char *list, const char *name);
+
+/* ---- time ---- */
+int64_t bench_now_ns(void);                 /* CLOCK_MONOTONIC */
+void bench_sleep_us(int64_t us);
+
+/* ---- samples and statistics ---- */
+typedef struct bench_samples {
+    int64_t *v;         /* nanoseconds (or any unit) */
+    size_t n, cap;
+} bench_samples;
+
+int bench_samples_add(bench_samples *s, int64_t v);   /* 0, or -1 out of memory */
+int bench_samples_append(bench_samples *dst, const bench_samples *src);
+void bench_samples_free(bench_samples *s);
+/* q in [0,1], nearest-rank on a sorted copy; 0 when empty. Sorts s in place. */
+int64_t bench_samples_quantile(bench_samples *s, double q);
+int64_t bench_samples_max(const bench_samples *s);
+double bench_median_d(const double *v, size_t n);    /* copies, does not reorder */
+
+/* ---- metrics: every reported figure ---- */
+/* scenario: "pairs", "handoff"...; series: "raw", "dlock", "dlock-reentrant"...;
+ * name: "pairs_per_s", "p50_us"...; unit: "1/s", "us"... */
+void bench_metric(const char *scenario, const char *series, const char *name, double value,
+                  const char *unit);
+/* Looks a metric up; returns 0 and sets *value when found, else -1. */
+int bench_metric_get(const char *scenario, const char *series, const char *name, double *value);
+/* Writes every metric and the context as a JSON document to path ("-": stdout). */
+int bench_write_json(const char *path, const bench_ctx *ctx, const char *machine);
+void bench_metrics_free(void);
+
+/* ---- raw hiredis helpers ---- */
+/* Connects with a 2 s timeout and TCP_NODELAY (hiredis sets it for TCP). NULL
+ * with a message on stderr on failure. */
+redisContext *bench_redis_connect(const bench_ctx *ctx);
+/* Runs a command (argv, NUL-terminated strings) and returns the reply, or NULL
+ * with a message on stderr. */
+redisReply *bench_redis_cmd(redisContext *rc, int argc, const char **argv);
+/* Fills out with 2*nbytes hex characters from a fast PRNG (not for security:
+ * the raw baseline's token; dlock uses getrandom). */
+void bench_fast_hex(char *out, size_t nbytes);
+
+/* ---- output ---- */
+void bench_fmt_num(char *buf, size_t len, double v);  /* 5,512 / 260.4 */
+
+/* ---- scenarios ---- */
+int bench_ping(bench_ctx *ctx);
+int bench_pairs(bench_ctx *ctx);
+int bench_handoff(bench_ctx *ctx);
+
+#endif

@@ -1,0 +1,182 @@
+/* dlock_bench: runs the benchmark scenarios against a redis-server already
+ * running (bench/run.sh starts a private one and calls this program).
+ *
+ *   dlock_bench --port P [--host H] [--quick] [--json FILE] [--only a,b]
+ *               [--series raw,dlock,dlock-reentrant] [-v]
+ *
+ * Exit status: 0 when every scenario ran (whatever the timings: targets are
+ * printed as PASS/WARN, never asserted), 1 when one failed to run, 2 on bad
+ * usage.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dlock.h"
+
+typedef struct scenario {
+    const char *name;
+    int (*run)(bench_ctx *);
+    const char *what;
+} scenario;
+
+static const scenario scenarios[] = {
+    {"ping", bench_ping, "PING round trip, raw hiredis and dlock_ping"},
+    {"pairs", bench_pairs, "uncontended acquire+release pairs per second"},
+    {"handoff", bench_handoff, "handoff latency to a blocked waiter in another process"},
+};
+#define NSCENARIOS (sizeof scenarios / sizeof scenarios[0])
+
+/* Targets of issue 2 (and issue 7), checked on the metrics. */
+typedef struct target {
+    const char *scenario, *series, *name;
+    const char *base_series; /* NULL: compare with limit itself */
+    int le;                  /* 1: value <= limit (x base); 0: value >= limit (x base) */
+    double limit;
+    const char *text;
+} target;
+
+static const target targets[] = {
+    {"pairs", "dlock", "ratio_to_raw", NULL, 0, 0.9, "uncontended pairs >= 0.9x raw loop"},
+    {"handoff", "dlock", "p50_us", "raw", 1, 1.2, "handoff p50 <= 1.2x raw notify-then-SET"},
+    {"handoff", "dlock", "p99_us", NULL, 1, 1000.0, "handoff p99 < 1 ms"},
+};
+
+static void machine_desc(char *buf, size_t len) {
+    char model[160] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            if (!strncmp(line, "model name", 10)) {
+                char *p = strchr(line, ':');
+                if (p) {
+                    p++;
+                    while (*p == ' ') p++;
+                    p[strcspn(p, "\n")] = '\0';
+                    snprintf(model, sizeof model, "%s", p);
+                }
+                break;
+            }
+        }
+        fclose(f);
+    }
+    snprintf(buf, len, "%ld CPUs, %s", sysconf(_SC_NPROCESSORS_ONLN), model);
+}
+
+static int check_targets(int quick) {
+    int warns = 0;
+    printf("\n== targets%s\n", quick ? " (quick mode: indicative only, not asserted)" : "");
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        const target *t = &targets[i];
+        double v, base = 1;
+        if (bench_metric_get(t->scenario, t->series, t->name, &v) ||
+            (t->base_series && bench_metric_get(t->scenario, t->base_series, t->name, &base))) {
+            printf("SKIP  %s (not measured)\n", t->text);
+            continue;
+        }
+        double bound = t->limit * base;
+        int ok = t->le ? v <= bound : v >= bound;
+        char detail[128];
+        if (t->base_series)
+            snprintf(detail, sizeof detail, "%.1f vs %s %.1f = %.2fx", v, t->base_series, base,
+                     base ? v / base : 0.0);
+        else if (strstr(t->name, "ratio"))
+            snprintf(detail, sizeof detail, "%.2fx", v);
+        else
+            snprintf(detail, sizeof detail, "%.1f", v);
+        printf("%-5s %s: %s\n", ok ? "PASS" : "WARN", t->text, detail);
+        warns += !ok;
+    }
+    return warns;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dlock_bench --port P [--host H] [--quick] [--json FILE] [--only a,b]\n"
+            "                   [--series raw,dlock,dlock-reentrant] [-v]\n"
+            "  Runs against a redis-server already listening (bench/run.sh starts one).\n"
+            "  --quick      short runs for CI (timings printed, never asserted)\n"
+            "  --json FILE  also write every figure as JSON (\"-\": stdout)\n"
+            "  --only LIST  comma-separated scenarios:");
+    for (size_t i = 0; i < NSCENARIOS; i++) fprintf(f, " %s", scenarios[i].name);
+    fprintf(f, "\n  --series L   only these series (for profiling one side with perf/strace)\n"
+               "  -v           per-round figures\n");
+}
+
+int main(int argc, char **argv) {
+    bench_ctx ctx = {.host = "127.0.0.1", .port = 0};
+    const char *json = NULL, *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--quick")) ctx.quick = 1;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) ctx.verbose = 1;
+        else if (!strcmp(a, "--host") && i + 1 < argc) ctx.host = argv[++i];
+        else if (!strcmp(a, "--port") && i + 1 < argc) ctx.port = atoi(argv[++i]);
+        else if (!strcmp(a, "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(a, "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(a, "--series") && i + 1 < argc) ctx.series = argv[++i];
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (ctx.port <= 0 || ctx.port > 65535) {
+        usage(stderr);
+        return 2;
+    }
+    if (only) {
+        for (const char *p = only; *p;) {
+            size_t l = strcspn(p, ",");
+            int known = 0;
+            for (size_t i = 0; i < NSCENARIOS; i++)
+                known |= strlen(scenarios[i].name) == l && !strncmp(p, scenarios[i].name, l);
+            if (!known) {
+                fprintf(stderr, "dlock_bench: unknown scenario '%.*s'\n", (int)l, p);
+                return 2;
+            }
+            p += l;
+            if (*p == ',') p++;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN); /* a dead waiter shows as a write error */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    char machine[256];
+    machine_desc(machine, sizeof machine);
+    char server[64] = "?";
+    redisContext *rc = bench_redis_connect(&ctx);
+    if (!rc) return 1;
+    redisReply *r = redisCommand(rc, "INFO server");
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *v = strstr(r->str, "redis_version:");
+        if (v) snprintf(server, sizeof server, "%.*s", (int)strcspn(v + 14, "\r\n"), v + 14);
+    }
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    printf("dlock_bench: dlock %s, redis-server %s at %s:%d, %s mode\nmachine: %s\n",
+           dlock_version(), server, ctx.host, ctx.port, ctx.quick ? "quick" : "full", machine);
+
+    int failed = 0;
+    for (size_t i = 0; i < NSCENARIOS; i++) {
+        if (!bench_in_list(only, scenarios[i].name)) continue;
+        if (scenarios[i].run(&ctx)) {
+            fprintf(stderr, "dlock_bench: scenario %s FAILED to run\n", scenarios[i].name);
+            failed = 1;
+        }
+    }
+    check_targets(ctx.quick);
+    if (json) {
+        char m[400];
+        snprintf(m, sizeof m, "%s; redis-server %s", machine, server);
+        if (bench_write_json(json, &ctx, m)) failed = 1;
+    }
+    bench_metrics_free();
+    return failed;
+}

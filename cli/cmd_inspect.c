@@ -1,0 +1,265 @@
+/* `dlock status`, `dlock list`, `dlock force-unlock`: looking at locks by
+ * name, and the emergency exit. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmds.h"
+
+const char help_status[] =
+    "Usage: dlock status [--json] NAME\n"
+    "\n"
+    "Shows the lock NAME: held or free, kind, holder(s), hold count, remaining\n"
+    "lease, the last fencing token issued and the number of waiters subscribed\n"
+    "to its release channel. Exits 0 whether the lock is held or free.\n"
+    "JSON: {\"name\",\"held\",\"kind\",\"holder\",\"holders\",\"hold_count\",\"ttl_ms\",\n"
+    "\"fence\",\"waiters\"}; ttl_ms is -2 when free, -1 when held without expiry.\n";
+
+const char help_list[] =
+    "Usage: dlock list [--json] [PATTERN]\n"
+    "\n"
+    "Lists the locks on the server whose names match the glob PATTERN (default\n"
+    "'*'), using SCAN (never KEYS): name, kind, remaining lease, number of\n"
+    "holders and the (first) holder. With --json: an array of objects as\n"
+    "`dlock status --json` prints. -q leaves out the header line.\n";
+
+const char help_force_unlock[] =
+    "Usage: dlock force-unlock [--yes] NAME\n"
+    "\n"
+    "DANGEROUS: deletes the lock NAME whoever holds it and wakes its waiters.\n"
+    "The holder is not told and may still be in its critical section: use it\n"
+    "only to clean up after a holder known to be dead. When stdin is a\n"
+    "terminal, refuses unless --yes is given.\n"
+    "\n"
+    "Options:\n"
+    "  -y, --yes            do it\n";
+
+enum { OPT_YES = OPT_FIRST_LOCAL_ };
+
+static void json_info(FILE *f, const char *name, size_t name_len, const dlock_info *in)
+{
+    fputs("{\"name\":", f);
+    cli_json_str(f, name, name_len);
+    fprintf(f, ",\"held\":%s,\"kind\":", in->exists ? "true" : "false");
+    if (in->exists)
+        fprintf(f, "\"%s\"", cli_kind_name(in->kind, 1));
+    else
+        fputs("null", f);
+    fputs(",\"holder\":", f);
+    if (in->holder[0])
+        cli_json_str(f, in->holder, strnlen(in->holder, sizeof in->holder));
+    else
+        fputs("null", f);
+    fprintf(f, ",\"holders\":%d,\"hold_count\":%lld,\"ttl_ms\":%lld,\"fence\":%" PRIu64
+               ",\"waiters\":%lld",
+            in->holders, (long long)in->hold_count, (long long)in->ttl_ms, in->fence,
+            (long long)in->waiters);
+    switch (in->kind) {
+    case DLOCK_KIND_READ:
+    case DLOCK_KIND_WRITE:
+        fprintf(f, ",\"readers\":%lld,\"writer\":%s", (long long)in->readers,
+                in->writer ? "true" : "false");
+        break;
+    case DLOCK_KIND_FAIR:
+        fprintf(f, ",\"queued\":%lld", (long long)in->queued);
+        break;
+    case DLOCK_KIND_SEMAPHORE:
+    case DLOCK_KIND_LATCH:
+        fprintf(f, ",\"permits\":%lld", (long long)in->permits);
+        break;
+    case DLOCK_KIND_PERMIT_SEMAPHORE:
+        fprintf(f, ",\"permits\":%lld,\"leased\":%lld", (long long)in->permits,
+                (long long)in->leased);
+        break;
+    default:
+        break;
+    }
+    fputc('}', f);
+}
+
+/* Parses the options of status, list and force-unlock (--yes when yes is
+ * not NULL); the positional arguments start at optind. */
+static int parse_simple(int argc, char **argv, cli_global *g, const char *cmd, int *yes,
+                        int *code)
+{
+    static const struct option longopts[] = {
+        CLI_GLOBAL_LONGOPTS, {"yes", no_argument, NULL, 'y'}, {NULL, 0, NULL, 0}};
+    int opt;
+    optind = 0;
+    while ((opt = getopt_long(argc, argv, yes ? ":y" CLI_GLOBAL_SHORTOPTS
+                                              : ":" CLI_GLOBAL_SHORTOPTS,
+                              longopts, NULL)) != -1) {
+        if (opt == 'y' && yes) {
+            *yes = 1;
+            continue;
+        }
+        if (opt == 'y') {
+            *code = cli_usage(cmd, "unknown option '--yes'");
+            return 0;
+        }
+        if (!cli_default_opt(g, cmd, opt, argv, code))
+            return 0;
+    }
+    return 1;
+}
+
+int cmd_status(int argc, char **argv, cli_global *g)
+{
+    static const char *const cmd = "status";
+    dlock_client *c = NULL;
+    dlock_info in;
+    const char *name;
+    int rc, code = 0;
+    char ttl[32];
+
+    if (!parse_simple(argc, argv, g, cmd, NULL, &code))
+        return code;
+    if (optind >= argc)
+        return cli_usage(cmd, "missing lock NAME");
+    if (optind + 1 < argc)
+        return cli_usage(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    name = argv[optind];
+    if ((rc = cli_check_name(cmd, name)))
+        return rc;
+    if ((code = cli_connect(g, cmd, 0, &c)))
+        return code;
+    memset(&in, 0, sizeof in);
+    rc = dlock_inspect(c, name, DLOCK_CSTR, &in);
+    if (rc != DLOCK_OK) {
+        cli_err(cmd, "cannot inspect lock '%s': %s", name,
+                dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+        dlock_client_free(c);
+        return cli_exit_code(rc, EXIT_INTERNAL);
+    }
+    if (g->json) {
+        json_info(stdout, name, strlen(name), &in);
+        fputc('\n', stdout);
+    } else {
+        cli_fmt_ttl(ttl, sizeof ttl, in.ttl_ms);
+        fputs("name:       ", stdout);
+        cli_text(stdout, name, strlen(name));
+        printf("\nstate:      %s\n", in.exists ? "held" : "free");
+        if (in.exists) {
+            printf("kind:       %s\n", cli_kind_name(in.kind, 1));
+            fputs("holder:     ", stdout);
+            cli_text(stdout, in.holder, strnlen(in.holder, sizeof in.holder));
+            printf("\nholders:    %d\nhold count: %lld\nttl:        %s\n", in.holders,
+                   (long long)in.hold_count, ttl);
+            if (in.kind == DLOCK_KIND_READ || in.kind == DLOCK_KIND_WRITE)
+                printf("readers:    %lld\nwriter:     %s\n", (long long)in.readers,
+                       in.writer ? "yes" : "no");
+            else if (in.kind == DLOCK_KIND_FAIR)
+                printf("queued:     %lld\n", (long long)in.queued);
+            else if (in.kind == DLOCK_KIND_LATCH)
+                printf("count:      %lld\n", (long long)in.permits);
+            else if (in.kind == DLOCK_KIND_SEMAPHORE ||
+                     in.kind == DLOCK_KIND_PERMIT_SEMAPHORE)
+                printf("permits:    %lld\nleased:     %lld\n", (long long)in.permits,
+                       (long long)in.leased);
+        }
+        printf("fence:      %" PRIu64 "\nwaiters:    %lld\n", in.fence, (long long)in.waiters);
+    }
+    dlock_client_free(c);
+    return 0;
+}
+
+typedef struct list_ctx {
+    const cli_global *g;
+    size_t n;
+} list_ctx;
+
+static int list_one(const char *name, size_t name_len, const dlock_info *in, void *ud)
+{
+    list_ctx *lc = ud;
+    if (lc->g->json) {
+        fputs(lc->n ? ",\n  " : "\n  ", stdout);
+        json_info(stdout, name, name_len, in);
+    } else {
+        char ttl[32];
+        int w;
+        cli_fmt_ttl(ttl, sizeof ttl, in->ttl_ms);
+        cli_text(stdout, name, name_len);
+        w = name_len < 32 ? (int)(32 - name_len) : 1;
+        printf("%*s%-10s %10s %7d  ", w, "", cli_kind_name(in->kind, in->exists), ttl,
+               in->holders);
+        cli_text(stdout, in->holder, strnlen(in->holder, sizeof in->holder));
+        fputc('\n', stdout);
+    }
+    lc->n++;
+    return 0;
+}
+
+int cmd_list(int argc, char **argv, cli_global *g)
+{
+    static const char *const cmd = "list";
+    dlock_client *c = NULL;
+    const char *pattern = NULL;
+    list_ctx lc;
+    int rc, code = 0;
+
+    if (!parse_simple(argc, argv, g, cmd, NULL, &code))
+        return code;
+    if (optind < argc)
+        pattern = argv[optind];
+    if (optind + 1 < argc)
+        return cli_usage(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    if (pattern && !*pattern)
+        return cli_usage(cmd, "the PATTERN is empty");
+    if ((code = cli_connect(g, cmd, 0, &c)))
+        return code;
+    lc.g = g;
+    lc.n = 0;
+    if (g->json)
+        fputs("[", stdout);
+    else if (!g->quiet)
+        printf("%-31s %-10s %10s %7s  %s\n", "NAME", "KIND", "TTL", "HOLDERS", "HOLDER");
+    rc = dlock_list(c, pattern, list_one, &lc);
+    if (g->json)
+        fputs(lc.n ? "\n]\n" : "]\n", stdout);
+    if (rc != DLOCK_OK) {
+        cli_err(cmd, "cannot list locks: %s",
+                dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+        code = cli_exit_code(rc, EXIT_INTERNAL);
+    }
+    dlock_client_free(c);
+    return code;
+}
+
+int cmd_force_unlock(int argc, char **argv, cli_global *g)
+{
+    static const char *const cmd = "force-unlock";
+    dlock_client *c = NULL;
+    const char *name;
+    int rc, code = 0, yes = 0, existed = 0;
+
+    if (!parse_simple(argc, argv, g, cmd, &yes, &code))
+        return code;
+    if (optind >= argc)
+        return cli_usage(cmd, "missing lock NAME");
+    if (optind + 1 < argc)
+        return cli_usage(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    name = argv[optind];
+    if ((rc = cli_check_name(cmd, name)))
+        return rc;
+    if (!yes && isatty(STDIN_FILENO)) {
+        cli_err(cmd, "refusing to delete lock '%s' whoever holds it without --yes", name);
+        return EXIT_USAGE;
+    }
+    if ((code = cli_connect(g, cmd, 0, &c)))
+        return code;
+    rc = dlock_force_unlock(c, name, DLOCK_CSTR, &existed);
+    if (rc != DLOCK_OK) {
+        cli_err(cmd, "cannot force-unlock '%s': %s", name,
+                dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+        code = cli_exit_code(rc, EXIT_INTERNAL);
+    } else if (g->json) {
+        fputs("{\"name\":", stdout);
+        cli_json_str(stdout, name, strlen(name));
+        printf(",\"existed\":%s}\n", existed ? "true" : "false");
+    } else {
+        cli_info(g, cmd, existed ? "deleted lock '%s'" : "lock '%s' was not held", name);
+    }
+    dlock_client_free(c);
+    return code;
+}

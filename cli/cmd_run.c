@@ -1,0 +1,609 @@
+/* `dlock run`: run a command while holding a lock.
+ *
+ * Threads and signals. The library runs its own threads (the watchdog), so
+ * the signals dlock handles (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+ * SIGUSR2 and SIGCHLD) are blocked in the main thread before the client is
+ * created; every thread created later inherits the mask, and the main thread
+ * reads them from a signalfd. The lock is acquired and released by a helper
+ * thread (the "locker") so that the main thread stays free to answer a
+ * signal while the acquire waits; every operation on the lock handle happens
+ * on that one thread. The lost-lease callback runs on the watchdog thread and
+ * only writes a byte to a pipe. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmds.h"
+
+extern char **environ;
+
+const char help_run[] =
+    "Usage: dlock run [OPTIONS] NAME COMMAND [ARGS...]\n"
+    "       dlock run [OPTIONS] NAME -c 'SHELL STRING'\n"
+    "\n"
+    "Acquires the lock NAME, runs COMMAND (through /bin/sh -c with -c), keeps the\n"
+    "lease renewed while it runs and releases the lock once it has exited. The\n"
+    "exit status is the command's (128+N if killed by signal N). SIGINT, SIGTERM,\n"
+    "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command. The\n"
+    "command's environment gets DLOCK_NAME and DLOCK_FENCE (the fencing token).\n"
+    "If the lock is lost while the command runs, the command gets SIGTERM, then\n"
+    "SIGKILL after --kill-after, and dlock exits with 80.\n"
+    "\n"
+    "Options:\n"
+    "  -n, --nonblock       fail at once if the lock is held (exit 1, see -E)\n"
+    "  -w, --wait DUR       wait at most DUR for the lock (0: as -n; default: forever)\n"
+    "  -E, --conflict-exit-code N\n"
+    "                       exit code when -n or -w fails (default 1)\n"
+    "  --ttl DUR            lease, renewed every third of it while the command\n"
+    "                       runs (default 30s)\n"
+    "  --kind KIND          plain (default; the redis-py / redsync / node-redlock\n"
+    "                       layout), reentrant (Redisson RLock), fair (Redisson\n"
+    "                       RFairLock: first come, first served), read or write\n"
+    "                       (the two sides of a Redisson RReadWriteLock)\n"
+    "  --kill-after DUR     after a lost lock, SIGKILL the command if it has not\n"
+    "                       exited DUR after SIGTERM (default 10s)\n"
+    "  -c, --command STR    run STR with /bin/sh -c instead of COMMAND [ARGS...]\n"
+    "  -v, --verbose        also print how long getting the lock took\n"
+    "  -q, --quiet          no message when the lock is busy\n";
+
+enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER };
+
+#define CMD "run"
+#define MSG_MAX 256
+
+typedef struct run_opts {
+    int64_t wait_ms;
+    int conflict;
+    int64_t ttl_ms;
+    dlock_kind kind;
+    int64_t kill_after_ms;
+    const char *shell; /* -c */
+    const char *name;
+    char **argv;       /* COMMAND [ARGS...] (NULL with -c) */
+} run_opts;
+
+/* State shared with the locker thread (hand-offs go through the pipes). */
+typedef struct locker {
+    dlock_lock *lock;
+    int64_t wait_ms;
+    int acquire_rc;
+    uint64_t fence;
+    int64_t took_us;
+    char acquire_msg[MSG_MAX];
+    int release_rc;
+    char release_msg[MSG_MAX];
+    int cmd_pipe[2];  /* main -> locker: "release now" (or EOF) */
+    int done_pipe[2]; /* locker -> main: 'a' acquire done, 'r' release done */
+} locker;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void write_byte(int fd, char b)
+{
+    ssize_t r;
+    do
+        r = write(fd, &b, 1);
+    while (r < 0 && errno == EINTR);
+}
+
+static int read_byte(int fd, char *b)
+{
+    ssize_t r;
+    do
+        r = read(fd, b, 1);
+    while (r < 0 && errno == EINTR);
+    return r == 1 ? 0 : -1;
+}
+
+static void copy_msg(char *dst, const char *src)
+{
+    snprintf(dst, MSG_MAX, "%s", src ? src : "");
+}
+
+static void *locker_main(void *arg)
+{
+    locker *lk = arg;
+    int64_t t0 = now_us();
+    char b;
+
+    lk->acquire_rc = dlock_acquire(lk->lock, lk->wait_ms, DLOCK_WATCHDOG, &lk->fence);
+    lk->took_us = now_us() - t0;
+    if (lk->acquire_rc != DLOCK_OK)
+        copy_msg(lk->acquire_msg, dlock_lock_errmsg(lk->lock));
+    write_byte(lk->done_pipe[1], 'a');
+    if (lk->acquire_rc != DLOCK_OK)
+        return NULL;
+    (void)read_byte(lk->cmd_pipe[0], &b); /* a byte or EOF: release now */
+    lk->release_rc = dlock_release(lk->lock);
+    if (lk->release_rc != DLOCK_OK)
+        copy_msg(lk->release_msg, dlock_lock_errmsg(lk->lock));
+    write_byte(lk->done_pipe[1], 'r');
+    return NULL;
+}
+
+/* The lost-lease callback (watchdog thread): only a pipe write. */
+static void on_lost(dlock_lock *l, int reason, void *userdata)
+{
+    int fd = *(const int *)userdata;
+    (void)l;
+    write_byte(fd, (char)reason);
+}
+
+static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
+{
+    static const struct option longopts[] = {
+        CLI_GLOBAL_LONGOPTS,
+        {"nonblock", no_argument, NULL, 'n'},
+        {"nb", no_argument, NULL, 'n'},
+        {"wait", required_argument, NULL, 'w'},
+        {"timeout-wait", required_argument, NULL, 'w'},
+        {"conflict-exit-code", required_argument, NULL, 'E'},
+        {"ttl", required_argument, NULL, OPT_TTL},
+        {"kind", required_argument, NULL, OPT_KIND},
+        {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
+        {"command", required_argument, NULL, 'c'},
+        {NULL, 0, NULL, 0}};
+    int opt, rc;
+    long n;
+
+    optind = 0;
+    /* "+": stop at NAME, so that the command's own options are left alone */
+    while ((opt = getopt_long(argc, argv, "+:nw:E:c:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) !=
+           -1) {
+        switch (opt) {
+        case 'n':
+            o->wait_ms = DLOCK_NOWAIT;
+            break;
+        case 'w':
+            if ((rc = cli_duration(CMD, "--wait", optarg, 0, &o->wait_ms)))
+                return rc;
+            break;
+        case 'E':
+            if ((rc = cli_integer(CMD, "--conflict-exit-code", optarg, 0, 255, &n)))
+                return rc;
+            o->conflict = (int)n;
+            break;
+        case OPT_TTL:
+            if ((rc = cli_duration(CMD, "--ttl", optarg, 1, &o->ttl_ms)))
+                return rc;
+            break;
+        case OPT_KIND:
+            if ((rc = cli_kind(CMD, optarg, &o->kind)))
+                return rc;
+            break;
+        case OPT_KILL_AFTER:
+            if ((rc = cli_duration(CMD, "--kill-after", optarg, 0, &o->kill_after_ms)))
+                return rc;
+            break;
+        case 'c':
+            o->shell = optarg;
+            break;
+        default:
+            rc = cli_common_opt(g, CMD, opt, argv);
+            if (rc == CLI_WANT_HELP) {
+                cli_print_help(stdout, CMD);
+                return CLI_WANT_HELP;
+            }
+            if (rc)
+                return rc;
+        }
+    }
+    if (optind >= argc)
+        return cli_usage(CMD, "missing lock NAME");
+    o->name = argv[optind++];
+    if ((rc = cli_check_name(CMD, o->name)))
+        return rc;
+    if (!o->shell && optind < argc &&
+        (strcmp(argv[optind], "-c") == 0 || strcmp(argv[optind], "--command") == 0)) {
+        if (optind + 1 >= argc)
+            return cli_usage(CMD, "option '%s' needs an argument", argv[optind]);
+        o->shell = argv[optind + 1];
+        optind += 2;
+    } else if (optind < argc && strcmp(argv[optind], "--") == 0) {
+        optind++;
+    }
+    if (o->shell) {
+        if (optind < argc)
+            return cli_usage(CMD, "unexpected argument '%s' after -c", argv[optind]);
+        return 0;
+    }
+    if (optind >= argc)
+        return cli_usage(CMD, "missing COMMAND (or -c 'SHELL STRING')");
+    o->argv = argv + optind;
+    return 0;
+}
+
+/* The child's environment: ours without DLOCK_NAME/DLOCK_FENCE, plus both. */
+static char **child_env(const char *name, uint64_t fence)
+{
+    size_t n = 0, i, j = 0;
+    char **env;
+    size_t namelen = strlen(name);
+    while (environ && environ[n])
+        n++;
+    env = calloc(n + 3, sizeof *env);
+    if (!env)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        if (strncmp(environ[i], "DLOCK_NAME=", 11) == 0 ||
+            strncmp(environ[i], "DLOCK_FENCE=", 12) == 0)
+            continue;
+        env[j++] = environ[i];
+    }
+    env[j] = malloc(namelen + 12);
+    env[j + 1] = malloc(48);
+    if (!env[j] || !env[j + 1]) {
+        free(env[j]);
+        free(env[j + 1]);
+        free(env);
+        return NULL;
+    }
+    memcpy(env[j], "DLOCK_NAME=", 11);
+    memcpy(env[j] + 11, name, namelen + 1);
+    snprintf(env[j + 1], 48, "DLOCK_FENCE=%" PRIu64, fence);
+    env[j + 2] = NULL;
+    return env;
+}
+
+static void free_env(char **env)
+{
+    size_t n = 0;
+    if (!env)
+        return;
+    while (env[n])
+        n++;
+    /* the last two entries are ours */
+    if (n >= 2) {
+        free(env[n - 1]);
+        free(env[n - 2]);
+    }
+    free(env);
+}
+
+typedef struct child_setup {
+    const run_opts *o;
+    char **env;
+    sigset_t oldmask;
+    struct sigaction oldpipe;
+    pid_t parent;
+    int errfd; /* write end of the exec-error pipe (close-on-exec) */
+} child_setup;
+
+/* In the child, between fork and exec: async-signal-safe calls only. */
+static void child_exec(const child_setup *cs)
+{
+    int err;
+    /* If dlock dies, nobody renews the lease: stop the command too. */
+    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != cs->parent)
+        _exit(128 + SIGTERM);
+    sigaction(SIGPIPE, &cs->oldpipe, NULL);
+    sigprocmask(SIG_SETMASK, &cs->oldmask, NULL);
+    if (cs->o->shell) {
+        char *sh_argv[] = {"sh", "-c", (char *)cs->o->shell, NULL};
+        execve("/bin/sh", sh_argv, cs->env);
+    } else {
+        execvpe(cs->o->argv[0], cs->o->argv, cs->env);
+    }
+    err = errno;
+    {
+        ssize_t r = write(cs->errfd, &err, sizeof err);
+        (void)r;
+    }
+    _exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
+}
+
+static int status_code(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return EXIT_INTERNAL;
+}
+
+static const char *lost_reason(int reason)
+{
+    switch (reason) {
+    case DLOCK_LOST_TAKEN:
+        return "the renewal found it expired or taken over";
+    case DLOCK_LOST_UNREACHABLE:
+        return "the server was unreachable for longer than the lease";
+    default:
+        return "the lease was lost";
+    }
+}
+
+static void fmt_secs(char *buf, size_t len, int64_t ms)
+{
+    snprintf(buf, len, "%lld.%03llds", (long long)(ms / 1000), (long long)(ms % 1000));
+}
+
+/* Runs the child under the held lock; returns the exit code. */
+static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, int lostfd,
+                     const sigset_t *oldmask, const struct sigaction *oldpipe)
+{
+    child_setup cs;
+    int errpipe[2];
+    pid_t pid;
+    int status = 0, exec_err = 0, lost = 0, code;
+    int64_t kill_at = -1;
+    ssize_t r;
+
+    memset(&cs, 0, sizeof cs);
+    cs.o = o;
+    cs.oldmask = *oldmask;
+    cs.oldpipe = *oldpipe;
+    cs.parent = getpid();
+    cs.env = child_env(o->name, lk->fence);
+    if (!cs.env) {
+        cli_err(CMD, "out of memory");
+        return EXIT_INTERNAL;
+    }
+    if (pipe2(errpipe, O_CLOEXEC) != 0) {
+        cli_err(CMD, "pipe: %s", strerror(errno));
+        free_env(cs.env);
+        return EXIT_OSERR;
+    }
+    cs.errfd = errpipe[1];
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        cli_err(CMD, "fork: %s", strerror(errno));
+        close(errpipe[0]);
+        close(errpipe[1]);
+        free_env(cs.env);
+        return EXIT_OSERR;
+    }
+    if (pid == 0)
+        child_exec(&cs); /* does not return */
+    close(errpipe[1]);
+    free_env(cs.env);
+    do
+        r = read(errpipe[0], &exec_err, sizeof exec_err);
+    while (r < 0 && errno == EINTR);
+    close(errpipe[0]);
+    if (r == (ssize_t)sizeof exec_err) {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        cli_err(CMD, "cannot run '%s': %s", o->shell ? "/bin/sh" : o->argv[0],
+                strerror(exec_err));
+        return exec_err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+    }
+    if (g->verbose)
+        cli_err(CMD, "started command, pid %ld", (long)pid);
+
+    for (;;) {
+        struct pollfd pfd[2];
+        int timeout = 1000;
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR) {
+            cli_err(CMD, "waitpid: %s", strerror(errno));
+            return EXIT_OSERR;
+        }
+        if (!lost && dlock_lock_is_lost(lk->lock)) {
+            char b = 0;
+            (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
+            lost = b ? b : -1;
+        }
+        if (lost && kill_at < 0 && kill_at != -2) {
+            char ka[32];
+            fmt_secs(ka, sizeof ka, o->kill_after_ms);
+            cli_err(CMD, "lock '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
+                    "(SIGKILL after %s)", o->name, lost_reason(lost), (long)pid, ka);
+            kill(pid, SIGTERM);
+            kill_at = now_us() / 1000 + o->kill_after_ms;
+        }
+        if (kill_at >= 0) {
+            int64_t rem = kill_at - now_us() / 1000;
+            if (rem <= 0) {
+                if (g->verbose)
+                    cli_err(CMD, "sending SIGKILL to pid %ld", (long)pid);
+                kill(pid, SIGKILL);
+                kill_at = -2; /* done */
+                continue;
+            }
+            if (rem < timeout)
+                timeout = (int)rem;
+        }
+        pfd[0].fd = sigfd;
+        pfd[0].events = POLLIN;
+        pfd[1].fd = lostfd;
+        pfd[1].events = POLLIN;
+        if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
+            cli_err(CMD, "poll: %s", strerror(errno));
+            return EXIT_OSERR;
+        }
+        if (pfd[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                    continue;
+                if (g->verbose)
+                    cli_err(CMD, "forwarding signal %u to pid %ld", si.ssi_signo, (long)pid);
+                kill(pid, (int)si.ssi_signo);
+            }
+        }
+        if (!lost && (pfd[1].revents & POLLIN)) {
+            char b = 0;
+            (void)read_byte(lostfd, &b);
+            lost = b ? b : -1;
+        }
+    }
+    code = status_code(status);
+    if (g->verbose)
+        cli_err(CMD, "command exited with status %d", code);
+    return lost ? EXIT_LOST : code;
+}
+
+int cmd_run(int argc, char **argv, cli_global *g)
+{
+    run_opts o;
+    locker lk;
+    dlock_client *c = NULL;
+    pthread_t th;
+    int started = 0, rc, code = 0, sigfd = -1, lostpipe[2] = {-1, -1};
+    sigset_t set, oldmask;
+    struct sigaction ign, oldpipe;
+    char b;
+
+    memset(&o, 0, sizeof o);
+    o.wait_ms = DLOCK_WAIT_FOREVER;
+    o.conflict = EXIT_CONFLICT_DEFAULT;
+    o.ttl_ms = DLOCK_DEFAULT_WATCHDOG_MS;
+    o.kind = DLOCK_KIND_PLAIN;
+    o.kill_after_ms = 10000;
+    rc = parse_args(argc, argv, g, &o);
+    if (rc == CLI_WANT_HELP)
+        return 0;
+    if (rc)
+        return rc;
+
+    memset(&lk, 0, sizeof lk);
+    lk.cmd_pipe[0] = lk.cmd_pipe[1] = lk.done_pipe[0] = lk.done_pipe[1] = -1;
+    lk.wait_ms = o.wait_ms;
+
+    /* Block the handled signals before any thread exists (see the top). */
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    sigaddset(&set, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &set, &oldmask);
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &oldpipe);
+
+    sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0 || pipe2(lostpipe, O_CLOEXEC | O_NONBLOCK) != 0 ||
+        pipe2(lk.cmd_pipe, O_CLOEXEC) != 0 || pipe2(lk.done_pipe, O_CLOEXEC) != 0) {
+        cli_err(CMD, "cannot set up signals and pipes: %s", strerror(errno));
+        code = EXIT_OSERR;
+        goto out;
+    }
+
+    if ((code = cli_connect(g, CMD, o.ttl_ms, &c)))
+        goto out;
+    rc = dlock_lock_new(c, o.name, DLOCK_CSTR, o.kind, &lk.lock);
+    if (rc != DLOCK_OK) {
+        cli_err(CMD, "%s", dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+        code = cli_exit_code(rc, EXIT_INTERNAL);
+        goto out;
+    }
+    dlock_lock_on_lost(lk.lock, on_lost, &lostpipe[1]);
+
+    if ((rc = pthread_create(&th, NULL, locker_main, &lk)) != 0) {
+        cli_err(CMD, "cannot start a thread: %s", strerror(rc));
+        code = EXIT_OSERR;
+        goto out;
+    }
+    started = 1;
+
+    /* Wait for the acquire; a signal meanwhile ends dlock (nothing is held
+     * yet, or the lease runs out if the acquire won the race). */
+    for (;;) {
+        struct pollfd pfd[2] = {{lk.done_pipe[0], POLLIN, 0}, {sigfd, POLLIN, 0}};
+        if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
+            cli_err(CMD, "poll: %s", strerror(errno));
+            _exit(EXIT_OSERR);
+        }
+        if (pfd[0].revents)
+            break;
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD)
+                    continue;
+                if (g->verbose)
+                    cli_err(CMD, "signal %u while waiting for lock '%s'; giving up",
+                            si.ssi_signo, o.name);
+                _exit(128 + (int)si.ssi_signo);
+            }
+        }
+    }
+    (void)read_byte(lk.done_pipe[0], &b);
+
+    rc = lk.acquire_rc;
+    if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
+        if (rc == DLOCK_EBUSY)
+            cli_info(g, CMD, "lock '%s' is held by another owner", o.name);
+        else {
+            char w[32];
+            fmt_secs(w, sizeof w, o.wait_ms);
+            cli_info(g, CMD, "timed out after %s waiting for lock '%s'", w, o.name);
+        }
+        code = o.conflict;
+        goto out;
+    }
+    if (rc != DLOCK_OK) {
+        cli_err(CMD, "cannot acquire lock '%s': %s", o.name,
+                lk.acquire_msg[0] ? lk.acquire_msg : dlock_strerror(rc));
+        code = cli_exit_code(rc, o.conflict);
+        goto out;
+    }
+    if (g->verbose)
+        cli_err(CMD, "getting lock '%s' took %lld.%06lld seconds (fence %" PRIu64 ")", o.name,
+                (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence);
+
+    code = supervise(g, &o, &lk, sigfd, lostpipe[0], &oldmask, &oldpipe);
+
+    /* Release (on the locker thread) only now that the child has exited. */
+    write_byte(lk.cmd_pipe[1], 'r');
+    if (read_byte(lk.done_pipe[0], &b) != 0) {
+        cli_err(CMD, "internal error: no answer from the lock thread");
+        code = EXIT_INTERNAL;
+    } else if (code != EXIT_LOST && lk.release_rc == DLOCK_ELOST) {
+        cli_err(CMD, "lock '%s' had been lost before the command finished: %s", o.name,
+                lk.release_msg[0] ? lk.release_msg : dlock_strerror(lk.release_rc));
+        code = EXIT_LOST;
+    } else if (code != EXIT_LOST && lk.release_rc != DLOCK_OK) {
+        cli_err(CMD, "warning: cannot release lock '%s' (its lease runs out by itself): %s",
+                o.name, lk.release_msg[0] ? lk.release_msg : dlock_strerror(lk.release_rc));
+    }
+
+out:
+    if (started) {
+        /* the locker returns after a failed acquire, or after releasing; an
+         * EOF on its command pipe makes it release if it has not yet */
+        close(lk.cmd_pipe[1]);
+        lk.cmd_pipe[1] = -1;
+        pthread_join(th, NULL);
+    }
+    dlock_lock_free(lk.lock);
+    dlock_client_free(c);
+    if (sigfd >= 0)
+        close(sigfd);
+    for (int i = 0; i < 2; i++) {
+        if (lostpipe[i] >= 0)
+            close(lostpipe[i]);
+        if (lk.cmd_pipe[i] >= 0)
+            close(lk.cmd_pipe[i]);
+        if (lk.done_pipe[i] >= 0)
+            close(lk.done_pipe[i]);
+    }
+    /* The signals stay blocked: one that came after the command exited must
+     * not turn dlock's exit status into a death by signal. */
+    sigaction(SIGPIPE, &oldpipe, NULL);
+    return code;
+}

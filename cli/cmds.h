@@ -1,0 +1,27 @@
+/* The commands of the dlock tool. Each takes the command's own argv (argv[0]
+ * is the command name), the global options parsed so far, and returns the
+ * process exit code. Each has a help text printed by `dlock help CMD`. */
+#ifndef DLOCK_CLI_CMDS_H
+#define DLOCK_CLI_CMDS_H
+
+#include "util.h"
+
+typedef int (*cli_cmd_fn)(int argc, char **argv, cli_global *g);
+
+int cmd_run(int argc, char **argv, cli_global *g);          /* cmd_run.c */
+int cmd_acquire(int argc, char **argv, cli_global *g);      /* cmd_token.c */
+int cmd_release(int argc, char **argv, cli_global *g);      /* cmd_token.c */
+int cmd_extend(int argc, char **argv, cli_global *g);       /* cmd_token.c */
+int cmd_status(int argc, char **argv, cli_global *g);       /* cmd_inspect.c */
+int cmd_list(int argc, char **argv, cli_global *g);         /* cmd_inspect.c */
+int cmd_force_unlock(int argc, char **argv, cli_global *g); /* cmd_inspect.c */
+int cmd_doctor(int argc, char **argv, cli_global *g);       /* cmd_doctor.c */
+int cmd_id(int argc, char **argv, cli_global *g);           /* cmd_id.c */
+
+extern const char help_run[], help_acquire[], help_release[], help_extend[], help_status[],
+    help_list[], help_force_unlock[], help_doctor[], help_id[];
+
+/* Prints the help of cmd (NULL: the overview) on f; 0, or -1 if unknown. */
+int cli_print_help(FILE *f, const char *cmd);
+
+#endif

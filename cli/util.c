@@ -1,0 +1,415 @@
+/* Shared helpers of the dlock command-line tool. */
+#include "util.h"
+#include "cmds.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- messages ---- */
+
+static void vmsg(const char *cmd, const char *fmt, va_list ap)
+{
+    if (cmd)
+        fprintf(stderr, "dlock %s: ", cmd);
+    else
+        fputs("dlock: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+void cli_err(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(cmd, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmsg(cmd, fmt, ap);
+    va_end(ap);
+    if (cmd)
+        fprintf(stderr, " (try 'dlock help %s')\n", cmd);
+    else
+        fputs(" (try 'dlock help')\n", stderr);
+    return EXIT_USAGE;
+}
+
+void cli_info(const cli_global *g, const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    if (g->quiet)
+        return;
+    va_start(ap, fmt);
+    vmsg(cmd, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* ---- global options ---- */
+
+int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
+{
+    switch (opt) {
+    case OPT_URL:
+        if (!*optarg)
+            return cli_usage(cmd, "--url: empty URL");
+        g->url = optarg;
+        return 0;
+    case OPT_PASSWORD_FILE:
+        g->password_file = optarg;
+        return 0;
+    case OPT_TIMEOUT:
+        return cli_duration(cmd, "--timeout", optarg, 1, &g->timeout_ms);
+    case 'v':
+        g->verbose = 1;
+        return 0;
+    case 'q':
+        g->quiet = 1;
+        return 0;
+    case OPT_JSON:
+        g->json = 1;
+        return 0;
+    case 'h':
+        return CLI_WANT_HELP;
+    case '?':
+        if (optopt > 0 && optopt < 256)
+            return cli_usage(cmd, "unknown option '-%c'", optopt);
+        return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
+    case ':':
+        if (optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0)
+            return cli_usage(cmd, "option '%s' needs an argument", argv[optind - 1]);
+        if (optopt > 0 && optopt < 256)
+            return cli_usage(cmd, "option '-%c' needs an argument", optopt);
+        return cli_usage(cmd, "option '%s' needs an argument", argv[optind - 1]);
+    default:
+        return -1;
+    }
+}
+
+int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, int *code)
+{
+    int rc = cli_common_opt(g, cmd, opt, argv);
+    if (rc == CLI_WANT_HELP) {
+        cli_print_help(stdout, cmd);
+        *code = 0;
+        return 0;
+    }
+    if (rc == -1) {
+        *code = cli_usage(cmd, "unknown option");
+        return 0;
+    }
+    if (rc) {
+        *code = rc;
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- argument parsing ---- */
+
+int cli_duration(const char *cmd, const char *opt, const char *s, int64_t min_ms, int64_t *ms)
+{
+    int64_t v = 0;
+    if (dlock_parse_duration(s, &v) != DLOCK_OK)
+        return cli_usage(cmd, "%s: bad duration '%s' (examples: 250ms, 1.5s, 30s, 5m, 1h)",
+                         opt, s);
+    if (v < min_ms) {
+        if (min_ms > 0)
+            return cli_usage(cmd, "%s: must be more than zero, not '%s'", opt, s);
+        return cli_usage(cmd, "%s: bad duration '%s'", opt, s);
+    }
+    *ms = v;
+    return 0;
+}
+
+int cli_integer(const char *cmd, const char *opt, const char *s, long lo, long hi, long *v)
+{
+    char *end = NULL;
+    long x;
+    errno = 0;
+    x = strtol(s, &end, 10);
+    if (!*s || *end || errno || x < lo || x > hi)
+        return cli_usage(cmd, "%s: expected a number from %ld to %ld, not '%s'", opt, lo, hi,
+                         s);
+    *v = x;
+    return 0;
+}
+
+int cli_check_name(const char *cmd, const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0)
+        return cli_usage(cmd, "the lock name is empty");
+    if (n > DLOCK_NAME_MAX)
+        return cli_usage(cmd, "the lock name is %zu bytes long; the limit is %d", n,
+                         DLOCK_NAME_MAX);
+    return 0;
+}
+
+int cli_kind(const char *cmd, const char *s, dlock_kind *kind)
+{
+    if (strcmp(s, "plain") == 0)
+        *kind = DLOCK_KIND_PLAIN;
+    else if (strcmp(s, "reentrant") == 0)
+        *kind = DLOCK_KIND_REENTRANT;
+    else if (strcmp(s, "fair") == 0)
+        *kind = DLOCK_KIND_FAIR;
+    else if (strcmp(s, "read") == 0)
+        *kind = DLOCK_KIND_READ;
+    else if (strcmp(s, "write") == 0)
+        *kind = DLOCK_KIND_WRITE;
+    else
+        return cli_usage(cmd, "--kind: unknown kind '%s' (plain, reentrant, fair, read or write)",
+                         s);
+    return 0;
+}
+
+const char *cli_kind_name(int kind, int exists)
+{
+    if (!exists)
+        return "free";
+    switch (kind) {
+    case DLOCK_KIND_PLAIN:
+        return "plain";
+    case DLOCK_KIND_REENTRANT:
+        return "reentrant";
+    case DLOCK_KIND_FAIR:
+        return "fair";
+    case DLOCK_KIND_READ:
+        return "read";
+    case DLOCK_KIND_WRITE:
+        return "write";
+    case DLOCK_KIND_SEMAPHORE:
+        return "semaphore";
+    case DLOCK_KIND_PERMIT_SEMAPHORE:
+        return "permit-semaphore";
+    case DLOCK_KIND_LATCH:
+        return "latch";
+    default:
+        return "other";
+    }
+}
+
+/* ---- connecting ---- */
+
+int cli_exit_code(int code, int conflict)
+{
+    switch (code) {
+    case DLOCK_OK:
+        return 0;
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEDOUT:
+        return conflict;
+    case DLOCK_EINVAL:
+    case DLOCK_ENAMETOOLONG:
+    case DLOCK_ENOTSUP:
+        return EXIT_USAGE;
+    case DLOCK_EIO:
+    case DLOCK_ESERVER:
+        return EXIT_UNAVAILABLE;
+    case DLOCK_EAUTH:
+        return EXIT_NOPERM;
+    case DLOCK_ENOTOWNER:
+        return EXIT_NOTOWNER;
+    case DLOCK_ELOST:
+        return EXIT_LOST;
+    default:
+        return EXIT_INTERNAL;
+    }
+}
+
+/* Reads the first line of path into a malloc'd string. */
+static int read_password(const char *cmd, const char *path, char **out)
+{
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int saved;
+    if (!f) {
+        cli_err(cmd, "cannot read password file '%s': %s", path, strerror(errno));
+        return EXIT_NOINPUT;
+    }
+    errno = 0;
+    n = getline(&line, &cap, f);
+    saved = errno;
+    fclose(f);
+    if (n < 0) {
+        free(line);
+        if (saved) {
+            cli_err(cmd, "cannot read password file '%s': %s", path, strerror(saved));
+            return EXIT_NOINPUT;
+        }
+        cli_err(cmd, "password file '%s' is empty", path);
+        return EXIT_NOINPUT;
+    }
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    if (n == 0) {
+        free(line);
+        cli_err(cmd, "password file '%s' is empty", path);
+        return EXIT_NOINPUT;
+    }
+    *out = line;
+    return 0;
+}
+
+int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock_client **out)
+{
+    dlock_options o;
+    char *password = NULL;
+    dlock_client *c = NULL;
+    int rc;
+
+    *out = NULL;
+    if (g->password_file) {
+        rc = read_password(cmd, g->password_file, &password);
+        if (rc)
+            return rc;
+    }
+    dlock_options_init(&o);
+    o.url = g->url;
+    o.password = password;
+    o.connect_timeout_ms = g->timeout_ms;
+    o.command_timeout_ms = g->timeout_ms;
+    o.watchdog_lease_ms = watchdog_ms;
+    o.max_idle_connections = 2;
+    rc = dlock_client_new(&o, &c);
+    if (password) {
+        explicit_bzero(password, strlen(password));
+        free(password);
+    }
+    if (rc != DLOCK_OK) {
+        const char *msg = c ? dlock_errmsg(c) : "";
+        if (!msg || !*msg)
+            msg = dlock_strerror(rc);
+        if (rc == DLOCK_EINVAL)
+            cli_err(cmd, "%s", msg);
+        else if (rc == DLOCK_EIO)
+            cli_err(cmd, "server unavailable: %s", msg);
+        else if (rc == DLOCK_EAUTH)
+            cli_err(cmd, "authentication refused: %s", msg);
+        else
+            cli_err(cmd, "cannot connect: %s", msg);
+        dlock_client_free(c);
+        return cli_exit_code(rc, EXIT_INTERNAL);
+    }
+    *out = c;
+    return 0;
+}
+
+/* ---- output ---- */
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t need, i;
+    uint32_t cp;
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        need = 2;
+        cp = s[0] & 0x1F;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        need = 3;
+        cp = s[0] & 0x0F;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        need = 4;
+        cp = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < need)
+        return 0;
+    for (i = 1; i < need; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((need == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (need == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return need;
+}
+
+void cli_json_str(FILE *f, const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    fputc('"', f);
+    while (i < len) {
+        unsigned char ch = s[i];
+        size_t n;
+        switch (ch) {
+        case '"':
+            fputs("\\\"", f);
+            i++;
+            continue;
+        case '\\':
+            fputs("\\\\", f);
+            i++;
+            continue;
+        case '\n':
+            fputs("\\n", f);
+            i++;
+            continue;
+        case '\r':
+            fputs("\\r", f);
+            i++;
+            continue;
+        case '\t':
+            fputs("\\t", f);
+            i++;
+            continue;
+        default:
+            break;
+        }
+        if (ch < 0x20 || ch == 0x7F) {
+            fprintf(f, "\\u%04x", ch);
+            i++;
+            continue;
+        }
+        n = utf8_len(s + i, len - i);
+        if (n == 0) {
+            fprintf(f, "\\u%04x", ch); /* not UTF-8: the byte as a code point */
+            i++;
+            continue;
+        }
+        fwrite(s + i, 1, n, f);
+        i += n;
+    }
+    fputc('"', f);
+}
+
+void cli_text(FILE *f, const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i;
+    for (i = 0; i < len; i++) {
+        if (s[i] == '\\')
+            fputs("\\\\", f);
+        else if (s[i] < 0x20 || s[i] == 0x7F)
+            fprintf(f, "\\x%02x", s[i]);
+        else
+            fputc(s[i], f);
+    }
+}
+
+void cli_fmt_ttl(char *buf, size_t len, int64_t ttl_ms)
+{
+    if (ttl_ms == -2)
+        snprintf(buf, len, "-");
+    else if (ttl_ms < 0)
+        snprintf(buf, len, "none");
+    else
+        snprintf(buf, len, "%lld.%03llds", (long long)(ttl_ms / 1000),
+                 (long long)(ttl_ms % 1000));
+}

@@ -1,0 +1,108 @@
+/* Shared helpers of the dlock command-line tool: exit codes, global options,
+ * messages, connecting, and output formatting (text escaping and JSON).
+ * The tool is a client of the public API (<dlock.h>) only. */
+#ifndef DLOCK_CLI_UTIL_H
+#define DLOCK_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <dlock.h>
+
+/* ---- exit codes (documented in docs/dlock.1 and docs/cli.md) ---- */
+enum {
+    EXIT_CONFLICT_DEFAULT = 1, /* -n / -w: the lock was not had (see -E) */
+    EXIT_USAGE = 64,           /* EX_USAGE: bad option, argument or URL */
+    EXIT_NOINPUT = 66,         /* EX_NOINPUT: the password file cannot be read */
+    EXIT_UNAVAILABLE = 69,     /* EX_UNAVAILABLE: server unreachable or refused */
+    EXIT_INTERNAL = 70,        /* EX_SOFTWARE: internal or protocol error */
+    EXIT_OSERR = 71,           /* EX_OSERR: fork, pipe... failed */
+    EXIT_NOPERM = 77,          /* EX_NOPERM: authentication refused */
+    EXIT_CONFIG = 78,          /* EX_CONFIG: `doctor` found a FAIL */
+    EXIT_LOST = 80,            /* run: the lock was lost while the command ran */
+    EXIT_NOTOWNER = 81,        /* release/extend: the token does not own the lock */
+    EXIT_CANNOT_EXEC = 126,    /* run: the command cannot be executed */
+    EXIT_NOT_FOUND = 127       /* run: the command was not found */
+};
+
+/* ---- global options ---- */
+typedef struct cli_global {
+    const char *url;           /* --url, else NULL ($DLOCK_URL / default) */
+    const char *password_file; /* --password-file */
+    int64_t timeout_ms;        /* --timeout, 0: library defaults */
+    int verbose;
+    int quiet;
+    int json;
+} cli_global;
+
+/* getopt_long() codes of the global long options (beyond any char). */
+enum {
+    OPT_URL = 1000,
+    OPT_PASSWORD_FILE,
+    OPT_TIMEOUT,
+    OPT_JSON,
+    OPT_FIRST_LOCAL_ = 1100 /* commands number their own long options from here */
+};
+
+/* The global options, for splicing into each command's struct option array. */
+#define CLI_GLOBAL_LONGOPTS                                   \
+    {"url", required_argument, NULL, OPT_URL},                \
+    {"password-file", required_argument, NULL, OPT_PASSWORD_FILE}, \
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},        \
+    {"verbose", no_argument, NULL, 'v'},                      \
+    {"quiet", no_argument, NULL, 'q'},                        \
+    {"json", no_argument, NULL, OPT_JSON},                    \
+    {"help", no_argument, NULL, 'h'}
+#define CLI_GLOBAL_SHORTOPTS "vqh"
+
+/* Handles one getopt_long() result if it is a global option, an unknown
+ * option or a missing argument.
+ * Returns -1 when opt is none of these (the caller handles it), 0 when
+ * handled, or an exit code (usage error, or -2 for --help: the caller prints
+ * its help and exits 0). argv is the vector given to getopt_long. */
+#define CLI_WANT_HELP (-2)
+int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv);
+/* For the default branch of a command's option loop: handles opt as above
+ * (printing the command's help for --help). Returns 1 to go on, or 0 after
+ * storing the exit code (0 for --help) in *code. */
+int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, int *code);
+
+/* ---- messages: one line on stderr, prefixed "dlock: " / "dlock CMD: " ---- */
+void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "dlock CMD: <msg> (try 'dlock help CMD')" and returns EXIT_USAGE. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Verbose/info line on stderr unless quiet. */
+void cli_info(const cli_global *g, const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- argument parsing ---- */
+/* Parses a duration option; min_ms is the smallest value allowed (0 or 1).
+ * Returns 0 or EXIT_USAGE (message printed). */
+int cli_duration(const char *cmd, const char *opt, const char *s, int64_t min_ms, int64_t *ms);
+/* Parses a decimal integer in [lo, hi]. Returns 0 or EXIT_USAGE. */
+int cli_integer(const char *cmd, const char *opt, const char *s, long lo, long hi, long *v);
+/* Checks a lock name (1..DLOCK_NAME_MAX bytes). Returns 0 or EXIT_USAGE. */
+int cli_check_name(const char *cmd, const char *name);
+/* Parses --kind. Returns 0 or EXIT_USAGE. */
+int cli_kind(const char *cmd, const char *s, dlock_kind *kind);
+const char *cli_kind_name(int kind, int exists);
+
+/* ---- connecting ---- */
+/* Reads the password file (if any), creates and connects the client.
+ * watchdog_ms: the client's watchdog lease (0: default).
+ * Returns 0, or an exit code after printing one line. */
+int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock_client **out);
+/* Maps a library code to an exit code (conflict: the code for EBUSY/ETIMEDOUT). */
+int cli_exit_code(int code, int conflict);
+
+/* ---- output ---- */
+/* Writes bytes as a JSON string (with quotes). Invalid UTF-8 bytes are
+ * written as \u00XX so the output is always valid JSON. */
+void cli_json_str(FILE *f, const char *s, size_t len);
+/* Writes bytes for a human: printable as is, control bytes as \xNN. */
+void cli_text(FILE *f, const char *s, size_t len);
+/* Formats milliseconds as "1.500s" / "-" (free) / "none" (no expiry). */
+void cli_fmt_ttl(char *buf, size_t len, int64_t ttl_ms);
+
+#endif

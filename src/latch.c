@@ -1,0 +1,253 @@
+/* The countdown latch (Redisson RCountDownLatch layout): STRING `name` holds
+ * the count; channel "redisson_countdownlatch__channel__{name}" (no colon)
+ * gets "0" when the count reaches zero (the key is deleted then) and "1"
+ * when a new count is set. An absent key is a count of zero. Waiters
+ * subscribe, read the count, and sleep until a message or their deadline:
+ * the count only reaches zero through a script that publishes "0". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* shared pub/sub waiting, defined in semaphore.c (belongs in internal.h) */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err);
+int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
+
+/* ---- scripts: KEYS[1] = latch, KEYS[2] = channel ---- */
+
+#define LATCH_COUNT_LUA                                                                        \
+    "local function count() "                                                                  \
+    "local v = redis.call('get', KEYS[1]) "                                                    \
+    "if not v then return 0 end "                                                              \
+    "local n = tonumber(v) "                                                                   \
+    "if not n then error('latch count is not an integer') end "                                \
+    "return n end "
+
+/* ARGV: count (>= 1). Sets it only at zero. -> 1 set | 0 not at zero */
+static dl_script try_set_script = DL_SCRIPT("latch_try_set",
+    LATCH_COUNT_LUA
+    "if count() > 0 then return 0 end "
+    "redis.call('set', KEYS[1], ARGV[1]) "
+    "redis.call('publish', KEYS[2], '1') "
+    "return 1");
+
+/* ARGV: count (>= 0). 0 deletes the key and wakes the waiters. -> 1 */
+static dl_script set_script = DL_SCRIPT("latch_set",
+    "if tonumber(ARGV[1]) <= 0 then "
+    "redis.call('del', KEYS[1]) "
+    "redis.call('publish', KEYS[2], '0') "
+    "else "
+    "redis.call('set', KEYS[1], ARGV[1]) "
+    "redis.call('publish', KEYS[2], '1') end "
+    "return 1");
+
+/* ARGV: k (>= 1). Counts down, not below zero; at zero deletes the key and
+ * publishes "0". -> the new count */
+static dl_script count_down_script = DL_SCRIPT("latch_count_down",
+    LATCH_COUNT_LUA
+    "local n = count() "
+    "if n <= 0 then "
+    "if redis.call('exists', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end "
+    "return 0 end "
+    "local k = tonumber(ARGV[1]) "
+    "if k >= n then "
+    "redis.call('del', KEYS[1]) "
+    "redis.call('publish', KEYS[2], '0') "
+    "return 0 end "
+    "return redis.call('decrby', KEYS[1], ARGV[1])");
+
+/* ---- handles ---- */
+
+struct dlock_latch {
+    dlock_client *c;
+    char *name;
+    size_t name_len;
+    char *channel;             /* redisson_countdownlatch__channel__{name} */
+    size_t channel_len;
+    char errmsg[DL_ERRMSG_MAX];
+};
+
+static int la_fail(dlock_latch *l, const dl_err *err) {
+    snprintf(l->errmsg, sizeof l->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
+    return err->code;
+}
+
+static int la_ok(dlock_latch *l) {
+    l->errmsg[0] = '\0';
+    return DLOCK_OK;
+}
+
+int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_latch **out) {
+    if (out) *out = NULL;
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!out) {
+        dl_seterr(&err, DLOCK_EINVAL, "dlock_latch_new: NULL out");
+        return dl_client_fail(c, &err);
+    }
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    dlock_latch *l = calloc(1, sizeof *l);
+    if (!l) goto oom;
+    l->c = c;
+    l->name = malloc(name_len + 1);
+    if (!l->name) goto oom;
+    memcpy(l->name, name, name_len);
+    l->name[name_len] = '\0';
+    l->name_len = name_len;
+    l->channel =
+        dl_derive_key("redisson_countdownlatch__channel__", name, name_len, "", &l->channel_len);
+    if (!l->channel) goto oom;
+    *out = l;
+    dl_client_ok(c);
+    return DLOCK_OK;
+oom:
+    dlock_latch_free(l);
+    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    return dl_client_fail(c, &err);
+}
+
+void dlock_latch_free(dlock_latch *l) {
+    if (!l) return;
+    free(l->name);
+    free(l->channel);
+    free(l);
+}
+
+const char *dlock_latch_errmsg(const dlock_latch *l) {
+    return l ? l->errmsg : "no latch (NULL handle)";
+}
+
+/* Runs a script with KEYS {latch, channel} and one number argument. */
+static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, long long *v,
+                   dl_err *err) {
+    char num[24];
+    const char *keys[2] = {l->name, l->channel};
+    size_t keylens[2] = {l->name_len, l->channel_len};
+    const char *args[1] = {num};
+    size_t arglens[1] = {dl_fmt_ll(num, arg)};
+    redisReply *r = NULL;
+    int rc = dl_client_eval(l->c, s, 2, keys, keylens, 1, args, arglens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_sync_reply_error(r, what, err);
+    else if (dl_reply_int(r, v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* GET on conn (a pooled one when NULL); absent is 0. */
+static int read_count(dlock_latch *l, dl_conn *conn, int64_t *count, dl_err *err) {
+    const char *argv[2] = {"GET", l->name};
+    size_t lens[2] = {3, l->name_len};
+    redisReply *r = NULL;
+    int rc = conn ? dl_conn_command(conn, dl_cmd_deadline(l->c), 2, argv, lens, &r, err)
+                  : dl_client_command(l->c, 2, argv, lens, &r, err);
+    if (rc) return rc;
+    long long v = 0;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_reply_error(r, "latch count", err);
+    else if (r->type != REDIS_REPLY_NIL && dl_reply_int(r, &v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "latch count: the value is not an integer");
+    freeReplyObject(r);
+    if (!rc) *count = v;
+    return rc;
+}
+
+int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (set) *set = 0;
+    if (!set) {
+        dl_seterr(&err, DLOCK_EINVAL, "latch try_set: NULL result pointer");
+        return la_fail(l, &err);
+    }
+    if (count < 1) {
+        dl_seterr(&err, DLOCK_EINVAL, "latch try_set: count must be >= 1 (got %lld)",
+                  (long long)count);
+        return la_fail(l, &err);
+    }
+    long long v = 0;
+    int rc = la_eval(l, &try_set_script, "latch try_set", count, &v, &err);
+    if (rc) return la_fail(l, &err);
+    *set = v == 1;
+    return la_ok(l);
+}
+
+int dlock_latch_set(dlock_latch *l, int64_t count) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (count < 0) {
+        dl_seterr(&err, DLOCK_EINVAL, "latch set: count must be >= 0 (got %lld)", (long long)count);
+        return la_fail(l, &err);
+    }
+    long long v = 0;
+    int rc = la_eval(l, &set_script, "latch set", count, &v, &err);
+    return rc ? la_fail(l, &err) : la_ok(l);
+}
+
+int dlock_latch_count_down(dlock_latch *l, int64_t k) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (k < 1) {
+        dl_seterr(&err, DLOCK_EINVAL, "latch count_down: k must be >= 1 (got %lld)", (long long)k);
+        return la_fail(l, &err);
+    }
+    long long v = 0;
+    int rc = la_eval(l, &count_down_script, "latch count_down", k, &v, &err);
+    return rc ? la_fail(l, &err) : la_ok(l);
+}
+
+int dlock_latch_count(dlock_latch *l, int64_t *count) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!count) {
+        dl_seterr(&err, DLOCK_EINVAL, "latch count: NULL result pointer");
+        return la_fail(l, &err);
+    }
+    *count = 0;
+    int rc = read_count(l, NULL, count, &err);
+    return rc ? la_fail(l, &err) : la_ok(l);
+}
+
+int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err = {0};
+    char nm[80];
+    if (dl_sync_check_wait(wait_ms, &err)) return la_fail(l, &err);
+    dlock_client *c = l->c;
+    int64_t deadline = dl_deadline(wait_ms);
+    dl_conn *conn = NULL, *sub = NULL;
+    int64_t n = 0;
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
+    if (!rc) rc = read_count(l, conn, &n, &err);
+    if (rc || n <= 0) goto out;
+    if (wait_ms == DLOCK_NOWAIT) {
+        rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "latch '%s' is not at zero (count %lld)",
+                       dl_name_msg(l->name, l->name_len, nm, sizeof nm), (long long)n);
+        goto out;
+    }
+    rc = dl_sync_subscribe(c, l->channel, l->channel_len, &sub, &err);
+    while (!rc) {
+        /* subscribed before this read: the zero message after it is not missed */
+        rc = read_count(l, conn, &n, &err);
+        if (rc || n <= 0) break;
+        if (deadline != DL_INF_DEADLINE && dl_now_ms() >= deadline) {
+            rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "timed out waiting for latch '%s' (count %lld)",
+                           dl_name_msg(l->name, l->name_len, nm, sizeof nm), (long long)n);
+            break;
+        }
+        rc = dl_sync_wait(c, sub, deadline, &err);
+        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
+    }
+    dl_sync_unsubscribe(c, sub, l->channel, l->channel_len);
+out:
+    dl_pool_put(c, conn);
+    return rc ? la_fail(l, &err) : la_ok(l);
+}

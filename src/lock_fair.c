@@ -1,0 +1,362 @@
+/* The fair lock: Redisson's RFairLock layout, with a direct handoff.
+ *
+ *   HASH  name                            field "<uuid>:<tid>" = hold count (as RLock)
+ *   LIST  redisson_lock_queue:{name}      waiting owners, in arrival order
+ *   ZSET  redisson_lock_timeout:{name}    waiting owner -> deadline (ms)
+ *   HASH  redisson_lock_lease:{name}      dlock's own: waiting owner -> requested lease
+ *                                         (ms), or "g<fence>" once the lock was
+ *                                         handed to that owner (Redisson ignores it)
+ *   channel redisson_lock__channel:{name}:<uuid>:<tid>   one per waiter
+ *
+ * The lock goes to the queue head; a newcomer never jumps a live queue. A
+ * waiter's queue entry carries a deadline of now + DL_FAIR_WAIT_MS, refreshed
+ * by every attempt; the waiter comes back at least every DL_FAIR_KEEPALIVE_MS
+ * (a third of it) to refresh it, so a live waiter never expires while a
+ * crashed one is dropped from the head once its deadline passed.
+ *
+ * Clock: the deadlines are read and written with the server's TIME inside
+ * the scripts (Redis 7 replicates script effects, so TIME is allowed before
+ * writes). All clients thus share one clock; Redisson writes its waiters'
+ * scores with its client clock, which agrees with the server's as far as the
+ * hosts' clocks agree (NTP).
+ *
+ * Handoff: when the last hold is released and the queue head is a live dlock
+ * waiter (it registered its lease in the lease hash), the release script
+ * makes it the owner right away (field = 1, PEXPIRE its lease, INCR the fence
+ * counter, pop it from the queue) and publishes "granted:<fence>" on its
+ * channel; the waiter holds the lock on receipt, with no further round trip.
+ * The grant is only made when PUBLISH reached a subscriber: a waiter that died
+ * (its connection is gone) or has not subscribed yet gets nothing, stays the
+ * head, and either takes the lock on its next attempt or is dropped at its
+ * deadline. A head without a registered lease (a Redisson waiter) gets
+ * Redisson's plain wake-up "0" on its channel instead.
+ *
+ * The lease hash keeps "g<fence>" for an owner that was handed the lock, until
+ * it releases or re-enters: an attempt of the same acquire call that finds
+ * the owner's field set with that marker (the grant raced the attempt) takes
+ * the grant instead of counting a re-entry, and an abandon that finds it gives
+ * the lock back (the grant came after the waiter gave up). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* How long a queue entry lives without a refresh, and how often a waiter
+ * refreshes it (at most; it also comes back when told). */
+#define DL_FAIR_WAIT_MS 5000
+#define DL_FAIR_KEEPALIVE_MS (DL_FAIR_WAIT_MS / 3)
+
+/* Common Lua. KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue,
+ * KEYS[4] deadlines, KEYS[5] leases. */
+#define FAIR_LUA_NOW                                                                   \
+    "local tm = redis.call('time') "                                                   \
+    "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) "
+
+/* Drops queue heads whose deadline passed (or that have none). */
+#define FAIR_LUA_DROP                                                                  \
+    "local function drop() "                                                           \
+    "while true do "                                                                   \
+    "local h = redis.call('lindex', KEYS[3], 0) "                                      \
+    "if not h then return end "                                                        \
+    "local d = tonumber(redis.call('zscore', KEYS[4], h)) "                            \
+    "if d and d > now then return end "                                                \
+    "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], h); "                    \
+    "redis.call('hdel', KEYS[5], h) end end "
+
+/* The lock is free: hand it to the live head (dlock waiter, subscribed), or
+ * wake the head (Redisson waiter). ARGV[1]: channel prefix. */
+#define FAIR_LUA_ADVANCE                                                               \
+    "local function advance() "                                                        \
+    "drop() "                                                                          \
+    "local h = redis.call('lindex', KEYS[3], 0) "                                      \
+    "if not h then redis.call('del', KEYS[5]); return end "                            \
+    "local ch = ARGV[1] .. ':' .. h "                                                  \
+    "local lease = tonumber(redis.call('hget', KEYS[5], h)) "                          \
+    "if not lease then redis.call('publish', ch, '0'); return end "                    \
+    "local f = redis.call('incr', KEYS[2]) "                                           \
+    "if redis.call('publish', ch, 'granted:' .. f) > 0 then "                          \
+    "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], h); "                    \
+    "redis.call('hset', KEYS[1], h, 1); redis.call('pexpire', KEYS[1], lease); "       \
+    "redis.call('hset', KEYS[5], h, 'g' .. f) end end "
+
+/* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
+ * queued before), queue ('1' join/refresh the queue, '0' try once), entry
+ * lifetime ms, keep-alive ms.
+ * -> {1, fence, holds} acquired | {0, ms to wait at most, fence counter now} */
+static dl_script acquire_script = DL_SCRIPT("fair_acquire",
+    FAIR_LUA_NOW FAIR_LUA_DROP
+    "drop() "
+    "local me = ARGV[2] "
+    "if redis.call('hexists', KEYS[1], me) == 1 then "
+    "local m = redis.call('hget', KEYS[5], me) "
+    "if ARGV[3] == 'w' and m and string.sub(m, 1, 1) == 'g' then "
+    "redis.call('hdel', KEYS[5], me) "
+    "return {1, tonumber(string.sub(m, 2)), tonumber(redis.call('hget', KEYS[1], me))} end "
+    "local n = redis.call('hincrby', KEYS[1], me, 1) "
+    "redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "if redis.call('zrem', KEYS[4], me) == 1 then redis.call('lrem', KEYS[3], 0, me) end "
+    "redis.call('hdel', KEYS[5], me) "
+    "return {1, redis.call('incr', KEYS[2]), n} end "
+    "local head = redis.call('lindex', KEYS[3], 0) "
+    "if redis.call('exists', KEYS[1]) == 0 and (not head or head == me) then "
+    "if head then redis.call('lpop', KEYS[3]) end "
+    "redis.call('zrem', KEYS[4], me) "
+    "if redis.call('llen', KEYS[3]) == 0 then redis.call('del', KEYS[5]) "
+    "else redis.call('hdel', KEYS[5], me) end "
+    "redis.call('hset', KEYS[1], me, 1); redis.call('pexpire', KEYS[1], ARGV[1]) "
+    "return {1, redis.call('incr', KEYS[2]), 1} end "
+    "local ka = tonumber(ARGV[6]) "
+    "if ARGV[4] == '1' then "
+    "if not redis.call('zscore', KEYS[4], me) then redis.call('rpush', KEYS[3], me) end "
+    "redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), me) "
+    "redis.call('hset', KEYS[5], me, ARGV[1]) end "
+    "local p = redis.call('pttl', KEYS[1]) "
+    "if p == -2 then "
+    "local d = tonumber(redis.call('zscore', KEYS[4], head)) "
+    "if d then p = d - now + 1 else p = ka end "
+    "elseif p < 0 then p = ka end "
+    "if p > ka then p = ka end "
+    "return {0, p, tonumber(redis.call('get', KEYS[2]) or 0)}");
+
+/* ARGV: channel prefix, lease ms, owner.
+ * -> -1 not held | 0 still held (count > 0) | 1 released */
+static dl_script release_script = DL_SCRIPT("fair_release",
+    FAIR_LUA_NOW FAIR_LUA_DROP FAIR_LUA_ADVANCE
+    "if redis.pcall('hexists', KEYS[1], ARGV[3]) ~= 1 then return -1 end "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[3], -1) "
+    "if n > 0 then redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end "
+    "redis.call('del', KEYS[1]); redis.call('hdel', KEYS[5], ARGV[3]) "
+    "advance() "
+    "return 1");
+
+/* A waiter gives up. ARGV: channel prefix, owner.
+ * -> 1 the lock had been handed to it (given back) | 0 left the queue */
+static dl_script abandon_script = DL_SCRIPT("fair_abandon",
+    FAIR_LUA_NOW FAIR_LUA_DROP FAIR_LUA_ADVANCE
+    "local me = ARGV[2] "
+    "local m = redis.call('hget', KEYS[5], me) "
+    "if m and string.sub(m, 1, 1) == 'g' and redis.pcall('hexists', KEYS[1], me) == 1 then "
+    "redis.call('hdel', KEYS[5], me) "
+    "if redis.call('hincrby', KEYS[1], me, -1) <= 0 then "
+    "redis.call('del', KEYS[1]); advance() end "
+    "return 1 end "
+    "local head = redis.call('lindex', KEYS[3], 0) "
+    "redis.call('lrem', KEYS[3], 0, me); redis.call('zrem', KEYS[4], me) "
+    "redis.call('hdel', KEYS[5], me) "
+    "if head == me and redis.call('exists', KEYS[1]) == 0 then advance() end "
+    "return 0");
+
+/* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
+static dl_script extend_script = DL_SCRIPT("fair_extend",
+    "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "redis.call('pexpire', KEYS[1], ARGV[2]); return 1 end return 0");
+
+/* Watchdog. KEYS: locks. ARGV: lease ms, owner field per key. */
+static dl_script renew_script = DL_SCRIPT("fair_renew",
+    "local res = {} "
+    "for i, key in ipairs(KEYS) do "
+    "if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then "
+    "redis.call('pexpire', key, ARGV[1]); res[i] = 1 else res[i] = 0 end end "
+    "return res");
+
+typedef struct fair_data {
+    char *queue, *timeouts, *leases, *chan; /* chan: redisson_lock__channel:{name} */
+    size_t queue_len, timeouts_len, leases_len, chan_len;
+    int queued;        /* this acquire call joined the queue */
+    int64_t t0;        /* monotonic ms when the latest attempt was sent */
+    int64_t lease_ms;  /* the lease this call asked for */
+    uint64_t seen;     /* the fence counter at the latest attempt: a grant
+                        * made after it carries a greater fence */
+} fair_data;
+
+static void fair_destroy(dlock_lock *l) {
+    fair_data *d = l->kdata;
+    if (!d) return;
+    free(d->queue);
+    free(d->timeouts);
+    free(d->leases);
+    free(d->chan);
+    free(d);
+    l->kdata = NULL;
+}
+
+static int fair_init(dlock_lock *l, dl_err *err) {
+    fair_data *d = calloc(1, sizeof *d);
+    if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    l->kdata = d;
+    d->queue = dl_derive_key("redisson_lock_queue:", l->name, l->name_len, "", &d->queue_len);
+    d->timeouts =
+        dl_derive_key("redisson_lock_timeout:", l->name, l->name_len, "", &d->timeouts_len);
+    d->leases = dl_derive_key("redisson_lock_lease:", l->name, l->name_len, "", &d->leases_len);
+    d->chan = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &d->chan_len);
+    /* the per-owner channel is set by fair_owner; until then, the common one */
+    l->channel =
+        dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
+    if (!d->queue || !d->timeouts || !d->leases || !d->chan || !l->channel)
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+/* The owner "<uuid>:<tid>" and its channel "redisson_lock__channel:{name}:<owner>". */
+static int fair_owner(dlock_lock *l, dl_err *err) {
+    fair_data *d = l->kdata;
+    int rc = dl_owner_thread(l, err);
+    if (rc) return rc;
+    size_t len = d->chan_len + 1 + l->token_len;
+    char *ch = malloc(len + 1);
+    if (!ch) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    memcpy(ch, d->chan, d->chan_len);
+    ch[d->chan_len] = ':';
+    memcpy(ch + d->chan_len + 1, l->token, l->token_len);
+    ch[len] = '\0';
+    free(l->channel);
+    l->channel = ch;
+    l->channel_len = len;
+    d->queued = 0;
+    return DLOCK_OK;
+}
+
+static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
+                        dl_try *t, dl_err *err) {
+    fair_data *d = l->kdata;
+    char lease[24], life[24], ka[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    size_t lifel = dl_fmt_ll(life, DL_FAIR_WAIT_MS);
+    size_t kal = dl_fmt_ll(ka, DL_FAIR_KEEPALIVE_MS);
+    int queue = wait_ms != 0;
+    const char *mode = (l->holds > 0 || !d->queued) ? "r" : "w";
+    const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
+    size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
+                         d->leases_len};
+    const char *args[6] = {lease, l->token, mode, queue ? "1" : "0", life, ka};
+    size_t arglens[6] = {ll, l->token_len, 1, 1, lifel, kal};
+    int64_t t0 = dl_now_ms();
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &acquire_script, 5, keys, keylens, 6, args,
+                     arglens, &r, err);
+    if (rc) return rc;
+    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
+    long long seen = 0;
+    if (!rc && !t->acquired && r->elements > 2 && !dl_reply_int(r->element[2], &seen))
+        d->seen = (uint64_t)seen;
+    freeReplyObject(r);
+    if (rc) return rc;
+    d->t0 = t0;
+    d->lease_ms = lease_ms;
+    if (t->acquired) d->queued = 0;
+    else if (queue) d->queued = 1;
+    return DLOCK_OK;
+}
+
+/* "granted:<fence>" from a release that handed us the lock. */
+static int fair_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
+    fair_data *d = l->kdata;
+    static const char pfx[] = "granted:";
+    const size_t plen = sizeof pfx - 1;
+    if (msg->type != REDIS_REPLY_STRING || msg->len <= plen || msg->len > plen + 20 ||
+        memcmp(msg->str, pfx, plen) != 0)
+        return 0;
+    uint64_t f = 0;
+    for (size_t i = plen; i < msg->len; i++) {
+        unsigned char ch = (unsigned char)msg->str[i];
+        if (ch < '0' || ch > '9') return 0;
+        uint64_t nf = f * 10 + (uint64_t)(ch - '0');
+        if (nf / 10 != f) return 0; /* overflow */
+        f = nf;
+    }
+    /* a grant older than our latest attempt (which then found us not
+     * holding: the lease it gave ran out), or one whose lease would already
+     * have run out: not ours any more; the next attempt tells */
+    if (f <= d->seen || dl_now_ms() >= d->t0 + d->lease_ms) return 0;
+    memset(t, 0, sizeof *t);
+    t->acquired = 1;
+    t->fence = f;
+    t->count = 1;
+    d->queued = 0;
+    /* granted after our latest attempt ran (it found us not holding): its
+     * send time is a safe start for the lease */
+    l->expires_at = d->t0 + d->lease_ms;
+    atomic_store(&l->lease.last_ok, (long long)d->t0);
+    return 1;
+}
+
+static int run_script(dlock_lock *l, dl_conn *conn, dl_script *s, int nargs, const char **args,
+                      const size_t *arglens, const char *what, long long *res, dl_err *err) {
+    fair_data *d = l->kdata;
+    const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
+    size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
+                         d->leases_len};
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 5, keys, keylens, nargs, args, arglens, &r,
+                     err);
+    if (!rc) rc = dl_reply_expect_int(r, what, res, err);
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+static void fair_abandon(dlock_lock *l, dl_conn *conn) {
+    fair_data *d = l->kdata;
+    const char *args[2] = {d->chan, l->token};
+    size_t arglens[2] = {d->chan_len, l->token_len};
+    long long res = 0;
+    dl_err ignored = {0};
+    run_script(l, conn, &abandon_script, 2, args, arglens, "abandon", &res, &ignored);
+    d->queued = 0;
+}
+
+static int fair_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
+    fair_data *d = l->kdata;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, l->lease_ms);
+    const char *args[3] = {d->chan, lease, l->token};
+    size_t arglens[3] = {d->chan_len, ll, l->token_len};
+    return run_script(l, conn, &release_script, 3, args, arglens, "release", res, err);
+}
+
+static int fair_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
+                       dl_err *err) {
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    const char *keys[1] = {l->name};
+    size_t keylens[1] = {l->name_len};
+    const char *args[2] = {l->token, lease};
+    size_t arglens[2] = {l->token_len, ll};
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &extend_script, 1, keys, keylens, 2, args,
+                     arglens, &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+static int fair_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
+    const char *argv[3] = {"HGET", l->name, l->token};
+    size_t lens[3] = {4, l->name_len, l->token_len};
+    redisReply *r = NULL;
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 3, argv, lens, &r, err);
+    if (rc) return rc;
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "check", err);
+    else if (r->type == REDIS_REPLY_STRING && !dl_reply_int(r, &n)) {
+        *held = n > 0;
+        *count = n;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+const dl_kind_ops dl_fair_ops = {
+    .kind = DLOCK_KIND_FAIR,
+    .name = "fair",
+    .reentrant = 1,
+    .init = fair_init,
+    .destroy = fair_destroy,
+    .owner = fair_owner,
+    .attempt = fair_attempt,
+    .message = fair_message,
+    .abandon = fair_abandon,
+    .release = fair_release,
+    .extend = fair_extend,
+    .check = fair_check,
+    .renew = &renew_script,
+};

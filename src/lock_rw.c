@@ -1,0 +1,448 @@
+/* The read-write lock: Redisson's RReadWriteLock layout, read side
+ * (DLOCK_KIND_READ) and write side (DLOCK_KIND_WRITE).
+ *
+ * Layout, for a lock called N:
+ *   HASH N                 field "mode" = "read" | "write";
+ *                          reader fields "<uuid>:<tid>" = hold count;
+ *                          writer field "<uuid>:<tid>:write" = hold count.
+ *   {N}:<uuid>:<tid>:rwlock_timeout:<k>
+ *                          one STRING per read hold (k = 1..count) whose PTTL
+ *                          is that hold's lease. N's PTTL is kept at the
+ *                          largest of them, so a reader that crashed frees its
+ *                          share once its own leases ran out.
+ *   redisson_rwlock:{N}    channel: "0" on a read release that frees the lock,
+ *                          "1" on a write release.
+ *   redisson_lock_token:{N}  fence counter, INCRed on every acquire, both sides.
+ *   {N}:write_waiters      dlock's own ZSET (Redisson ignores it) of waiting
+ *                          writers -> deadline (server ms).
+ *
+ * Policy (writer preference): while a writer waits, a thread that holds no
+ * read hold yet is refused the read side (re-entry by a current reader and
+ * the writer's own downgrade stay allowed, or they could deadlock against the
+ * waiting writer). A waiting writer writes itself into {N}:write_waiters with
+ * a deadline of now + DL_RW_WAITER_MS on the server's clock at each attempt,
+ * and makes the generic wait loop come back within DL_RW_REFRESH_MS so that
+ * the entry is refreshed before it expires; it leaves the set when it gets
+ * the lock or gives up (ops->abandon). Read attempts first drop expired
+ * entries, so a writer that died while waiting blocks new readers for at most
+ * DL_RW_WAITER_MS. A stream of readers therefore cannot starve writers;
+ * writers may delay readers instead.
+ *
+ * Downgrade: the thread holding the write side may take the read side; the
+ * mode stays "write" while the write hold lasts and becomes "read" when the
+ * last write hold is released with read holds left. Never upgrade: a thread
+ * holding only the read side that asks for the write side waits like any
+ * other writer (try-once: DLOCK_EBUSY). It waits for its own read holds too,
+ * so with a wait it gets the write side only once its own read leases ran
+ * out (never, with a watchdog lease): don't do that. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* A waiting writer's entry lasts this long (server clock) unless refreshed. */
+#define DL_RW_WAITER_MS 5000
+/* ... and it re-attempts (refreshing it) at least this often. */
+#define DL_RW_REFRESH_MS 2000
+
+#define DL_STR_(x) #x
+#define DL_STR(x) DL_STR_(x)
+
+/* Largest PTTL of any reader's timeout keys: h the hash, bp "{N}". */
+#define LUA_MAXREAD                                                                      \
+    "local function maxread(h, bp) "                                                     \
+    "local m = -2; local f = redis.call('hgetall', h); "                                 \
+    "for i = 1, #f, 2 do local k = f[i]; "                                               \
+    "if k ~= 'mode' and string.sub(k, -6) ~= ':write' then "                             \
+    "for j = 1, (tonumber(f[i + 1]) or 0) do "                                           \
+    "local p = redis.call('pttl', bp .. ':' .. k .. ':rwlock_timeout:' .. j); "          \
+    "if p > m then m = p end end end end "                                               \
+    "return m end "
+
+/* Server time in ms. */
+#define LUA_NOW                                                                          \
+    "local function now_ms() local t = redis.call('time'); "                             \
+    "return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end "
+
+/* KEYS: lock, fence counter, this reader's timeout prefix
+ * "{N}:<owner>:rwlock_timeout", waiting writers. ARGV: lease ms, owner.
+ * -> {1, fence, holds} | {0, ms to wait at most} */
+static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
+    LUA_NOW
+    "local now = now_ms(); "
+    "redis.call('zremrangebyscore', KEYS[4], '-inf', now); "
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if mode == 'write' then "
+    "  if redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 0 then "
+    "    return {0, redis.call('pttl', KEYS[1])} end "
+    "elseif mode == 'read' or redis.call('exists', KEYS[1]) == 0 then "
+    "  if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then "
+    "    local w = redis.call('zrange', KEYS[4], -1, -1, 'WITHSCORES'); "
+    "    if #w > 0 then "
+    "      local wait = tonumber(w[2]) - now; "
+    "      local p = redis.call('pttl', KEYS[1]); "
+    "      if p > 0 and p < wait then wait = p end "
+    "      if wait < 1 then wait = 1 end "
+    "      return {0, wait} end end "
+    "else return {0, redis.call('pttl', KEYS[1])} end "
+    "if not mode then redis.call('hset', KEYS[1], 'mode', 'read') end "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('set', KEYS[3] .. ':' .. n, '1', 'PX', ARGV[1]); "
+    "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]) end "
+    "return {1, redis.call('incr', KEYS[2]), n}");
+
+/* KEYS: lock, fence counter, waiting writers. ARGV: lease ms, owner
+ * "<uuid>:<tid>:write", "1" to queue as a waiting writer.
+ * -> {1, fence, holds} | {0, ms to wait at most} */
+static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
+    LUA_NOW
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (not mode and redis.call('exists', KEYS[1]) == 0) or "
+    "   (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "  if not mode then redis.call('hset', KEYS[1], 'mode', 'write') end "
+    "  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
+    "    redis.call('pexpire', KEYS[1], ARGV[1]) end "
+    "  redis.call('zrem', KEYS[3], ARGV[2]); "
+    "  return {1, redis.call('incr', KEYS[2]), n} end "
+    "local p = redis.call('pttl', KEYS[1]); "
+    "if ARGV[3] == '1' then "
+    "  redis.call('zadd', KEYS[3], now_ms() + " DL_STR(DL_RW_WAITER_MS) ", ARGV[2]); "
+    "  redis.call('pexpire', KEYS[3], " DL_STR(DL_RW_WAITER_MS) "); "
+    "  if p < 0 or p > " DL_STR(DL_RW_REFRESH_MS) " then p = " DL_STR(DL_RW_REFRESH_MS) " end "
+    "end "
+    "return {0, p}");
+
+/* A waiting writer gives up. KEYS: waiting writers, lock, channel. ARGV: owner.
+ * When it was the last waiting writer, readers it held back are woken. */
+static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
+    LUA_NOW
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now_ms()); "
+    "if redis.call('zrem', KEYS[1], ARGV[1]) == 1 and redis.call('zcard', KEYS[1]) == 0 and "
+    "   redis.pcall('hget', KEYS[2], 'mode') ~= 'write' then "
+    "  redis.call('publish', KEYS[3], '1') end "
+    "return 1");
+
+/* KEYS: lock, channel, this reader's timeout prefix, "{N}". ARGV: owner.
+ * -> -1 not held | 0 this owner still holds | 1 this owner's last hold */
+static dl_script read_release_script = DL_SCRIPT("rw_read_release",
+    LUA_MAXREAD
+    "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
+    "if type(v) ~= 'string' then return -1 end "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
+    "redis.call('del', KEYS[3] .. ':' .. (n + 1)); "
+    "local res = 0; "
+    "if n <= 0 then redis.call('hdel', KEYS[1], ARGV[1]); res = 1 end "
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then return res end "
+    "local m = maxread(KEYS[1], KEYS[4]); "
+    "if m > 0 then redis.call('pexpire', KEYS[1], m); return res end "
+    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
+    "return res");
+
+/* KEYS: lock, channel, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
+ * -> -1 not held | 0 still held | 1 released */
+static dl_script write_release_script = DL_SCRIPT("rw_write_release",
+    LUA_MAXREAD
+    "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
+    "if type(v) ~= 'string' or redis.call('hget', KEYS[1], 'mode') ~= 'write' then "
+    "  return -1 end "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
+    "if n > 0 then "
+    "  redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), maxread(KEYS[1], KEYS[3]))); "
+    "  return 0 end "
+    "redis.call('hdel', KEYS[1], ARGV[1]); "
+    "if redis.call('hlen', KEYS[1]) > 1 then "
+    "  redis.call('hset', KEYS[1], 'mode', 'read'); "
+    "  local m = maxread(KEYS[1], KEYS[3]); "
+    "  if m > 0 then redis.call('pexpire', KEYS[1], m) else redis.call('del', KEYS[1]) end "
+    "else redis.call('del', KEYS[1]) end "
+    "redis.call('publish', KEYS[2], '1'); "
+    "return 1");
+
+/* KEYS: lock, this reader's timeout prefix, "{N}". ARGV: owner, lease ms.
+ * -> 1 extended | 0 not ours */
+static dl_script read_extend_script = DL_SCRIPT("rw_read_extend",
+    LUA_MAXREAD
+    "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
+    "if type(v) ~= 'string' then return 0 end "
+    "for k = 1, tonumber(v) do redis.call('set', KEYS[2] .. ':' .. k, '1', 'PX', ARGV[2]) end "
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then "
+    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then "
+    "    redis.call('pexpire', KEYS[1], ARGV[2]) end "
+    "else redis.call('pexpire', KEYS[1], maxread(KEYS[1], KEYS[3])) end "
+    "return 1");
+
+/* KEYS: lock, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
+ * -> 1 extended | 0 not ours */
+static dl_script write_extend_script = DL_SCRIPT("rw_write_extend",
+    LUA_MAXREAD
+    "if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or "
+    "   redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end "
+    "redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), maxread(KEYS[1], KEYS[2]))); "
+    "return 1");
+
+/* Watchdog, read side. KEYS: locks. ARGV: lease ms, owner per key. Refreshes
+ * this reader's timeout keys and raises the hash's PTTL to the lease. */
+static dl_script read_renew_script = DL_SCRIPT("rw_read_renew",
+    "local res = {} "
+    "for i, key in ipairs(KEYS) do "
+    "  local v = redis.pcall('hget', key, ARGV[i + 1]); "
+    "  if type(v) == 'string' then "
+    "    local bp = key; "
+    "    if not string.find(key, '{', 1, true) then bp = '{' .. key .. '}' end "
+    "    for k = 1, tonumber(v) do "
+    "      redis.call('set', bp .. ':' .. ARGV[i + 1] .. ':rwlock_timeout:' .. k, '1', 'PX', "
+    "                 ARGV[1]) end "
+    "    if redis.call('pttl', key) < tonumber(ARGV[1]) then "
+    "      redis.call('pexpire', key, ARGV[1]) end "
+    "    res[i] = 1 "
+    "  else res[i] = 0 end end "
+    "return res");
+
+/* Watchdog, write side. KEYS: locks. ARGV: lease ms, owner per key. */
+static dl_script write_renew_script = DL_SCRIPT("rw_write_renew",
+    "local res = {} "
+    "for i, key in ipairs(KEYS) do "
+    "  if redis.pcall('hget', key, 'mode') == 'write' and "
+    "     redis.call('hexists', key, ARGV[i + 1]) == 1 then "
+    "    if redis.call('pttl', key) < tonumber(ARGV[1]) then "
+    "      redis.call('pexpire', key, ARGV[1]) end "
+    "    res[i] = 1 "
+    "  else res[i] = 0 end end "
+    "return res");
+
+/* The kind's own keys (l->kdata). */
+typedef struct rw_keys {
+    char *brace;          /* "{N}" (N itself when it has a '{') */
+    size_t brace_len;
+    char *waiters;        /* "{N}:write_waiters" */
+    size_t waiters_len;
+} rw_keys;
+
+static void rw_destroy(dlock_lock *l) {
+    rw_keys *k = l->kdata;
+    if (!k) return;
+    free(k->brace);
+    free(k->waiters);
+    free(k);
+    l->kdata = NULL;
+}
+
+static int rw_init(dlock_lock *l, dl_err *err) {
+    rw_keys *k = calloc(1, sizeof *k);
+    if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    l->kdata = k;
+    k->brace = dl_derive_key("", l->name, l->name_len, "", &k->brace_len);
+    k->waiters = dl_derive_key("", l->name, l->name_len, ":write_waiters", &k->waiters_len);
+    l->channel = dl_derive_key("redisson_rwlock:", l->name, l->name_len, "", &l->channel_len);
+    if (!k->brace || !k->waiters || !l->channel)
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory"); /* lock.c frees */
+    return DLOCK_OK;
+}
+
+/* The reader identity of this handle's owner: the token without ":write". */
+static size_t reader_len(const dlock_lock *l) {
+    if (l->kind == DLOCK_KIND_WRITE && l->token_len >= 6) return l->token_len - 6;
+    return l->token_len;
+}
+
+/* "{N}:<uuid>:<tid>:rwlock_timeout" for this handle's owner (malloc'd). */
+static char *timeout_prefix(const dlock_lock *l, size_t *len, dl_err *err) {
+    char suffix[sizeof l->token + 32];
+    size_t rl = reader_len(l);
+    suffix[0] = ':';
+    memcpy(suffix + 1, l->token, rl);
+    memcpy(suffix + 1 + rl, ":rwlock_timeout", sizeof ":rwlock_timeout");
+    char *p = dl_derive_key("", l->name, l->name_len, suffix, len);
+    if (!p) dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return p;
+}
+
+static int write_owner(dlock_lock *l, dl_err *err) {
+    int rc = dl_owner_thread(l, err);
+    if (rc) return rc;
+    if (l->token_len + 7 > sizeof l->token)
+        return dl_seterr(err, DLOCK_EINVAL, "owner identity too long");
+    memcpy(l->token + l->token_len, ":write", 7);
+    l->token_len += 6;
+    return DLOCK_OK;
+}
+
+/* Runs an acquire script and parses its {1, fence, n} | {0, pttl} answer. */
+static int run_attempt(dlock_lock *l, dl_conn *conn, dl_script *s, int nkeys, const char **keys,
+                       const size_t *keylens, int nargs, const char **args,
+                       const size_t *arglens, int64_t lease_ms, dl_try *t, dl_err *err) {
+    int64_t t0 = dl_now_ms();
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, nkeys, keys, keylens, nargs, args, arglens,
+                     &r, err);
+    if (rc) return rc;
+    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
+    freeReplyObject(r);
+    return rc;
+}
+
+static int read_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
+                        dl_try *t, dl_err *err) {
+    (void)wait_ms;
+    rw_keys *k = l->kdata;
+    size_t plen = 0;
+    char *prefix = timeout_prefix(l, &plen, err);
+    if (!prefix) return DLOCK_ENOMEM;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    const char *keys[4] = {l->name, l->fence_key, prefix, k->waiters};
+    size_t keylens[4] = {l->name_len, l->fence_key_len, plen, k->waiters_len};
+    const char *args[2] = {lease, l->token};
+    size_t arglens[2] = {ll, l->token_len};
+    int rc = run_attempt(l, conn, &read_acquire_script, 4, keys, keylens, 2, args, arglens,
+                         lease_ms, t, err);
+    free(prefix);
+    return rc;
+}
+
+static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
+                         dl_try *t, dl_err *err) {
+    rw_keys *k = l->kdata;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    /* try-once never queues (nothing would take it out of the queue again) */
+    const char *queue = wait_ms != 0 ? "1" : "0";
+    const char *keys[3] = {l->name, l->fence_key, k->waiters};
+    size_t keylens[3] = {l->name_len, l->fence_key_len, k->waiters_len};
+    const char *args[3] = {lease, l->token, queue};
+    size_t arglens[3] = {ll, l->token_len, 1};
+    return run_attempt(l, conn, &write_acquire_script, 3, keys, keylens, 3, args, arglens,
+                       lease_ms, t, err);
+}
+
+static void write_abandon(dlock_lock *l, dl_conn *conn) {
+    rw_keys *k = l->kdata;
+    const char *keys[3] = {k->waiters, l->name, l->channel};
+    size_t keylens[3] = {k->waiters_len, l->name_len, l->channel_len};
+    const char *args[1] = {l->token};
+    size_t arglens[1] = {l->token_len};
+    redisReply *r = NULL;
+    dl_err ignored = {0};
+    if (dl_eval(conn, dl_cmd_deadline(l->c), &write_abandon_script, 3, keys, keylens, 1, args,
+                arglens, &r, &ignored) == DLOCK_OK)
+        freeReplyObject(r);
+}
+
+/* Runs an owner-checked script that answers an integer. */
+static int run_int(dlock_lock *l, dl_conn *conn, dl_script *s, const char *what, int nkeys,
+                   const char **keys, const size_t *keylens, int nargs, const char **args,
+                   const size_t *arglens, long long *res, dl_err *err) {
+    redisReply *r = NULL;
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, nkeys, keys, keylens, nargs, args, arglens,
+                     &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, what, res, err);
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
+    rw_keys *k = l->kdata;
+    size_t plen = 0;
+    char *prefix = timeout_prefix(l, &plen, err);
+    if (!prefix) return DLOCK_ENOMEM;
+    const char *keys[4] = {l->name, l->channel, prefix, k->brace};
+    size_t keylens[4] = {l->name_len, l->channel_len, plen, k->brace_len};
+    const char *args[1] = {l->token};
+    size_t arglens[1] = {l->token_len};
+    int rc = run_int(l, conn, &read_release_script, "release", 4, keys, keylens, 1, args,
+                     arglens, res, err);
+    free(prefix);
+    return rc;
+}
+
+static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
+    rw_keys *k = l->kdata;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, l->lease_ms);
+    const char *keys[3] = {l->name, l->channel, k->brace};
+    size_t keylens[3] = {l->name_len, l->channel_len, k->brace_len};
+    const char *args[2] = {l->token, lease};
+    size_t arglens[2] = {l->token_len, ll};
+    return run_int(l, conn, &write_release_script, "release", 3, keys, keylens, 2, args, arglens,
+                   res, err);
+}
+
+static int read_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
+                       dl_err *err) {
+    rw_keys *k = l->kdata;
+    size_t plen = 0;
+    char *prefix = timeout_prefix(l, &plen, err);
+    if (!prefix) return DLOCK_ENOMEM;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    const char *keys[3] = {l->name, prefix, k->brace};
+    size_t keylens[3] = {l->name_len, plen, k->brace_len};
+    const char *args[2] = {l->token, lease};
+    size_t arglens[2] = {l->token_len, ll};
+    int rc = run_int(l, conn, &read_extend_script, "extend", 3, keys, keylens, 2, args, arglens,
+                     res, err);
+    free(prefix);
+    return rc;
+}
+
+static int write_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
+                        dl_err *err) {
+    rw_keys *k = l->kdata;
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    const char *keys[2] = {l->name, k->brace};
+    size_t keylens[2] = {l->name_len, k->brace_len};
+    const char *args[2] = {l->token, lease};
+    size_t arglens[2] = {l->token_len, ll};
+    return run_int(l, conn, &write_extend_script, "extend", 2, keys, keylens, 2, args, arglens,
+                   res, err);
+}
+
+/* Both sides: the owner's field in the hash is its hold count. */
+static int rw_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
+    const char *argv[3] = {"HGET", l->name, l->token};
+    size_t lens[3] = {4, l->name_len, l->token_len};
+    redisReply *r = NULL;
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 3, argv, lens, &r, err);
+    if (rc) return rc;
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = dl_reply_error(r, "check", err);
+    } else if (r->type == REDIS_REPLY_STRING && !dl_reply_int(r, &n)) {
+        *held = n > 0;
+        *count = n;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+const dl_kind_ops dl_read_ops = {
+    .kind = DLOCK_KIND_READ,
+    .name = "read",
+    .reentrant = 1,
+    .init = rw_init,
+    .destroy = rw_destroy,
+    .owner = dl_owner_thread,
+    .attempt = read_attempt,
+    .release = read_release,
+    .extend = read_extend,
+    .check = rw_check,
+    .renew = &read_renew_script,
+};
+
+const dl_kind_ops dl_write_ops = {
+    .kind = DLOCK_KIND_WRITE,
+    .name = "write",
+    .reentrant = 1,
+    .init = rw_init,
+    .destroy = rw_destroy,
+    .owner = write_owner,
+    .attempt = write_attempt,
+    .abandon = write_abandon,
+    .release = write_release,
+    .extend = write_extend,
+    .check = rw_check,
+    .renew = &write_renew_script,
+};

@@ -1,0 +1,521 @@
+/* The permit-expirable semaphore (Redisson RPermitExpirableSemaphore
+ * layout): STRING `name` holds the available permits, ZSET "{name}:timeout"
+ * maps each permit out on lease (16 random bytes as 32 hex chars) to its
+ * expiry in ms. Every script first returns the expired permits to the pool
+ * (ZREMRANGEBYSCORE up to now, INCRBY that many), so a holder that died
+ * loses its permits after their lease instead of leaking them; when that
+ * frees permits, the new count is published on "redisson_sc:{name}" like a
+ * release, so waiters of any client retry.
+ *
+ * CLOCK: expiries are on the Redis server's clock (TIME, read inside each
+ * script), so every client compares them against the same clock and client
+ * clock skew cannot shorten or stretch a lease. (Redisson writes expiries
+ * from its own client clock; a mixed deployment is only as exact as the
+ * clocks agree.) Local waiting still uses the monotonic clock: a waiter is
+ * told how many ms remain until the earliest expiry and sleeps that long.
+ *
+ * Permits taken with DLOCK_WATCHDOG are renewed by the client's watchdog
+ * through a generic dl_lease each (key: the ZSET, owner: the permit id); the
+ * handle keeps the list of its watchdog permits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* shared pub/sub waiting, defined in semaphore.c (belongs in internal.h) */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err);
+int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
+
+/* ---- scripts: KEYS[1] = name, KEYS[2] = {name}:timeout, KEYS[3] = channel ---- */
+
+/* now: server time in ms. reclaim(): returns expired permits to the pool and
+ * answers how many. wake(back): publishes the count if permits came back and
+ * some are available. value(): the available permits. */
+#define PERMITS_PRELUDE                                                                       \
+    "local t = redis.call('time') "                                                           \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "                  \
+    "local function ms(x) return string.format('%.0f', x) end "                               \
+    "local function value() "                                                                 \
+    "local v = redis.call('get', KEYS[1]) "                                                   \
+    "if not v then return 0 end "                                                             \
+    "local n = tonumber(v) "                                                                  \
+    "if not n then error('semaphore value is not an integer') end "                           \
+    "return n end "                                                                           \
+    "local function reclaim() "                                                               \
+    "local n = redis.call('zremrangebyscore', KEYS[2], '-inf', ms(now)) "                     \
+    "if n > 0 then redis.call('incrby', KEYS[1], n) end "                                     \
+    "return n end "                                                                           \
+    "local function wake(back) "                                                              \
+    "if back > 0 then local v = value() "                                                     \
+    "if v > 0 then redis.call('publish', KEYS[3], v) end end end "
+
+/* ARGV: id, lease ms. -> {1, 0} taken | {0, ms until the earliest lease
+ * expires, or -1 when none is out} */
+static dl_script acquire_script = DL_SCRIPT("permits_acquire",
+    PERMITS_PRELUDE
+    "local back = reclaim() "
+    "if value() >= 1 then "
+    "redis.call('decrby', KEYS[1], 1) "
+    "redis.call('zadd', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1]) "
+    "wake(back) "
+    "return {1, 0} end "
+    "wake(back) "
+    "local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES') "
+    "if first[2] then "
+    "local left = tonumber(first[2]) - now "
+    "if left < 0 then left = 0 end "
+    "return {0, left} end "
+    "return {0, -1}");
+
+/* ARGV: id. -> 1 released | 0 not out on lease (expired, or never issued) */
+static dl_script release_script = DL_SCRIPT("permits_release",
+    PERMITS_PRELUDE
+    "local back = reclaim() "
+    "if redis.call('zrem', KEYS[2], ARGV[1]) == 1 then "
+    "local v = redis.call('incrby', KEYS[1], 1) "
+    "redis.call('publish', KEYS[3], v) "
+    "return 1 end "
+    "wake(back) "
+    "return 0");
+
+/* ARGV: id, lease ms. -> 1 renewed | 0 gone */
+static dl_script renew_script = DL_SCRIPT("permits_renew",
+    PERMITS_PRELUDE
+    "wake(reclaim()) "
+    "if redis.call('zscore', KEYS[2], ARGV[1]) then "
+    "redis.call('zadd', KEYS[2], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1]) "
+    "return 1 end "
+    "return 0");
+
+/* -> the available permits */
+static dl_script available_script = DL_SCRIPT("permits_available",
+    PERMITS_PRELUDE
+    "wake(reclaim()) "
+    "return value()");
+
+/* ARGV: permits. -> 1 set | 0 exists already */
+static dl_script try_set_script = DL_SCRIPT("permits_try_set",
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX') then "
+    "redis.call('publish', KEYS[3], ARGV[1]) return 1 end "
+    "return 0");
+
+/* ARGV: delta. -> the new count */
+static dl_script add_script = DL_SCRIPT("permits_add",
+    PERMITS_PRELUDE
+    "reclaim() "
+    "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
+    "redis.call('publish', KEYS[3], v) "
+    "return v");
+
+/* Watchdog, the dl_lease convention: KEYS[i] = {name}:timeout, ARGV[1] =
+ * lease ms, ARGV[1 + i] = permit id. Renews only permits still out and not
+ * yet expired on the server's clock (an expired one is returned to the pool
+ * by the next operation: it is lost). -> {1 renewed | 0 gone, ...} */
+static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
+    "local t = redis.call('time') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local exp = string.format('%.0f', now + tonumber(ARGV[1])) "
+    "local res = {} "
+    "for i, key in ipairs(KEYS) do "
+    "local s = redis.pcall('zscore', key, ARGV[i + 1]) "
+    "if type(s) == 'string' and tonumber(s) > now then "
+    "redis.call('zadd', key, 'XX', exp, ARGV[i + 1]); res[i] = 1 "
+    "else res[i] = 0 end end "
+    "return res");
+
+/* ---- handles ---- */
+
+typedef struct wd_permit {
+    struct wd_permit *next;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    dl_lease lease;            /* registered with the client's watchdog */
+} wd_permit;
+
+struct dlock_permits {
+    dlock_client *c;
+    char *name;
+    size_t name_len;
+    char *zkey;                /* {name}:timeout */
+    size_t zkey_len;
+    char *channel;             /* redisson_sc:{name} */
+    size_t channel_len;
+    wd_permit *wd;             /* this handle's watchdog permits */
+    char errmsg[DL_ERRMSG_MAX];
+};
+
+static int pm_fail(dlock_permits *p, const dl_err *err) {
+    snprintf(p->errmsg, sizeof p->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
+    return err->code;
+}
+
+static int pm_ok(dlock_permits *p) {
+    p->errmsg[0] = '\0';
+    return DLOCK_OK;
+}
+
+int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_permits **out) {
+    if (out) *out = NULL;
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!out) {
+        dl_seterr(&err, DLOCK_EINVAL, "dlock_permits_new: NULL out");
+        return dl_client_fail(c, &err);
+    }
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    dlock_permits *p = calloc(1, sizeof *p);
+    if (!p) goto oom;
+    p->c = c;
+    p->name = malloc(name_len + 1);
+    if (!p->name) goto oom;
+    memcpy(p->name, name, name_len);
+    p->name[name_len] = '\0';
+    p->name_len = name_len;
+    p->zkey = dl_derive_key("", name, name_len, ":timeout", &p->zkey_len);
+    if (!p->zkey) goto oom;
+    p->channel = dl_derive_key("redisson_sc:", name, name_len, "", &p->channel_len);
+    if (!p->channel) goto oom;
+    *out = p;
+    dl_client_ok(c);
+    return DLOCK_OK;
+oom:
+    dlock_permits_free(p);
+    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    return dl_client_fail(c, &err);
+}
+
+void dlock_permits_free(dlock_permits *p) {
+    if (!p) return;
+    while (p->wd) {
+        wd_permit *w = p->wd;
+        p->wd = w->next;
+        dl_watchdog_unregister(p->c, &w->lease);
+        free(w);
+    }
+    free(p->name);
+    free(p->zkey);
+    free(p->channel);
+    free(p);
+}
+
+const char *dlock_permits_errmsg(const dlock_permits *p) {
+    return p ? p->errmsg : "no permit semaphore (NULL handle)";
+}
+
+/* Takes the watchdog permit id out of the handle's list (unregistered);
+ * NULL when id is not one. */
+static wd_permit *wd_take(dlock_permits *p, const char *id) {
+    for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next) {
+        wd_permit *w = *pp;
+        if (!strcmp(w->id, id)) {
+            *pp = w->next;
+            dl_watchdog_unregister(p->c, &w->lease);
+            w->next = NULL;
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* Registers w with the watchdog and puts it back in the list. */
+static int wd_put(dlock_permits *p, wd_permit *w, dl_err *err) {
+    int rc = dl_watchdog_register(p->c, &w->lease, err);
+    if (rc) return rc;
+    w->next = p->wd;
+    p->wd = w;
+    return DLOCK_OK;
+}
+
+static wd_permit *wd_new(dlock_permits *p, const char *id) {
+    wd_permit *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    memcpy(w->id, id, DLOCK_PERMIT_ID_LEN + 1);
+    w->lease.renew = &wd_renew_script;
+    w->lease.lease_ms = p->c->watchdog_lease_ms;
+    w->lease.key = p->zkey;
+    w->lease.key_len = p->zkey_len;
+    w->lease.owner = w->id;
+    w->lease.owner_len = DLOCK_PERMIT_ID_LEN;
+    atomic_init(&w->lease.lost, 0);
+    atomic_init(&w->lease.last_ok, (long long)dl_now_ms());
+    w->lease.on_lost = NULL;
+    return w;
+}
+
+/* Runs a script with KEYS {name, zkey, channel} on conn (a pooled one when
+ * NULL). */
+static int pm_eval(dlock_permits *p, dl_conn *conn, dl_script *s, int nargs, const char **args,
+                   const size_t *arglens, redisReply **r, dl_err *err) {
+    const char *keys[3] = {p->name, p->zkey, p->channel};
+    size_t keylens[3] = {p->name_len, p->zkey_len, p->channel_len};
+    if (conn)
+        return dl_eval(conn, dl_cmd_deadline(p->c), s, 3, keys, keylens, nargs, args, arglens, r,
+                       err);
+    return dl_client_eval(p->c, s, 3, keys, keylens, nargs, args, arglens, r, err);
+}
+
+/* pm_eval expecting an integer answer. */
+static int pm_eval_int(dlock_permits *p, dl_script *s, const char *what, int nargs,
+                       const char **args, const size_t *arglens, long long *v, dl_err *err) {
+    redisReply *r = NULL;
+    int rc = pm_eval(p, NULL, s, nargs, args, arglens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_sync_reply_error(r, what, err);
+    else if (dl_reply_int(r, v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* One acquire attempt: *got 1, or 0 with *left_ms (ms to the earliest
+ * expiry, -1 if none). */
+static int attempt(dlock_permits *p, dl_conn *conn, const char *id, const char *lease,
+                   size_t lease_len, int *got, int64_t *left_ms, dl_err *err) {
+    const char *args[2] = {id, lease};
+    size_t arglens[2] = {DLOCK_PERMIT_ID_LEN, lease_len};
+    redisReply *r = NULL;
+    long long a = 0, b = 0;
+    int rc = pm_eval(p, conn, &acquire_script, 2, args, arglens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_sync_reply_error(r, "permit acquire", err);
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || dl_reply_int(r->element[0], &a) ||
+             dl_reply_int(r->element[1], &b))
+        rc = dl_seterr(err, DLOCK_EPROTO, "permit acquire: unexpected reply from the script");
+    freeReplyObject(r);
+    if (rc) return rc;
+    *got = a == 1;
+    *left_ms = b;
+    return DLOCK_OK;
+}
+
+static int64_t wait_left(int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) return -1;
+    int64_t left = deadline - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
+static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64_t lease_ms,
+                        dl_err *err) {
+    dlock_client *c = p->c;
+    char nm[80], lease[24];
+    size_t lease_len = dl_fmt_ll(lease, lease_ms);
+    int64_t deadline = dl_deadline(wait_ms);
+    dl_conn *conn = NULL, *sub = NULL;
+    int got = 0;
+    int64_t left = -1;
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, err);
+    if (!rc) rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
+    if (rc || got) goto out;
+    if (wait_ms == DLOCK_NOWAIT) {
+        rc = dl_seterr(err, DLOCK_EBUSY, "permit semaphore '%s': no permit available",
+                       dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+        goto out;
+    }
+    rc = dl_sync_subscribe(c, p->channel, p->channel_len, &sub, err);
+    while (!rc) {
+        /* subscribed before this attempt: a release after it is not missed */
+        rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
+        if (rc || got) break;
+        int64_t now = dl_now_ms();
+        if (wait_left(deadline) == 0) {
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for a permit of '%s'",
+                           dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+            break;
+        }
+        /* an expiring lease frees a permit without any message: wake then
+         * (+1: surely expired on the server's clock) */
+        int64_t until = deadline;
+        if (left >= 0 && now + left + 1 < until) until = now + left + 1;
+        rc = dl_sync_wait(c, sub, until, err);
+        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
+    }
+    dl_sync_unsubscribe(c, sub, p->channel, p->channel_len);
+out:
+    dl_pool_put(c, conn);
+    return rc;
+}
+
+/* Gives back the permit id (best effort, after a local failure). */
+static void release_quietly(dlock_permits *p, const char *id) {
+    const char *args[1] = {id};
+    size_t arglens[1] = {strlen(id)};
+    long long v = 0;
+    dl_err ignored = {0};
+    pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &ignored);
+}
+
+int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
+                          char id[DLOCK_PERMIT_ID_LEN + 1]) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!id) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit acquire: NULL id buffer");
+        return pm_fail(p, &err);
+    }
+    id[0] = '\0';
+    if (dl_sync_check_wait(wait_ms, &err)) return pm_fail(p, &err);
+    if (lease_ms < 0) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit acquire: lease must be > 0 ms, or DLOCK_WATCHDOG");
+        return pm_fail(p, &err);
+    }
+    char pid[DLOCK_PERMIT_ID_LEN + 1];
+    int rc = dl_random_hex(pid, DLOCK_PERMIT_ID_LEN / 2, &err);
+    if (rc) return pm_fail(p, &err);
+    wd_permit *w = NULL;
+    if (lease_ms == DLOCK_WATCHDOG) {
+        w = wd_new(p, pid);
+        if (!w) {
+            dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+            return pm_fail(p, &err);
+        }
+    }
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->c->watchdog_lease_ms : lease_ms;
+    rc = acquire_wait(p, pid, wait_ms, lease, &err);
+    if (!rc && w) {
+        atomic_store(&w->lease.last_ok, (long long)dl_now_ms());
+        rc = wd_put(p, w, &err);
+        if (rc) release_quietly(p, pid); /* the lease runs out otherwise */
+        else w = NULL;
+    }
+    free(w);
+    if (rc) return pm_fail(p, &err);
+    memcpy(id, pid, sizeof pid);
+    return pm_ok(p);
+}
+
+/* A permit id as issued: DLOCK_PERMIT_ID_LEN hex characters. */
+static int check_id(const char *id, const char *what, dl_err *err) {
+    if (!id) return dl_seterr(err, DLOCK_EINVAL, "%s: NULL permit id", what);
+    size_t n = strnlen(id, DLOCK_PERMIT_ID_LEN + 1);
+    int ok = n == DLOCK_PERMIT_ID_LEN;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f') ||
+             (id[i] >= 'A' && id[i] <= 'F');
+    if (!ok)
+        return dl_seterr(err, DLOCK_EINVAL, "%s: a permit id is %d hex characters", what,
+                         DLOCK_PERMIT_ID_LEN);
+    return DLOCK_OK;
+}
+
+int dlock_permits_release(dlock_permits *p, const char *id) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    char nm[80];
+    if (check_id(id, "permit release", &err)) return pm_fail(p, &err);
+    /* stop renewing first, or a renewal racing the release would report the
+     * permit lost */
+    wd_permit *w = wd_take(p, id);
+    const char *args[1] = {id};
+    size_t arglens[1] = {DLOCK_PERMIT_ID_LEN};
+    long long v = 0;
+    int rc = pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &err);
+    if (rc) {
+        if (w) {
+            dl_err e2 = {0};
+            if (wd_put(p, w, &e2) == DLOCK_OK) w = NULL; /* still ours: keep renewing */
+        }
+        free(w);
+        return pm_fail(p, &err);
+    }
+    free(w);
+    if (v != 1) {
+        dl_seterr(&err, DLOCK_ENOTOWNER,
+                  "permit release: permit %.32s of '%s' is not out on lease (expired, released "
+                  "or never issued)",
+                  id, dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+        return pm_fail(p, &err);
+    }
+    return pm_ok(p);
+}
+
+int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    char nm[80];
+    if (check_id(id, "permit renew", &err)) return pm_fail(p, &err);
+    if (lease_ms <= 0) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit renew: lease must be > 0 ms (got %lld)",
+                  (long long)lease_ms);
+        return pm_fail(p, &err);
+    }
+    /* a watchdog permit becomes an explicit-lease permit (as dlock_extend) */
+    wd_permit *w = wd_take(p, id);
+    char lease[24];
+    const char *args[2] = {id, lease};
+    size_t arglens[2] = {DLOCK_PERMIT_ID_LEN, dl_fmt_ll(lease, lease_ms)};
+    long long v = 0;
+    int rc = pm_eval_int(p, &renew_script, "permit renew", 2, args, arglens, &v, &err);
+    if (rc) {
+        if (w) {
+            dl_err e2 = {0};
+            if (wd_put(p, w, &e2) == DLOCK_OK) w = NULL;
+        }
+        free(w);
+        return pm_fail(p, &err);
+    }
+    free(w);
+    if (v != 1) {
+        dl_seterr(&err, DLOCK_ENOTOWNER,
+                  "permit renew: permit %.32s of '%s' is not out on lease (expired, released or "
+                  "never issued)",
+                  id, dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+        return pm_fail(p, &err);
+    }
+    return pm_ok(p);
+}
+
+int dlock_permits_available(dlock_permits *p, int64_t *permits) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!permits) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit available: NULL result pointer");
+        return pm_fail(p, &err);
+    }
+    *permits = 0;
+    long long v = 0;
+    int rc = pm_eval_int(p, &available_script, "permit available", 0, NULL, NULL, &v, &err);
+    if (rc) return pm_fail(p, &err);
+    *permits = v;
+    return pm_ok(p);
+}
+
+int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (set) *set = 0;
+    if (!set) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit try_set: NULL result pointer");
+        return pm_fail(p, &err);
+    }
+    if (permits < 0) {
+        dl_seterr(&err, DLOCK_EINVAL, "permit try_set: permits must be >= 0 (got %lld)",
+                  (long long)permits);
+        return pm_fail(p, &err);
+    }
+    char num[24];
+    const char *args[1] = {num};
+    size_t arglens[1] = {dl_fmt_ll(num, permits)};
+    long long v = 0;
+    int rc = pm_eval_int(p, &try_set_script, "permit try_set", 1, args, arglens, &v, &err);
+    if (rc) return pm_fail(p, &err);
+    *set = v == 1;
+    return pm_ok(p);
+}
+
+int dlock_permits_add(dlock_permits *p, int64_t delta) {
+    if (!p) return DLOCK_EINVAL;
+    dl_err err = {0};
+    char num[24];
+    const char *args[1] = {num};
+    size_t arglens[1] = {dl_fmt_ll(num, delta)};
+    long long v = 0;
+    int rc = pm_eval_int(p, &add_script, "permit add", 1, args, arglens, &v, &err);
+    return rc ? pm_fail(p, &err) : pm_ok(p);
+}

@@ -1,0 +1,376 @@
+/* The semaphore (Redisson RSemaphore layout): STRING `name` holds the
+ * available permits; every change that can free permits publishes the new
+ * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
+ *
+ * Also home of the small pub/sub waiting helper shared by the semaphores and
+ * the latch (dl_sync_*): these objects are not lock kinds, so they cannot use
+ * dl_lock_wait, but they wait the same way: subscribe first, then try, then
+ * sleep until a message (or a caller-computed time, or the deadline), retry.
+ * There is no fixed-interval polling. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+/* ---- shared pub/sub waiting (declared again in permits.c and latch.c;
+ * these three prototypes belong in internal.h) ---- */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err);
+int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
+
+/* Sends cmd (SUBSCRIBE / UNSUBSCRIBE) for channel and reads up to its
+ * confirmation (messages that come first are dropped: the caller retries
+ * after subscribing anyway). */
+static int sub_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
+                   size_t channel_len, dl_err *err) {
+    const char *argv[2] = {cmd, channel};
+    size_t lens[2] = {strlen(cmd), channel_len};
+    int64_t deadline = dl_cmd_deadline(c);
+    int rc = dl_conn_append(sub, 2, argv, lens, err);
+    if (!rc) rc = dl_conn_flush(sub, deadline, err);
+    if (rc) return rc;
+    sub->subscribed = 1;
+    for (;;) {
+        redisReply *r = NULL;
+        rc = dl_conn_read(sub, deadline, &r, err);
+        if (rc) return rc;
+        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                   r->element[0]->type == REDIS_REPLY_STRING && !strcasecmp(r->element[0]->str, cmd);
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad) rc = dl_reply_error(r, cmd, err);
+        if (done && !strcasecmp(cmd, "UNSUBSCRIBE") && r->element[2]->type == REDIS_REPLY_INTEGER &&
+            r->element[2]->integer == 0)
+            sub->subscribed = 0;
+        freeReplyObject(r);
+        if (bad) {
+            sub->broken = 1;
+            return rc;
+        }
+        if (done) return DLOCK_OK;
+    }
+}
+
+/* Borrows a connection and subscribes it to channel. */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err) {
+    dl_conn *sub = NULL;
+    *out = NULL;
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &sub, err);
+    if (rc) return rc;
+    rc = sub_cmd(c, sub, "SUBSCRIBE", channel, channel_len, err);
+    if (rc) {
+        sub->broken = 1;
+        dl_pool_put(c, sub);
+        return rc;
+    }
+    *out = sub;
+    return DLOCK_OK;
+}
+
+/* Unsubscribes (so the connection can go back to the pool) and returns it.
+ * NULL is a no-op. */
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len) {
+    if (!sub) return;
+    if (!sub->broken && sub->subscribed) {
+        dl_err ignored = {0};
+        sub_cmd(c, sub, "UNSUBSCRIBE", channel, channel_len, &ignored);
+    }
+    dl_pool_put(c, sub);
+}
+
+/* Sleeps until a message arrives on the subscribed connection (DLOCK_OK;
+ * messages already buffered behind it are consumed too, they say nothing
+ * more), or until the monotonic time `until` (DLOCK_ETIMEDOUT;
+ * DL_INF_DEADLINE: no bound), or a failure. */
+int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err) {
+    int got = 0;
+    for (;;) {
+        void *reply = NULL;
+        if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
+            sub->broken = 1;
+            return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
+        }
+        if (reply) {
+            redisReply *m = reply;
+            int bad = m->type == REDIS_REPLY_ERROR;
+            int rc = bad ? dl_reply_error(m, "pub/sub", err) : DLOCK_OK;
+            freeReplyObject(m);
+            if (bad) {
+                sub->broken = 1;
+                return rc;
+            }
+            got = 1;
+            continue; /* drain what is already buffered */
+        }
+        if (got) return DLOCK_OK;
+        int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
+        if (left <= 0) return DLOCK_ETIMEDOUT;
+        struct pollfd p = {.fd = sub->fd, .events = POLLIN};
+        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            sub->broken = 1;
+            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
+        }
+        if (n == 0) continue;
+        redisReply *r = NULL;
+        int rc = dl_conn_read(sub, dl_cmd_deadline(c), &r, err);
+        if (rc) return rc;
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad) rc = dl_reply_error(r, "pub/sub", err);
+        freeReplyObject(r);
+        if (bad) {
+            sub->broken = 1;
+            return rc;
+        }
+        got = 1;
+    }
+}
+
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err) {
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return dl_seterr(err, DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER");
+    return DLOCK_OK;
+}
+
+/* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
+    int rc = dl_reply_error(r, what, err);
+    if (rc == DLOCK_ESERVER && r->str && strstr(r->str, "overflow")) err->code = rc = DLOCK_EOVERFLOW;
+    return rc;
+}
+
+/* ---- scripts ---- */
+
+/* The available permits as a number; a value that is not one is an error. */
+#define SEM_VALUE_LUA                                                                          \
+    "local function value(key) "                                                               \
+    "local v = redis.call('get', key) "                                                        \
+    "if not v then return 0 end "                                                              \
+    "local n = tonumber(v) "                                                                   \
+    "if not n then return redis.error_reply('ERR semaphore value is not an integer') end "     \
+    "return n end "
+
+/* KEYS: semaphore. ARGV: permits. -> 1 taken | 0 not enough available */
+static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
+    SEM_VALUE_LUA
+    "local v = value(KEYS[1]) "
+    "if type(v) == 'table' then return v end "
+    "if v >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1 end "
+    "return 0");
+
+/* KEYS: semaphore, channel. ARGV: delta. Adds delta (release: > 0; add: any)
+ * and publishes the new count. -> the new count */
+static dl_script add_script = DL_SCRIPT("semaphore_add",
+    "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
+    "redis.call('publish', KEYS[2], v) "
+    "return v");
+
+/* KEYS: semaphore, channel. ARGV: permits. -> 1 set | 0 exists already */
+static dl_script try_set_script = DL_SCRIPT("semaphore_try_set",
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX') then "
+    "redis.call('publish', KEYS[2], ARGV[1]); return 1 end "
+    "return 0");
+
+/* ---- handles ---- */
+
+struct dlock_semaphore {
+    dlock_client *c;
+    char *name;
+    size_t name_len;
+    char *channel;             /* redisson_sc:{name} */
+    size_t channel_len;
+    char errmsg[DL_ERRMSG_MAX];
+};
+
+static int sem_fail(dlock_semaphore *s, const dl_err *err) {
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
+    return err->code;
+}
+
+static int sem_ok(dlock_semaphore *s) {
+    s->errmsg[0] = '\0';
+    return DLOCK_OK;
+}
+
+int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len,
+                        dlock_semaphore **out) {
+    if (out) *out = NULL;
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!out) {
+        dl_seterr(&err, DLOCK_EINVAL, "dlock_semaphore_new: NULL out");
+        return dl_client_fail(c, &err);
+    }
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    dlock_semaphore *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->c = c;
+    s->name = malloc(name_len + 1);
+    if (!s->name) goto oom;
+    memcpy(s->name, name, name_len);
+    s->name[name_len] = '\0';
+    s->name_len = name_len;
+    s->channel = dl_derive_key("redisson_sc:", name, name_len, "", &s->channel_len);
+    if (!s->channel) goto oom;
+    *out = s;
+    dl_client_ok(c);
+    return DLOCK_OK;
+oom:
+    dlock_semaphore_free(s);
+    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    return dl_client_fail(c, &err);
+}
+
+void dlock_semaphore_free(dlock_semaphore *s) {
+    if (!s) return;
+    free(s->name);
+    free(s->channel);
+    free(s);
+}
+
+const char *dlock_semaphore_errmsg(const dlock_semaphore *s) {
+    return s ? s->errmsg : "no semaphore (NULL handle)";
+}
+
+/* Runs one of the scripts on conn (or a pooled connection when conn is
+ * NULL) with KEYS {name, channel} and one number argument; *v gets the
+ * integer answer. */
+static int sem_eval(dlock_semaphore *s, dl_conn *conn, dl_script *script, const char *what,
+                    int64_t arg, long long *v, dl_err *err) {
+    char num[24];
+    const char *keys[2] = {s->name, s->channel};
+    size_t keylens[2] = {s->name_len, s->channel_len};
+    const char *args[1] = {num};
+    size_t arglens[1] = {dl_fmt_ll(num, arg)};
+    redisReply *r = NULL;
+    int rc = conn ? dl_eval(conn, dl_cmd_deadline(s->c), script, 2, keys, keylens, 1, args,
+                            arglens, &r, err)
+                  : dl_client_eval(s->c, script, 2, keys, keylens, 1, args, arglens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_sync_reply_error(r, what, err);
+    else if (dl_reply_int(r, v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
+    freeReplyObject(r);
+    return rc;
+}
+
+static int64_t wait_left(int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) return -1;
+    int64_t left = deadline - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
+int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    char nm[80];
+    if (permits < 1) {
+        dl_seterr(&err, DLOCK_EINVAL, "acquire: permits must be >= 1 (got %lld)", (long long)permits);
+        return sem_fail(s, &err);
+    }
+    if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
+    dlock_client *c = s->c;
+    int64_t deadline = dl_deadline(wait_ms);
+    dl_conn *conn = NULL, *sub = NULL;
+    long long got = 0;
+    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
+    if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
+    if (rc || got == 1) goto out;
+    if (wait_ms == DLOCK_NOWAIT) {
+        rc = dl_seterr(&err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
+                       dl_name_msg(s->name, s->name_len, nm, sizeof nm), (long long)permits);
+        goto out;
+    }
+    rc = dl_sync_subscribe(c, s->channel, s->channel_len, &sub, &err);
+    while (!rc) {
+        /* subscribed before this attempt: a release after it is not missed */
+        rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
+        if (rc || got == 1) break;
+        if (wait_left(deadline) == 0) {
+            rc = dl_seterr(&err, DLOCK_ETIMEDOUT,
+                           "timed out waiting for %lld permit(s) of semaphore '%s'",
+                           (long long)permits, dl_name_msg(s->name, s->name_len, nm, sizeof nm));
+            break;
+        }
+        /* permits come back only through a release or add, which publish */
+        rc = dl_sync_wait(c, sub, deadline, &err);
+        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */
+    }
+    dl_sync_unsubscribe(c, sub, s->channel, s->channel_len);
+out:
+    dl_pool_put(c, conn);
+    return rc ? sem_fail(s, &err) : sem_ok(s);
+}
+
+int dlock_semaphore_release(dlock_semaphore *s, int64_t permits) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (permits < 1) {
+        dl_seterr(&err, DLOCK_EINVAL, "release: permits must be >= 1 (got %lld)", (long long)permits);
+        return sem_fail(s, &err);
+    }
+    long long v = 0;
+    int rc = sem_eval(s, NULL, &add_script, "semaphore release", permits, &v, &err);
+    return rc ? sem_fail(s, &err) : sem_ok(s);
+}
+
+int dlock_semaphore_add(dlock_semaphore *s, int64_t delta) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    long long v = 0;
+    int rc = sem_eval(s, NULL, &add_script, "semaphore add", delta, &v, &err);
+    return rc ? sem_fail(s, &err) : sem_ok(s);
+}
+
+int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (set) *set = 0;
+    if (!set) {
+        dl_seterr(&err, DLOCK_EINVAL, "try_set: NULL result pointer");
+        return sem_fail(s, &err);
+    }
+    if (permits < 0) {
+        dl_seterr(&err, DLOCK_EINVAL, "try_set: permits must be >= 0 (got %lld)", (long long)permits);
+        return sem_fail(s, &err);
+    }
+    long long v = 0;
+    int rc = sem_eval(s, NULL, &try_set_script, "semaphore try_set", permits, &v, &err);
+    if (rc) return sem_fail(s, &err);
+    *set = v == 1;
+    return sem_ok(s);
+}
+
+int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (!permits) {
+        dl_seterr(&err, DLOCK_EINVAL, "available: NULL result pointer");
+        return sem_fail(s, &err);
+    }
+    *permits = 0;
+    const char *argv[2] = {"GET", s->name};
+    size_t lens[2] = {3, s->name_len};
+    redisReply *r = NULL;
+    int rc = dl_client_command(s->c, 2, argv, lens, &r, &err);
+    if (rc) return sem_fail(s, &err);
+    long long v = 0;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_reply_error(r, "semaphore available", &err);
+    else if (r->type != REDIS_REPLY_NIL && dl_reply_int(r, &v))
+        rc = dl_seterr(&err, DLOCK_EPROTO, "semaphore available: the value is not an integer");
+    freeReplyObject(r);
+    if (rc) return sem_fail(s, &err);
+    *permits = v;
+    return sem_ok(s);
+}

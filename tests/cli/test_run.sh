@@ -1,0 +1,101 @@
+#!/bin/bash
+# dlock run: exit statuses, the child's environment, conflicts (-n, -w, -E),
+# waiting for a release, kinds, and the lock held exactly while the child runs.
+. "$(dirname "$0")/lib.sh" "$@"
+start_redis
+
+M=$TMP/marker
+
+# Exit statuses.
+expect 0 "child exits 0" run n true
+expect 3 "child's status passed through" run n sh -c 'exit 3'
+expect 137 "child killed by SIGKILL gives 128+9" run n sh -c 'kill -KILL $$'
+expect 42 "-c runs a shell string" run n -c 'exit 42'
+expect 5 "-c given before NAME" run -c 'exit 5' n
+expect 0 "-- before COMMAND" run n -- true
+expect 127 "command not found" run n "$TMP/no-such-command"
+check "command not found: one line on stderr" "[ \$(wc -l <'$TMP/err') = 1 ]"
+printf 'echo hi\n' >"$TMP/not-executable"
+expect 126 "command not executable" run n "$TMP/not-executable"
+check "released after exec failures" "[ \"\$(rcli exists n)\" = 0 ]"
+
+# The command's own options are left alone.
+expect 0 "options after COMMAND go to the command" run n sh -c 'test "$1" = -n' sh -n
+
+# Environment: DLOCK_NAME and a growing DLOCK_FENCE.
+expect 0 "child sees DLOCK_NAME and DLOCK_FENCE" \
+    run envlock sh -c 'echo "$DLOCK_NAME $DLOCK_FENCE"'
+read -r name fence1 <<<"$OUT"
+check "DLOCK_NAME is the lock name" "[ '$name' = envlock ]"
+check "DLOCK_FENCE is a number" "[[ '$fence1' =~ ^[0-9]+$ ]]"
+DLOCK_FENCE=999999 expect 0 "again, with a stale DLOCK_FENCE in our env" \
+    run envlock sh -c 'echo "$DLOCK_FENCE"'
+check "DLOCK_FENCE grows and replaces the inherited one" "[ '$OUT' -gt '$fence1' ] && [ '$OUT' != 999999 ]"
+check "DLOCK_FENCE matches the server's fence counter" \
+    "[ \"\$(rcli get 'redisson_lock_token:{envlock}')\" = '$OUT' ]"
+
+# The lock is held while the child runs, with the --ttl lease, and freed after.
+expect 0 "lock held during the child" \
+    run --ttl 20s held sh -c "redis-cli -p $PORT exists held; redis-cli -p $PORT pttl held; redis-cli -p $PORT type held"
+{ read -r exists; read -r pttl; read -r type; } <<<"$OUT"
+check "key exists while the child runs" "[ '$exists' = 1 ]"
+check "lease is --ttl (pttl $pttl)" "[ '$pttl' -gt 15000 ] && [ '$pttl' -le 20000 ]"
+check "default kind is plain (a string key)" "[ '$type' = string ]"
+check "released after the child exits" "[ \"\$(rcli exists held)\" = 0 ]"
+expect 0 "--kind reentrant" run --kind reentrant held sh -c "redis-cli -p $PORT type held"
+check "reentrant kind is a hash key" "[ '$OUT' = hash ]"
+check "reentrant released" "[ \"\$(rcli exists held)\" = 0 ]"
+
+# stdin and stdout pass through.
+out=$(echo through | "$DLOCK" run n cat)
+check "stdin reaches the child" "[ '$out' = through ]"
+
+# --verbose says how long getting the lock took.
+expect 0 "--verbose" -v run n true
+check "--verbose prints the time to get the lock" "grep -q 'getting lock .n. took [0-9.]* seconds' '$TMP/err'"
+
+# Conflicts: the lock is held by a token from `dlock acquire`.
+token=$("$DLOCK" acquire --ttl 30s busy)
+expect 1 "-n on a held lock gives 1" run -n busy touch "$M"
+check "busy message on stderr" "grep -q 'held by another owner' '$TMP/err'"
+expect 1 "-q -n: quiet conflict" -q run -n busy touch "$M"
+check "-q: nothing on stderr" "[ ! -s '$TMP/err' ]"
+expect 42 "-E 42 sets the conflict code" run -n -E 42 busy touch "$M"
+expect 7 "--conflict-exit-code=7" run --nonblock --conflict-exit-code=7 busy touch "$M"
+expect 1 "-w 0 means -n" run -w 0 busy touch "$M"
+start=$(date +%s%N)
+expect 1 "-w 300ms times out" run -w 300ms busy touch "$M"
+ms=$((($(date +%s%N) - start) / 1000000))
+check "-w 300ms waited about 300 ms ($ms ms)" "[ $ms -ge 290 ] && [ $ms -lt 5000 ]"
+expect 9 "-w 0.2 (fraction of a second) with -E 9" run -w 0.2 -E 9 busy touch "$M"
+check "no child started on conflict" "[ ! -e '$M' ]"
+check "the holder's lock is untouched" "[ \"\$(rcli get busy)\" = '$token' ]"
+
+# A waiter gets the lock as soon as the holder releases it.
+"$DLOCK" run -w 20s busy sh -c "echo \$DLOCK_FENCE > '$TMP/waited'" &
+waiter=$!
+BG_PIDS+=("$waiter")
+check "waiter subscribed" "wait_until '[ \"\$(rcli pubsub numsub \"redisson_lock__channel:{busy}\" | tail -1)\" -ge 1 ]'"
+check "waiter did not run yet" "[ ! -e '$TMP/waited' ]"
+start=$(date +%s%N)
+"$DLOCK" release busy "$token"
+wait "$waiter"
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+check "waiter ran after the release (exit $rc, $ms ms)" "[ $rc = 0 ] && [ -s '$TMP/waited' ] && [ $ms -lt 3000 ]"
+
+# Sequential runs never overlap (the second waits for the first).
+"$DLOCK" run seq sh -c "touch '$TMP/first-in'; while [ ! -e '$TMP/go' ]; do sleep 0.02; done; rm '$TMP/first-in'" &
+first=$!
+BG_PIDS+=("$first")
+wait_until "[ -e '$TMP/first-in' ]"
+"$DLOCK" run -w 20s seq sh -c "[ ! -e '$TMP/first-in' ]" &
+second=$!
+BG_PIDS+=("$second")
+wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{seq}" | tail -1)" -ge 1 ]'
+touch "$TMP/go"
+wait "$first"; rc1=$?
+wait "$second"; rc2=$?
+check "second run started only after the first ended ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc2 = 0 ]"
+
+finish

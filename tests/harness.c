@@ -1,0 +1,687 @@
+/* Test harness: private redis-server instances, assertions, helpers. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TH_MAX_SERVERS 16
+
+struct th_server {
+    volatile pid_t pid;      /* 0 when not running */
+    int port;
+    int appendonly;
+    char *requirepass;
+    char dir[128];
+    char sock[160];
+    char url[64];
+    char unix_url[180];
+    char log[192];
+};
+
+static const char *g_name = "test";
+static pid_t g_owner;                 /* the process that owns the servers */
+static th_server *volatile g_servers[TH_MAX_SERVERS];
+static volatile sig_atomic_t g_cleaning;
+static int64_t g_t0_ms;
+static char g_redis_server[512];
+#define TH_MAX_CHILDREN 64
+static volatile pid_t g_children[TH_MAX_CHILDREN]; /* th_fork() children not yet reaped */
+
+/* ---- time ---- */
+int64_t th_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t th_now_ms(void) { return th_now_us() / 1000; }
+
+void th_sleep_ms(int64_t ms)
+{
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---- cleanup ---- */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void rm_tree(const char *dir)
+{
+    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Waits for pid up to ms; 1 if reaped. */
+static int reap_within(pid_t pid, int64_t ms)
+{
+    int64_t deadline = th_now_ms() + ms;
+    for (;;) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD)) return 1;
+        if (th_now_ms() > deadline) return 0;
+        th_sleep_ms(5);
+    }
+}
+
+static void stop_process(th_server *s, int sig)
+{
+    pid_t pid = s->pid;
+    if (pid <= 0) return;
+    kill(pid, sig);
+    kill(pid, SIGCONT); /* a paused server must run to act on sig */
+    if (!reap_within(pid, 10000)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    s->pid = 0;
+}
+
+static void unregister(th_server *s)
+{
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (g_servers[i] == s) g_servers[i] = NULL;
+}
+
+static void forget_child(pid_t pid)
+{
+    for (int i = 0; i < TH_MAX_CHILDREN; i++)
+        if (g_children[i] == pid) g_children[i] = 0;
+}
+
+/* Kills and reaps the test's own children still running (async-signal-safe). */
+static void kill_children(void)
+{
+    for (int i = 0; i < TH_MAX_CHILDREN; i++) {
+        pid_t pid = g_children[i];
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            g_children[i] = 0;
+        }
+    }
+}
+
+/* atexit: graceful stop of every server this process started. */
+static void cleanup_atexit(void)
+{
+    if (getpid() != g_owner || g_cleaning) return;
+    g_cleaning = 1;
+    kill_children();
+    for (int i = 0; i < TH_MAX_SERVERS; i++) {
+        th_server *s = g_servers[i];
+        if (!s) continue;
+        g_servers[i] = NULL;
+        stop_process(s, SIGTERM);
+        rm_tree(s->dir);
+    }
+}
+
+/* Async-signal-safe cleanup: SIGKILL, reap, rm -rf via fork/exec. */
+static void cleanup_from_signal(void)
+{
+    if (getpid() != g_owner || g_cleaning) return;
+    g_cleaning = 1;
+    kill_children();
+    for (int i = 0; i < TH_MAX_SERVERS; i++) {
+        th_server *s = g_servers[i];
+        if (!s) continue;
+        if (s->pid > 0) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, NULL, 0);
+            s->pid = 0;
+        }
+        if (s->dir[0]) {
+            pid_t r = fork();
+            if (r == 0) {
+                execl("/bin/rm", "rm", "-rf", s->dir, (char *)NULL);
+                _exit(127);
+            }
+            if (r > 0) waitpid(r, NULL, 0);
+        }
+    }
+}
+
+static void write_str(const char *s) { (void)!write(2, s, strlen(s)); }
+
+static void on_signal(int sig)
+{
+    if (getpid() != g_owner) _exit(128 + sig);
+    if (sig == SIGALRM) {
+        write_str("FAIL: ");
+        write_str(g_name);
+        write_str(": test timed out (DLOCK_TEST_TIMEOUT); stopping servers\n");
+    }
+    cleanup_from_signal();
+    if (sig == SIGALRM) _exit(1);
+    signal(sig, SIG_DFL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
+/* Called by ASan/UBSan before they exit after a report (atexit does not run). */
+extern void __sanitizer_set_death_callback(void (*callback)(void)) __attribute__((weak));
+
+static void find_redis_server(void)
+{
+    const char *env = getenv("DLOCK_REDIS_SERVER");
+    if (env && *env) {
+        if (access(env, X_OK) == 0) snprintf(g_redis_server, sizeof g_redis_server, "%s", env);
+        else g_redis_server[0] = '\0';
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = path;
+    while (*p) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char cand[512];
+        if (n > 0 && n < sizeof cand - 20) {
+            snprintf(cand, sizeof cand, "%.*s/redis-server", (int)n, p);
+            if (access(cand, X_OK) == 0) {
+                snprintf(g_redis_server, sizeof g_redis_server, "%s", cand);
+                return;
+            }
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    g_redis_server[0] = '\0';
+}
+
+void th_init(const char *name)
+{
+    g_name = name;
+    g_owner = getpid();
+    g_t0_ms = th_now_ms();
+    setvbuf(stdout, NULL, _IONBF, 0);
+    setvbuf(stderr, NULL, _IONBF, 0);
+    /* hermetic: the library reads these when options leave things unset */
+    unsetenv("DLOCK_URL");
+    unsetenv("DLOCK_PASSWORD");
+    atexit(cleanup_atexit);
+    if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(cleanup_from_signal);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    const char *t = getenv("DLOCK_TEST_TIMEOUT");
+    int timeout_s = t && atoi(t) > 0 ? atoi(t) : 60;
+    alarm((unsigned)timeout_s);
+    find_redis_server();
+}
+
+void th_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("SKIP: %s: ", g_name);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    exit(77);
+}
+
+void th_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d: FAIL (%s, pid %d): ", file, line, g_name, (int)getpid());
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+void th_log(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    printf("[%s +%.3fs] %s\n", g_name, (double)(th_now_ms() - g_t0_ms) / 1000.0, buf);
+}
+
+/* ---- servers ---- */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) th_fail(__FILE__, __LINE__, "socket: %s", strerror(errno));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        th_fail(__FILE__, __LINE__, "bind/getsockname: %s", strerror(errno));
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* Reads the log from offset into buf (NUL-terminated). */
+static void read_log(const th_server *s, long offset, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(s->log, "r");
+    if (!f) return;
+    fseek(f, offset, SEEK_SET);
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* 1 when the server answers PONG on its unix socket (after AUTH if it needs
+ * one): a server still loading its AOF answers -LOADING, which is not ready. */
+static int answers_ping(const th_server *s)
+{
+    struct timeval tv = {0, 200000};
+    redisContext *rc = redisConnectUnixWithTimeout(s->sock, tv);
+    int ok = 0;
+    if (rc && !rc->err) {
+        redisSetTimeout(rc, tv);
+        int authed = 1;
+        if (s->requirepass) {
+            redisReply *a = redisCommand(rc, "AUTH %s", s->requirepass);
+            authed = a && a->type != REDIS_REPLY_ERROR;
+            if (a) freeReplyObject(a);
+        }
+        redisReply *r = authed ? redisCommand(rc, "PING") : NULL;
+        ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+        if (r) freeReplyObject(r);
+    }
+    if (rc) redisFree(rc);
+    return ok;
+}
+
+/* Starts the process; 0 ready, 1 port taken (retry), fails otherwise. */
+static int spawn(th_server *s)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->port);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = g_redis_server;
+    argv[n++] = "--port";
+    argv[n++] = port;
+    argv[n++] = "--bind";
+    argv[n++] = "127.0.0.1";
+    argv[n++] = "--unixsocket";
+    argv[n++] = s->sock;
+    argv[n++] = "--unixsocketperm";
+    argv[n++] = "700";
+    argv[n++] = "--dir";
+    argv[n++] = s->dir;
+    argv[n++] = "--save";
+    argv[n++] = "";
+    argv[n++] = "--appendonly";
+    argv[n++] = s->appendonly ? "yes" : "no";
+    if (s->appendonly) {
+        argv[n++] = "--appendfsync";
+        argv[n++] = "always";
+    }
+    argv[n++] = "--logfile";
+    argv[n++] = s->log;
+    argv[n++] = "--daemonize";
+    argv[n++] = "no";
+    if (s->requirepass) {
+        argv[n++] = "--requirepass";
+        argv[n++] = s->requirepass;
+    }
+    argv[n] = NULL;
+
+    long log_off = file_size(s->log);
+    unlink(s->sock);
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) th_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        /* die with the test process even if it is SIGKILLed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int nul = open("/dev/null", O_RDWR);
+        char out[200];
+        snprintf(out, sizeof out, "%s/stdout.log", s->dir);
+        int fd = open(out, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (nul >= 0) dup2(nul, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(g_redis_server, (char *const *)argv);
+        _exit(127);
+    }
+    s->pid = pid;
+    int64_t deadline = th_now_ms() + 10000;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) {
+            s->pid = 0;
+            char buf[4096];
+            read_log(s, log_off, buf, sizeof buf);
+            if (strstr(buf, "already in use") || strstr(buf, "Could not create server TCP"))
+                return 1;
+            th_fail(__FILE__, __LINE__, "redis-server exited (status %d) at start; log:\n%s",
+                    st, buf);
+        }
+        if (answers_ping(s)) return 0;
+        if (th_now_ms() > deadline) {
+            stop_process(s, SIGKILL);
+            th_fail(__FILE__, __LINE__, "redis-server on port %d did not answer PING in 10 s",
+                    s->port);
+        }
+        th_sleep_ms(10);
+    }
+}
+
+th_server *th_server_start(const th_server_opts *opts)
+{
+    if (!g_redis_server[0])
+        th_skip("redis-server not found on PATH (install the redis-server package, "
+                "or set DLOCK_REDIS_SERVER)");
+    th_server *s = calloc(1, sizeof *s);
+    if (!s) th_fail(__FILE__, __LINE__, "out of memory");
+    s->appendonly = opts ? opts->appendonly : 0;
+    if (opts && opts->requirepass) s->requirepass = strdup(opts->requirepass);
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp || strlen(tmp) > 60) tmp = "/tmp";
+    snprintf(s->dir, sizeof s->dir, "%s/dlockt-XXXXXX", tmp);
+    if (!mkdtemp(s->dir)) th_fail(__FILE__, __LINE__, "mkdtemp %s: %s", s->dir, strerror(errno));
+    snprintf(s->sock, sizeof s->sock, "%s/redis.sock", s->dir);
+    if (strlen(s->sock) >= 108) th_fail(__FILE__, __LINE__, "socket path too long: %s", s->sock);
+    snprintf(s->log, sizeof s->log, "%s/redis.log", s->dir);
+    snprintf(s->unix_url, sizeof s->unix_url, "unix://%s", s->sock);
+    int slot = -1;
+    for (int i = 0; i < TH_MAX_SERVERS; i++)
+        if (!g_servers[i]) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) th_fail(__FILE__, __LINE__, "too many servers");
+    g_servers[slot] = s; /* registered before the process exists: always cleaned */
+    for (int attempt = 0;; attempt++) {
+        s->port = free_port();
+        if (spawn(s) == 0) break;
+        if (attempt >= 10) th_fail(__FILE__, __LINE__, "no free port after %d tries", attempt);
+    }
+    snprintf(s->url, sizeof s->url, "redis://127.0.0.1:%d", s->port);
+    return s;
+}
+
+void th_server_halt(th_server *s, int sig) { stop_process(s, sig); }
+
+void th_server_pause(th_server *s)
+{
+    if (s->pid > 0) kill(s->pid, SIGSTOP);
+}
+
+void th_server_unpause(th_server *s)
+{
+    if (s->pid > 0) kill(s->pid, SIGCONT);
+}
+
+void th_server_resume(th_server *s)
+{
+    int64_t deadline = th_now_ms() + 5000;
+    while (spawn(s) != 0) {
+        if (th_now_ms() > deadline)
+            th_fail(__FILE__, __LINE__, "port %d stayed taken; cannot restart", s->port);
+        th_sleep_ms(50);
+    }
+}
+
+void th_server_restart(th_server *s, int sig)
+{
+    th_server_halt(s, sig);
+    th_server_resume(s);
+}
+
+void th_server_stop(th_server *s)
+{
+    if (!s) return;
+    stop_process(s, SIGTERM);
+    unregister(s);
+    rm_tree(s->dir);
+    free(s->requirepass);
+    free(s);
+}
+
+int th_server_port(const th_server *s) { return s->port; }
+const char *th_server_url(const th_server *s) { return s->url; }
+const char *th_server_unix_url(const th_server *s) { return s->unix_url; }
+const char *th_server_sock(const th_server *s) { return s->sock; }
+const char *th_server_dir(const th_server *s) { return s->dir; }
+pid_t th_server_pid(const th_server *s) { return s->pid; }
+
+/* ---- raw access ---- */
+redisContext *th_redis(const th_server *s)
+{
+    struct timeval tv = {5, 0};
+    redisContext *rc = redisConnectUnixWithTimeout(s->sock, tv);
+    if (!rc || rc->err)
+        th_fail(__FILE__, __LINE__, "hiredis connect %s: %s", s->sock,
+                rc ? rc->errstr : "out of memory");
+    struct timeval ctv = {10, 0};
+    redisSetTimeout(rc, ctv);
+    if (s->requirepass) {
+        redisReply *r = redisCommand(rc, "AUTH %s", s->requirepass);
+        if (!r || r->type == REDIS_REPLY_ERROR)
+            th_fail(__FILE__, __LINE__, "AUTH failed: %s", r ? r->str : rc->errstr);
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+static redisReply *vcmd(redisContext *rc, const char *fmt, va_list ap)
+{
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    if (!r) th_fail(__FILE__, __LINE__, "hiredis command \"%s\": %s", fmt, rc->errstr);
+    return r;
+}
+
+redisReply *th_cmd(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(rc, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+long long th_cmd_int(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(rc, fmt, ap);
+    va_end(ap);
+    if (r->type != REDIS_REPLY_INTEGER)
+        th_fail(__FILE__, __LINE__, "\"%s\": expected an integer reply, got type %d (%s)", fmt,
+                r->type, r->str ? r->str : "");
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+char *th_cmd_str(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(rc, fmt, ap);
+    va_end(ap);
+    char *out = NULL;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        out = malloc(r->len + 1);
+        if (!out) th_fail(__FILE__, __LINE__, "out of memory");
+        memcpy(out, r->str, r->len);
+        out[r->len] = '\0';
+    } else if (r->type != REDIS_REPLY_NIL) {
+        th_fail(__FILE__, __LINE__, "\"%s\": expected a string or nil reply, got type %d (%s)",
+                fmt, r->type, r->str ? r->str : "");
+    }
+    freeReplyObject(r);
+    return out;
+}
+
+void th_cmd_ok(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = vcmd(rc, fmt, ap);
+    va_end(ap);
+    if (r->type == REDIS_REPLY_ERROR)
+        th_fail(__FILE__, __LINE__, "\"%s\": error reply %s", fmt, r->str);
+    freeReplyObject(r);
+}
+
+long long th_subscribers(redisContext *rc, const char *name)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB redisson_lock__channel:{%s}", name);
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+void th_wait_subscribers(redisContext *rc, const char *name, int n, int64_t timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    while (th_subscribers(rc, name) < n) {
+        if (th_now_ms() > deadline)
+            th_fail(__FILE__, __LINE__,
+                    "fewer than %d waiter(s) subscribed to redisson_lock__channel:{%s} "
+                    "after %lld ms", n, name, (long long)timeout_ms);
+        th_sleep_ms(2);
+    }
+}
+
+/* ---- dlock clients ---- */
+dlock_client *th_client(const th_server *s, int64_t watchdog_lease_ms)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = s->url;
+    o.password = s->requirepass;
+    o.watchdog_lease_ms = watchdog_lease_ms;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&o, &c);
+    if (rc != DLOCK_OK)
+        th_fail(__FILE__, __LINE__, "dlock_client_new(%s): %d (%s): %s", s->url, rc,
+                dlock_strerror(rc), c ? dlock_errmsg(c) : "");
+    return c;
+}
+
+dlock_lock *th_lock(dlock_client *c, const char *name, dlock_kind kind)
+{
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, DLOCK_CSTR, kind, &l);
+    if (rc != DLOCK_OK)
+        th_fail(__FILE__, __LINE__, "dlock_lock_new(%s): %d (%s): %s", name, rc,
+                dlock_strerror(rc), dlock_errmsg(c));
+    return l;
+}
+
+/* ---- processes ---- */
+pid_t th_fork(void)
+{
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) th_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        alarm(0);
+        /* never outlive the test, even if it is SIGKILLed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        /* the child owns no server and no child; g_owner stays the parent's pid */
+        for (int i = 0; i < TH_MAX_CHILDREN; i++) g_children[i] = 0;
+        return 0;
+    }
+    for (int i = 0; i < TH_MAX_CHILDREN; i++)
+        if (g_children[i] == 0) {
+            g_children[i] = pid;
+            break;
+        }
+    return pid;
+}
+
+int th_wait_child(pid_t pid, int64_t timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (;;) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) {
+            forget_child(pid);
+            if (WIFEXITED(st)) return WEXITSTATUS(st);
+            if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+            return 255;
+        }
+        if (r < 0 && errno != EINTR)
+            th_fail(__FILE__, __LINE__, "waitpid(%d): %s", (int)pid, strerror(errno));
+        if (th_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            forget_child(pid);
+            th_fail(__FILE__, __LINE__, "child %d still running after %lld ms (killed)",
+                    (int)pid, (long long)timeout_ms);
+        }
+        th_sleep_ms(5);
+    }
+}
+
+int th_python_has_redis(const char *python)
+{
+    if (access(python, X_OK) != 0) return 0;
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDWR);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            dup2(nul, 1);
+            dup2(nul, 2);
+        }
+        execl(python, python, "-c", "import redis", (char *)NULL);
+        _exit(127);
+    }
+    return th_wait_child(pid, 30000) == 0;
+}

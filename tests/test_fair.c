@@ -1,0 +1,501 @@
+/* The fair lock (DLOCK_KIND_FAIR, Redisson RFairLock layout), with real
+ * redis-server processes. argv[1] picks the part:
+ *   basic    reentrancy, fences, watchdog renewal, lost lease -> DLOCK_ELOST,
+ *            try-once never queues, a waiter that times out leaves the queue,
+ *            a Redisson-style queue head (no registered lease) gets the plain
+ *            wake-up "0" and no handoff
+ *   fifo     16 processes queue up one after another (each is in the queue
+ *            before the next starts): acquisition order = arrival order
+ *   kill     a waiter SIGKILLed in the queue is skipped once its deadline
+ *            passed; the rest go on in order
+ *   handoff  the release makes the stopped (SIGSTOP) head waiter the owner
+ *            before it runs again; on SIGCONT it holds the lock with no
+ *            further EVALSHA
+ *   mutex    8 processes x 100 rounds, non-atomic counter, exact
+ *   giveup   waiters with tiny wait bounds racing releases: nothing leaks
+ *            (no lock left held by a waiter that gave up, empty queue) */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NAME "fair:lock"
+#define QUEUE "redisson_lock_queue:{" NAME "}"
+#define TIMEOUTS "redisson_lock_timeout:{" NAME "}"
+#define LEASES "redisson_lock_lease:{" NAME "}"
+#define CHAN_PATTERN "redisson_lock__channel:{" NAME "}:*"
+#define FENCE_KEY "redisson_lock_token:{" NAME "}"
+
+static long long llen(redisContext *rc) { return th_cmd_int(rc, "LLEN %s", QUEUE); }
+
+/* Waiters subscribed to their own channel. */
+static long long waiter_channels(redisContext *rc)
+{
+    redisReply *r = th_cmd(rc, "PUBSUB CHANNELS %s", CHAN_PATTERN);
+    long long n = r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Scripts run so far (EVALSHA, and EVAL after a NOSCRIPT). */
+static long long evalsha_calls(redisContext *rc)
+{
+    char *info = th_cmd_str(rc, "INFO commandstats");
+    long long n = 0;
+    static const char *const stats[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (size_t i = 0; info && i < 2; i++) {
+        const char *p = strstr(info, stats[i]);
+        if (p) n += atoll(p + strlen(stats[i]));
+    }
+    free(info);
+    return n;
+}
+
+static void part_basic(th_server *s)
+{
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 1500);
+    dlock_client *c2 = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_EQ(dlock_lock_kind(l), DLOCK_KIND_FAIR);
+
+    /* reentrancy, fences increasing with every acquire */
+    uint64_t f1 = 0, f2 = 0, f3 = 0;
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, &f1));
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, &f2));
+    ASSERT_U64_GT(f2, f1);
+    int held = 0;
+    int64_t count = 0;
+    ASSERT_LOK(l, dlock_lock_check(l, &held, &count));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(count, 2);
+    char want_field[128];
+    snprintf(want_field, sizeof want_field, "%s", dlock_lock_token(l));
+    char *v = th_cmd_str(rc, "HGET %s %s", NAME, want_field);
+    ASSERT_STR_EQ(v, "2");
+    free(v);
+
+    /* try-once from another client: busy, and it did not join the queue */
+    dlock_lock *o = th_lock(c2, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LCODE(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_EQ(llen(rc), 0);
+
+    /* a bounded wait that times out leaves the queue */
+    int64_t t0 = th_now_ms();
+    ASSERT_LCODE(o, dlock_acquire(o, 300, 5000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 290);
+    ASSERT_EQ(llen(rc), 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", TIMEOUTS), 0);
+    ASSERT_EQ(th_cmd_int(rc, "HLEN %s", LEASES), 0);
+    ASSERT_EQ(dlock_lock_holding(o), 0);
+
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ENOTHELD);
+
+    /* watchdog: lease 1500 ms renewed every 500 ms; held after 3 s */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f3));
+    ASSERT_U64_GT(f3, f2);
+    long long pttl = th_cmd_int(rc, "PTTL %s", NAME);
+    ASSERT_GT(pttl, 0);
+    ASSERT_LE(pttl, 1500);
+    th_sleep_ms(3000);
+    ASSERT_EQ(dlock_lock_is_lost(l), 0);
+    ASSERT_GT(th_cmd_int(rc, "PTTL %s", NAME), 0);
+    ASSERT_LOK(l, dlock_lock_check(l, &held, &count));
+    ASSERT_EQ(held, 1);
+    /* a re-entry under the watchdog keeps it */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+
+    /* release after the lock was lost */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+    ASSERT_EQ(th_cmd_int(rc, "DEL %s", NAME), 1);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+    ASSERT_EQ(dlock_lock_holding(l), 0);
+
+    /* a queue head that registered no lease (a Redisson waiter): the release
+     * wakes it with "0" on its channel and hands nothing over */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+    redisReply *tm = th_cmd(rc, "TIME");
+    long long now_ms = atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
+    freeReplyObject(tm);
+    th_cmd_int(rc, "RPUSH %s java-uuid:7", QUEUE);
+    th_cmd_int(rc, "ZADD %s %lld java-uuid:7", TIMEOUTS, now_ms + 20000);
+    redisContext *sub = th_redis(s);
+    redisReply *r = th_cmd(sub, "SUBSCRIBE redisson_lock__channel:{" NAME "}:java-uuid:7");
+    freeReplyObject(r);
+    /* a dlock newcomer queues behind it */
+    ASSERT_LCODE(o, dlock_acquire(o, 200, 5000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_EQ(llen(rc), 1);
+    ASSERT_LOK(l, dlock_release(l));
+    void *msg = NULL;
+    ASSERT_EQ(redisGetReply(sub, &msg), REDIS_OK);
+    r = msg;
+    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    ASSERT_STR_EQ(r->element[2]->str, "0");
+    freeReplyObject(r);
+    redisFree(sub);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    /* the Java waiter is the head: a dlock newcomer does not jump it */
+    ASSERT_LCODE(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    th_cmd_int(rc, "DEL %s %s", QUEUE, TIMEOUTS);
+    ASSERT_LOK(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(o, dlock_release(o));
+
+    /* NULL handling */
+    ASSERT_CODE(dlock_acquire(NULL, 0, 1000, NULL), DLOCK_EINVAL);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* ---- fifo / kill: queued children ---- */
+
+/* Acquires (waiting), appends idx to "fair:order" and its acquire time to
+ * "fair:at:<idx>", holds hold_ms, releases. */
+static int queued_child(const th_server *s, int idx, int64_t hold_ms)
+{
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    redisContext *rc = th_redis(s);
+    uint64_t fence = 0;
+    ASSERT_LOK(l, dlock_acquire(l, 30000, 10000, &fence));
+    int64_t at = th_now_ms();
+    th_cmd_int(rc, "RPUSH fair:order %d", idx);
+    th_cmd_ok(rc, "SET fair:at:%d %lld", idx, (long long)at);
+    th_cmd_ok(rc, "SET fair:fence:%d %llu", idx, (unsigned long long)fence);
+    th_sleep_ms(hold_ms);
+    ASSERT_LOK(l, dlock_release(l));
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return 0;
+}
+
+/* Forks a child that runs queued_child(s, idx, hold_ms) once the parent
+ * writes a byte to *go. Children are forked before the parent makes any
+ * client or connection, so that they inherit none. */
+static pid_t fork_gated(const th_server *s, int idx, int64_t hold_ms, int *go)
+{
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        close(p[1]);
+        char b;
+        if (read(p[0], &b, 1) != 1) _exit(2); /* the parent failed */
+        close(p[0]);
+        exit(queued_child(s, idx, hold_ms));
+    }
+    close(p[0]);
+    *go = p[1];
+    return pid;
+}
+
+static void start(int go)
+{
+    ASSERT_EQ(write(go, "g", 1), 1);
+    close(go);
+}
+
+#define NFIFO 16
+
+static void part_fifo(th_server *s)
+{
+    pid_t pids[NFIFO];
+    int go[NFIFO];
+    for (int i = 0; i < NFIFO; i++) pids[i] = fork_gated(s, i, 20, &go[i]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    /* one at a time: each is in the queue before the next starts */
+    for (int i = 0; i < NFIFO; i++) {
+        start(go[i]);
+        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
+    }
+    ASSERT_EVENTUALLY(waiter_channels(rc) == NFIFO, 5000);
+    th_log("%d waiters queued", NFIFO);
+    ASSERT_LOK(h, dlock_release(h));
+    for (int i = 0; i < NFIFO; i++) ASSERT_EQ(th_wait_child(pids[i], 20000), 0);
+    redisReply *r = th_cmd(rc, "LRANGE fair:order 0 -1");
+    ASSERT_EQ(r->elements, NFIFO);
+    unsigned long long last = 0;
+    for (int i = 0; i < NFIFO; i++) {
+        ASSERT_EQ(atoi(r->element[i]->str), i);
+        char *f = th_cmd_str(rc, "GET fair:fence:%d", i);
+        ASSERT_NOT_NULL(f);
+        ASSERT_U64_GT(strtoull(f, NULL, 10), last);
+        last = strtoull(f, NULL, 10);
+        free(f);
+    }
+    freeReplyObject(r);
+    ASSERT_EQ(llen(rc), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s %s", TIMEOUTS, LEASES), 0);
+    th_log("acquired in arrival order 0..%d", NFIFO - 1);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+static void part_kill(th_server *s)
+{
+    pid_t pids[4];
+    int go[4];
+    for (int i = 0; i < 4; i++) pids[i] = fork_gated(s, i, 50, &go[i]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    for (int i = 0; i < 4; i++) {
+        start(go[i]);
+        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
+    }
+    ASSERT_EVENTUALLY(waiter_channels(rc) == 4, 5000);
+    /* the second waiter dies in the queue */
+    ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    ASSERT_EQ(th_wait_child(pids[1], 5000), 128 + SIGKILL);
+    int64_t t_kill = th_now_ms();
+    ASSERT_EVENTUALLY(waiter_channels(rc) == 3, 5000);
+    ASSERT_EQ(llen(rc), 4); /* still queued until its deadline */
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EQ(th_wait_child(pids[0], 20000), 0);
+    ASSERT_EQ(th_wait_child(pids[2], 20000), 0);
+    ASSERT_EQ(th_wait_child(pids[3], 20000), 0);
+    redisReply *r = th_cmd(rc, "LRANGE fair:order 0 -1");
+    ASSERT_EQ(r->elements, 3);
+    ASSERT_EQ(atoi(r->element[0]->str), 0);
+    ASSERT_EQ(atoi(r->element[1]->str), 2);
+    ASSERT_EQ(atoi(r->element[2]->str), 3);
+    freeReplyObject(r);
+    char *at = th_cmd_str(rc, "GET fair:at:2");
+    ASSERT_NOT_NULL(at);
+    long long late = atoll(at) - t_kill;
+    free(at);
+    th_log("next waiter had the lock %lld ms after the kill (entry lifetime 5000 ms)", late);
+    /* its deadline was at most 5 s after the kill; the waiter behind comes
+     * back at the dead head's deadline */
+    ASSERT_LT(late, 5000 + 1000);
+    ASSERT_EQ(llen(rc), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* ---- handoff ---- */
+
+/* Per round: waits for the parent's start (it holds the lock then), waits
+ * for the lock, tells the parent its fence (pipe), waits for the parent's
+ * go, releases, tells the parent. */
+static int handoff_child(const th_server *s, int to_parent, int from_parent, int rounds)
+{
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    for (int i = 0; i < rounds; i++) {
+        uint64_t fence = 0;
+        char start;
+        ASSERT_EQ(read(from_parent, &start, 1), 1); /* the parent holds the lock */
+        ASSERT_LOK(l, dlock_acquire(l, 30000, 10000, &fence));
+        ASSERT_EQ(dlock_lock_holding(l), 1);
+        ASSERT_EQ(write(to_parent, &fence, sizeof fence), (ssize_t)sizeof fence);
+        char go;
+        ASSERT_EQ(read(from_parent, &go, 1), 1);
+        ASSERT_LOK(l, dlock_release(l));
+        ASSERT_EQ(write(to_parent, &fence, sizeof fence), (ssize_t)sizeof fence);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return 0;
+}
+
+#define HANDOFF_ROUNDS 3
+
+static void part_handoff(th_server *s)
+{
+    int up[2], down[2];
+    ASSERT_EQ(pipe(up), 0);
+    ASSERT_EQ(pipe(down), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        exit(handoff_child(s, up[1], down[0], HANDOFF_ROUNDS));
+    }
+    close(up[1]);
+    close(down[0]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    int no_evalsha = 0;
+    for (int round = 0; round < HANDOFF_ROUNDS; round++) {
+        ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+        ASSERT_EQ(write(down[1], "s", 1), 1);
+        /* the child waits: queued and subscribed */
+        ASSERT_EVENTUALLY(llen(rc) == 1 && waiter_channels(rc) == 1, 5000);
+        redisReply *q = th_cmd(rc, "LINDEX %s 0", QUEUE);
+        ASSERT(q->type == REDIS_REPLY_STRING);
+        char field[128];
+        snprintf(field, sizeof field, "%s", q->str);
+        freeReplyObject(q);
+
+        ASSERT_EQ(kill(pid, SIGSTOP), 0);
+        int st = 0;
+        ASSERT_EQ(waitpid(pid, &st, WUNTRACED), pid);
+        ASSERT(WIFSTOPPED(st));
+        ASSERT_LOK(h, dlock_release(h));
+        /* the release script already made the (stopped) waiter the owner */
+        redisReply *r = th_cmd(rc, "HGETALL %s", NAME);
+        ASSERT_EQ(r->elements, 2);
+        ASSERT_STR_EQ(r->element[0]->str, field);
+        ASSERT_STR_EQ(r->element[1]->str, "1");
+        freeReplyObject(r);
+        ASSERT_EQ(llen(rc), 0);
+        long long pttl = th_cmd_int(rc, "PTTL %s", NAME);
+        ASSERT_GT(pttl, 9000); /* the waiter's own lease, 10 s */
+        char *fc = th_cmd_str(rc, "GET %s", FENCE_KEY);
+        unsigned long long fence_now = strtoull(fc, NULL, 10);
+        free(fc);
+        long long ev0 = evalsha_calls(rc);
+
+        ASSERT_EQ(kill(pid, SIGCONT), 0);
+        uint64_t got = 0;
+        ASSERT_EQ(read(up[0], &got, sizeof got), (ssize_t)sizeof got);
+        long long ev1 = evalsha_calls(rc);
+        ASSERT_U64_EQ(got, fence_now);
+        if (ev1 == ev0) no_evalsha++;
+        th_log("round %d: handed over with fence %llu; EVALSHA by the waiter after the "
+               "release: %lld", round, fence_now, ev1 - ev0);
+        /* a newcomer queues behind the new owner */
+        ASSERT_LCODE(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL), DLOCK_EBUSY);
+        ASSERT_EQ(write(down[1], "g", 1), 1);
+        ASSERT_EQ(read(up[0], &got, sizeof got), (ssize_t)sizeof got);
+        ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    }
+    ASSERT_EQ(th_wait_child(pid, 10000), 0);
+    /* a wake-up by the waiter's own keep-alive timer in the few ms it was
+     * stopped would cost one EVALSHA (the attempt then finds the grant) */
+    ASSERT_GE(no_evalsha, HANDOFF_ROUNDS - 1);
+
+    close(up[0]);
+    close(down[1]);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* ---- mutex ---- */
+
+#define NPROC 8
+#define ROUNDS 100
+
+static int mutex_child(const th_server *s, int idx)
+{
+    dlock_client *c = th_client(s, 1500);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    redisContext *rc = th_redis(s);
+    uint64_t last = 0;
+    for (int i = 0; i < ROUNDS; i++) {
+        uint64_t fence = 0;
+        ASSERT_LOK(l, dlock_acquire(l, 30000, (idx % 2) ? DLOCK_WATCHDOG : 10000, &fence));
+        ASSERT_U64_GT(fence, last);
+        last = fence;
+        ASSERT_EQ(th_cmd_int(rc, "INCR fair:inside"), 1);
+        char *v = th_cmd_str(rc, "GET fair:counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        if (i % 7 == idx % 7) usleep(300);
+        th_cmd_ok(rc, "SET fair:counter %lld", n + 1);
+        ASSERT_EQ(th_cmd_int(rc, "DECR fair:inside"), 0);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return 0;
+}
+
+static void part_mutex(th_server *s)
+{
+    pid_t pids[NPROC];
+    int64_t t0 = th_now_ms();
+    for (int i = 0; i < NPROC; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) exit(mutex_child(s, i));
+    }
+    for (int i = 0; i < NPROC; i++) ASSERT_EQ(th_wait_child(pids[i], 30000), 0);
+    th_log("%d x %d rounds in %lld ms", NPROC, ROUNDS, (long long)(th_now_ms() - t0));
+    redisContext *rc = th_redis(s);
+    char *v = th_cmd_str(rc, "GET fair:counter");
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(atoll(v), NPROC * ROUNDS);
+    free(v);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s %s %s %s", NAME, QUEUE, TIMEOUTS, LEASES), 0);
+    redisFree(rc);
+}
+
+/* ---- giveup ---- */
+
+static int giveup_child(const th_server *s, int idx)
+{
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    unsigned seed = (unsigned)getpid() * 2654435761u + (unsigned)idx;
+    int got = 0;
+    for (int i = 0; i < 60; i++) {
+        int rc = dlock_acquire(l, 1 + rand_r(&seed) % 15, 30000, NULL);
+        if (rc == DLOCK_OK) {
+            got++;
+            usleep(500 + rand_r(&seed) % 2000);
+            ASSERT_LOK(l, dlock_release(l));
+        } else {
+            ASSERT_LCODE(l, rc, DLOCK_ETIMEDOUT);
+        }
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return got > 0 ? 0 : 3;
+}
+
+static void part_giveup(th_server *s)
+{
+    pid_t pids[6];
+    for (int i = 0; i < 6; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) exit(giveup_child(s, i));
+    }
+    for (int i = 0; i < 6; i++) ASSERT_EQ(th_wait_child(pids[i], 30000), 0);
+    redisContext *rc = th_redis(s);
+    /* a grant that reached a waiter after it gave up was given back: no lock
+     * is left held for its 30 s lease */
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+    ASSERT_EQ(llen(rc), 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", TIMEOUTS), 0);
+    redisFree(rc);
+}
+
+int main(int argc, char **argv)
+{
+    th_init("fair");
+    const char *part = argc > 1 ? argv[1] : "basic";
+    th_server *s = th_server_start(NULL);
+    if (!strcmp(part, "basic")) part_basic(s);
+    else if (!strcmp(part, "fifo")) part_fifo(s);
+    else if (!strcmp(part, "kill")) part_kill(s);
+    else if (!strcmp(part, "handoff")) part_handoff(s);
+    else if (!strcmp(part, "mutex")) part_mutex(s);
+    else if (!strcmp(part, "giveup")) part_giveup(s);
+    else th_fail(__FILE__, __LINE__, "unknown part %s", part);
+    th_server_stop(s);
+    th_log("ok");
+    return 0;
+}

@@ -1,0 +1,208 @@
+/* Interoperation with redis-py: a redis-py Lock (Debian's python3-redis, run by
+ * /usr/bin/python3) and a dlock plain lock on the same key exclude each other
+ * in both directions. The python side is a coprocess driven line by line over
+ * pipes. Skipped (77) with a reason when /usr/bin/python3 cannot import redis. */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define PYTHON "/usr/bin/python3"
+#define NAME "interop:py"
+
+static const char *py_script =
+    "import sys, time, redis\n"
+    "port, name = int(sys.argv[1]), sys.argv[2]\n"
+    "r = redis.Redis(host='127.0.0.1', port=port)\n"
+    "lk = r.lock(name, timeout=30)\n"
+    "def out(x):\n"
+    "    sys.stdout.write(str(x) + '\\n'); sys.stdout.flush()\n"
+    "out('ready')\n"
+    "for line in sys.stdin:\n"
+    "    cmd = line.split()\n"
+    "    if not cmd: continue\n"
+    "    c = cmd[0]\n"
+    "    try:\n"
+    "        if c == 'acquire': out(bool(lk.acquire(blocking=False)))\n"
+    "        elif c == 'acquire_short':\n"
+    "            lk = r.lock(name, timeout=float(cmd[1]))\n"
+    "            out(bool(lk.acquire(blocking=False)))\n"
+    "        elif c == 'wait': out(bool(lk.acquire(blocking=True, blocking_timeout=10)))\n"
+    "        elif c == 'release': lk.release(); out('released')\n"
+    "        elif c == 'release_after':\n"
+    "            out('sleeping'); time.sleep(float(cmd[1])); lk.release()\n"
+    "        elif c == 'locked': out(lk.locked())\n"
+    "        elif c == 'owned': out(lk.owned())\n"
+    "        elif c == 'token': out(lk.local.token.decode())\n"
+    "        elif c == 'quit': break\n"
+    "        else: out('unknown')\n"
+    "    except Exception as e:\n"
+    "        out('error ' + type(e).__name__)\n";
+
+static pid_t g_py = -1;
+static int g_to = -1, g_from = -1;
+static char g_buf[4096];
+static size_t g_blen;
+
+static void py_start(int port)
+{
+    int in[2], out[2];
+    ASSERT_EQ(pipe(in), 0);
+    ASSERT_EQ(pipe(out), 0);
+    char portbuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    g_py = th_fork();
+    if (g_py == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        execl(PYTHON, PYTHON, "-c", py_script, portbuf, NAME, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    g_to = in[1];
+    g_from = out[0];
+}
+
+/* Reads one line from python (bounded); returns a static string. */
+static const char *py_line(int64_t timeout_ms)
+{
+    static char line[512];
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *nl = memchr(g_buf, '\n', g_blen);
+        if (nl) {
+            size_t n = (size_t)(nl - g_buf);
+            if (n >= sizeof line) n = sizeof line - 1;
+            memcpy(line, g_buf, n);
+            line[n] = '\0';
+            size_t rest = g_blen - (size_t)(nl - g_buf) - 1;
+            memmove(g_buf, nl + 1, rest);
+            g_blen = rest;
+            return line;
+        }
+        int64_t left = deadline - th_now_ms();
+        ASSERT_MSG(left > 0, "python did not answer within %lld ms", (long long)timeout_ms);
+        struct pollfd p = {g_from, POLLIN, 0};
+        int pr = poll(&p, 1, (int)left);
+        if (pr < 0 && errno == EINTR) continue;
+        ASSERT_MSG(pr == 1, "python did not answer within %lld ms", (long long)timeout_ms);
+        ssize_t n = read(g_from, g_buf + g_blen, sizeof g_buf - 1 - g_blen);
+        ASSERT_MSG(n > 0, "python exited (read: %zd)", n);
+        g_blen += (size_t)n;
+    }
+}
+
+static void py_send(const char *cmd)
+{
+    size_t n = strlen(cmd);
+    ASSERT_EQ(write(g_to, cmd, n), (ssize_t)n);
+    ASSERT_EQ(write(g_to, "\n", 1), 1);
+}
+
+static const char *py(const char *cmd)
+{
+    py_send(cmd);
+    return py_line(15000);
+}
+
+int main(void)
+{
+    th_init("interop_py");
+    if (!th_python_has_redis(PYTHON))
+        th_skip(PYTHON " cannot import redis (install Debian's python3-redis)");
+    th_server *s = th_server_start(NULL);
+    redisContext *rc = th_redis(s);
+    py_start(th_server_port(s));
+    ASSERT_STR_EQ(py_line(20000), "ready");
+
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_PLAIN);
+
+    /* 1. python holds: dlock is excluded */
+    ASSERT_STR_EQ(py("acquire"), "True");
+    char pytoken[128];
+    snprintf(pytoken, sizeof pytoken, "%s", py("token"));
+    char *v = th_cmd_str(rc, "GET %s", NAME);
+    ASSERT_STR_EQ(v, pytoken);
+    free(v);
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(l, dlock_acquire(l, 300, 5000, NULL), DLOCK_ETIMEDOUT);
+    int locked = 0;
+    ASSERT_COK(c, dlock_is_locked(c, NAME, DLOCK_CSTR, &locked));
+    ASSERT_EQ(locked, 1);
+    dlock_info info;
+    ASSERT_COK(c, dlock_inspect(c, NAME, DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_EQ(info.kind, DLOCK_KIND_PLAIN);
+    ASSERT_STR_EQ(info.holder, pytoken);
+    char tok[DLOCK_TOKEN_LEN + 1];
+    ASSERT_CCODE(c, dlock_acquire_token(c, NAME, DLOCK_CSTR, DLOCK_NOWAIT, 5000, tok, NULL),
+                 DLOCK_EBUSY);
+    ASSERT_CCODE(c, dlock_release_token(c, NAME, DLOCK_CSTR, "0123456789abcdef0123456789abcdef"),
+                 DLOCK_ENOTOWNER);
+    ASSERT_STR_EQ(py("owned"), "True");
+
+    /* 2. python releases its own lock; dlock then acquires */
+    ASSERT_STR_EQ(py("release"), "released");
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+
+    /* 3. dlock holds: python is excluded, and cannot release dlock's lock */
+    ASSERT_STR_EQ(py("acquire"), "False");
+    ASSERT_STR_EQ(py("locked"), "True");
+    ASSERT_STR_EQ(py("owned"), "False");
+    v = th_cmd_str(rc, "GET %s", NAME);
+    ASSERT_STR_EQ(v, dlock_lock_token(l));
+    free(v);
+
+    /* 4. dlock releases; python acquires (non-blocking) */
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_STR_EQ(py("acquire"), "True");
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_STR_EQ(py("release"), "released");
+
+    /* 5. python blocked waiting (it polls) gets the lock after dlock releases */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+    py_send("wait");
+    th_sleep_ms(300); /* python polls meanwhile and must not get in */
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 1);
+    v = th_cmd_str(rc, "GET %s", NAME);
+    ASSERT_STR_EQ(v, dlock_lock_token(l));
+    free(v);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_STR_EQ(py_line(12000), "True");
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_STR_EQ(py("release"), "released");
+
+    /* 6. dlock blocked waiting on a python lock (1 s lease) that python
+     * releases without publishing: dlock gets it within the lease + margin */
+    ASSERT_STR_EQ(py("acquire_short 1"), "True");
+    py_send("release_after 0.2");
+    ASSERT_STR_EQ(py_line(5000), "sleeping");
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(l, dlock_acquire(l, 5000, 5000, NULL));
+    int64_t took = th_now_ms() - t0;
+    th_log("dlock waiter had the redis-py lock's key %lld ms after python began its release", (long long)took);
+    ASSERT_LE(took, 1000 + 800);
+    ASSERT_STR_EQ(py("acquire"), "False");
+    ASSERT_LOK(l, dlock_release(l));
+
+    py_send("quit");
+    ASSERT_EQ(th_wait_child(g_py, 10000), 0);
+    close(g_to);
+    close(g_from);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    redisFree(rc);
+    th_server_stop(s);
+    th_log("ok");
+    return 0;
+}

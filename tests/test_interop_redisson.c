@@ -1,0 +1,163 @@
+/* Interoperation with Redisson's RLock layout (../shared/INTEROP.md), played
+ * by raw commands and Redisson-shaped Lua scripts over hiredis: a "Redisson"
+ * holder excludes a dlock reentrant lock and vice versa; a Redisson release
+ * (DEL + PUBLISH 0) wakes a blocked dlock waiter; a dlock release publishes
+ * "0" on redisson_lock__channel:{name}; Redisson's renewal sees dlock's field;
+ * a fence counter bumped by an RFencedLock is continued by dlock. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define NAME "rsn:lock"
+#define FIELD "6f1d2c3b-aaaa-4bbb-8ccc-0123456789ab:1"
+
+/* Redisson's acquire: nil when acquired, else the key's PTTL. */
+static const char *ACQUIRE =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+/* Redisson's release: nil not held, 0 still held, 1 released (and published). */
+static const char *RELEASE =
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; "
+    "else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;";
+/* Redisson's renewal: 1 if the owner's field exists (lease refreshed). */
+static const char *RENEW =
+    "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return 1; end; return 0;";
+
+static redisReply *rsn_acquire(redisContext *rc, const char *field, int lease)
+{
+    return th_cmd(rc, "EVAL %s 1 %s %d %s", ACQUIRE, NAME, lease, field);
+}
+
+static long long rsn_release(redisContext *rc, const char *field)
+{
+    redisReply *r = th_cmd(rc, "EVAL %s 2 %s redisson_lock__channel:{%s} 0 20000 %s", RELEASE,
+                           NAME, NAME, field);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+typedef struct {
+    dlock_client *c;
+    int rc;
+    int64_t t_got;
+} waiter;
+
+static void *wait_thread(void *arg)
+{
+    waiter *w = arg;
+    dlock_lock *l = th_lock(w->c, NAME, DLOCK_KIND_REENTRANT);
+    w->rc = dlock_acquire(l, 10000, 5000, NULL);
+    w->t_got = th_now_ms();
+    if (w->rc == DLOCK_OK) dlock_release(l);
+    dlock_lock_free(l);
+    return NULL;
+}
+
+int main(void)
+{
+    th_init("interop_redisson");
+    th_server *s = th_server_start(NULL);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, NAME, DLOCK_KIND_REENTRANT);
+
+    /* 1. Redisson holds (twice): dlock is excluded and sees the holder */
+    redisReply *r = rsn_acquire(rc, FIELD, 20000);
+    ASSERT_EQ(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    r = rsn_acquire(rc, FIELD, 20000);
+    ASSERT_EQ(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    dlock_info info;
+    ASSERT_COK(c, dlock_inspect(c, NAME, DLOCK_CSTR, &info));
+    ASSERT_EQ(info.kind, DLOCK_KIND_REENTRANT);
+    ASSERT_STR_EQ(info.holder, FIELD);
+    ASSERT_EQ(info.hold_count, 2);
+    ASSERT_EQ(info.holders, 1);
+
+    /* 2. a blocked dlock waiter wakes on Redisson's release message */
+    waiter w = {c, -1, 0};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, wait_thread, &w), 0);
+    th_wait_subscribers(rc, NAME, 1, 5000);
+    ASSERT_EQ(rsn_release(rc, FIELD), 0); /* count 2 -> 1: still held */
+    th_sleep_ms(200);
+    ASSERT_EQ(th_cmd_int(rc, "HEXISTS %s %s", NAME, FIELD), 1); /* the waiter did not get in */
+    int64_t t_rel = th_now_ms();
+    ASSERT_EQ(rsn_release(rc, FIELD), 1);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    ASSERT_CODE(w.rc, DLOCK_OK);
+    th_log("dlock waiter had it %lld ms after Redisson's release (lease 20 s)",
+           (long long)(w.t_got - t_rel));
+    ASSERT_LT(w.t_got - t_rel, 2000);
+
+    /* 3. dlock holds: Redisson is excluded (gets the PTTL), cannot release */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, NULL));
+    r = rsn_acquire(rc, FIELD, 20000);
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    ASSERT_GT(r->integer, 10000);
+    freeReplyObject(r);
+    r = th_cmd(rc, "EVAL %s 2 %s redisson_lock__channel:{%s} 0 20000 %s", RELEASE, NAME, NAME,
+               FIELD);
+    ASSERT_EQ(r->type, REDIS_REPLY_NIL);
+    freeReplyObject(r);
+    /* Redisson's renewal script recognises dlock's owner field */
+    r = th_cmd(rc, "EVAL %s 1 %s 30000 %s", RENEW, NAME, dlock_lock_token(l));
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    ASSERT_EQ(r->integer, 1);
+    freeReplyObject(r);
+    char *cnt = th_cmd_str(rc, "HGET %s %s", NAME, dlock_lock_token(l));
+    ASSERT_STR_EQ(cnt, "1");
+    free(cnt);
+
+    /* 4. dlock's last release publishes "0" on the Redisson channel */
+    redisContext *sub = th_redis(s);
+    r = th_cmd(sub, "SUBSCRIBE redisson_lock__channel:{%s}", NAME);
+    freeReplyObject(r);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, NULL)); /* re-enter: count 2 */
+    ASSERT_LOK(l, dlock_release(l));                           /* 2 -> 1: no message */
+    ASSERT_LOK(l, dlock_release(l));                           /* 1 -> 0: "0" */
+    void *reply = NULL;
+    ASSERT_EQ(redisGetReply(sub, &reply), REDIS_OK);
+    r = reply;
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(r->elements, 3);
+    ASSERT_STR_EQ(r->element[0]->str, "message");
+    ASSERT_STR_EQ(r->element[2]->str, "0");
+    freeReplyObject(r);
+    redisFree(sub);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", NAME), 0);
+
+    /* 5. Redisson's force unlock (DEL + PUBLISH 0): the dlock holder finds out */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, NULL));
+    ASSERT_EQ(th_cmd_int(rc, "DEL %s", NAME), 1);
+    th_cmd_ok(rc, "PUBLISH redisson_lock__channel:{%s} 0", NAME);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+
+    /* 6. the fence counter is shared with RFencedLock */
+    th_cmd_ok(rc, "SET redisson_lock_token:{%s} 1000", NAME);
+    uint64_t f = 0;
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
+    ASSERT_U64_EQ(f, 1001);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), 1002);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
+    ASSERT_U64_EQ(f, 1003);
+    ASSERT_LOK(l, dlock_release(l));
+
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    redisFree(rc);
+    th_server_stop(s);
+    th_log("ok");
+    return 0;
+}
