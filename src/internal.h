@@ -213,6 +213,25 @@ int64_t dl_cmd_deadline(const dlock_client *c);
 int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
                       redisReply **out, dl_err *err);
 
+/* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
+/* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
+ * confirmation (messages before it are dropped: callers try again after
+ * subscribing anyway). */
+int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
+                     size_t channel_len, dl_err *err);
+/* Borrows a connection and subscribes it to channel. */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err);
+/* Waits for message(s) on sub until `until` (monotonic ms): DLOCK_OK when a
+ * message came, DLOCK_ETIMEDOUT at until, or a failure. */
+int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+/* Unsubscribes and returns the connection (closed if that fails). */
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+/* DLOCK_EINVAL unless wait_ms >= 0 or DLOCK_WAIT_FOREVER. */
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
+/* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
+
 /* ---- names (names.c) ---- */
 /* Validates a user name/length pair; resolves DLOCK_CSTR. */
 int dl_check_name(const char *name, size_t *len, dl_err *err);

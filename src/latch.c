@@ -10,13 +10,6 @@
 
 #include "internal.h"
 
-/* shared pub/sub waiting, defined in semaphore.c (belongs in internal.h) */
-int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
-                      dl_err *err);
-int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
-void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
-int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
-int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
 
 /* ---- scripts: KEYS[1] = latch, KEYS[2] = channel ---- */
 

@@ -1,12 +1,8 @@
 /* The semaphore (Redisson RSemaphore layout): STRING `name` holds the
  * available permits; every change that can free permits publishes the new
  * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
- *
- * Also home of the small pub/sub waiting helper shared by the semaphores and
- * the latch (dl_sync_*): these objects are not lock kinds, so they cannot use
- * dl_lock_wait, but they wait the same way: subscribe first, then try, then
- * sleep until a message (or a caller-computed time, or the deadline), retry.
- * There is no fixed-interval polling. */
+
+ * Waiting: dl_sync_* in sync.c. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -16,136 +12,6 @@
 
 #include "internal.h"
 
-/* ---- shared pub/sub waiting (declared again in permits.c and latch.c;
- * these three prototypes belong in internal.h) ---- */
-int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
-                      dl_err *err);
-int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
-void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
-int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
-int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
-
-/* Sends cmd (SUBSCRIBE / UNSUBSCRIBE) for channel and reads up to its
- * confirmation (messages that come first are dropped: the caller retries
- * after subscribing anyway). */
-static int sub_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
-                   size_t channel_len, dl_err *err) {
-    const char *argv[2] = {cmd, channel};
-    size_t lens[2] = {strlen(cmd), channel_len};
-    int64_t deadline = dl_cmd_deadline(c);
-    int rc = dl_conn_append(sub, 2, argv, lens, err);
-    if (!rc) rc = dl_conn_flush(sub, deadline, err);
-    if (rc) return rc;
-    sub->subscribed = 1;
-    for (;;) {
-        redisReply *r = NULL;
-        rc = dl_conn_read(sub, deadline, &r, err);
-        if (rc) return rc;
-        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-                   r->element[0]->type == REDIS_REPLY_STRING && !strcasecmp(r->element[0]->str, cmd);
-        int bad = r->type == REDIS_REPLY_ERROR;
-        if (bad) rc = dl_reply_error(r, cmd, err);
-        if (done && !strcasecmp(cmd, "UNSUBSCRIBE") && r->element[2]->type == REDIS_REPLY_INTEGER &&
-            r->element[2]->integer == 0)
-            sub->subscribed = 0;
-        freeReplyObject(r);
-        if (bad) {
-            sub->broken = 1;
-            return rc;
-        }
-        if (done) return DLOCK_OK;
-    }
-}
-
-/* Borrows a connection and subscribes it to channel. */
-int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
-                      dl_err *err) {
-    dl_conn *sub = NULL;
-    *out = NULL;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &sub, err);
-    if (rc) return rc;
-    rc = sub_cmd(c, sub, "SUBSCRIBE", channel, channel_len, err);
-    if (rc) {
-        sub->broken = 1;
-        dl_pool_put(c, sub);
-        return rc;
-    }
-    *out = sub;
-    return DLOCK_OK;
-}
-
-/* Unsubscribes (so the connection can go back to the pool) and returns it.
- * NULL is a no-op. */
-void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len) {
-    if (!sub) return;
-    if (!sub->broken && sub->subscribed) {
-        dl_err ignored = {0};
-        sub_cmd(c, sub, "UNSUBSCRIBE", channel, channel_len, &ignored);
-    }
-    dl_pool_put(c, sub);
-}
-
-/* Sleeps until a message arrives on the subscribed connection (DLOCK_OK;
- * messages already buffered behind it are consumed too, they say nothing
- * more), or until the monotonic time `until` (DLOCK_ETIMEDOUT;
- * DL_INF_DEADLINE: no bound), or a failure. */
-int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err) {
-    int got = 0;
-    for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
-        }
-        if (reply) {
-            redisReply *m = reply;
-            int bad = m->type == REDIS_REPLY_ERROR;
-            int rc = bad ? dl_reply_error(m, "pub/sub", err) : DLOCK_OK;
-            freeReplyObject(m);
-            if (bad) {
-                sub->broken = 1;
-                return rc;
-            }
-            got = 1;
-            continue; /* drain what is already buffered */
-        }
-        if (got) return DLOCK_OK;
-        int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
-        if (left <= 0) return DLOCK_ETIMEDOUT;
-        struct pollfd p = {.fd = sub->fd, .events = POLLIN};
-        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
-        }
-        if (n == 0) continue;
-        redisReply *r = NULL;
-        int rc = dl_conn_read(sub, dl_cmd_deadline(c), &r, err);
-        if (rc) return rc;
-        int bad = r->type == REDIS_REPLY_ERROR;
-        if (bad) rc = dl_reply_error(r, "pub/sub", err);
-        freeReplyObject(r);
-        if (bad) {
-            sub->broken = 1;
-            return rc;
-        }
-        got = 1;
-    }
-}
-
-int dl_sync_check_wait(int64_t wait_ms, dl_err *err) {
-    if (wait_ms < DLOCK_WAIT_FOREVER)
-        return dl_seterr(err, DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER");
-    return DLOCK_OK;
-}
-
-/* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
-int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
-    int rc = dl_reply_error(r, what, err);
-    if (rc == DLOCK_ESERVER && r->str && strstr(r->str, "overflow")) err->code = rc = DLOCK_EOVERFLOW;
-    return rc;
-}
 
 /* ---- scripts ---- */
 

@@ -92,32 +92,7 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
 }
 
 static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) {
-    const char *argv[2] = {cmd, l->channel};
-    size_t lens[2] = {strlen(cmd), l->channel_len};
-    int64_t deadline = dl_cmd_deadline(l->c);
-    int rc = dl_conn_append(sub, 2, argv, lens, err);
-    if (!rc) rc = dl_conn_flush(sub, deadline, err);
-    if (rc) return rc;
-    sub->subscribed = 1;
-    /* read up to the confirmation; messages may come first */
-    for (;;) {
-        redisReply *r = NULL;
-        rc = dl_conn_read(sub, deadline, &r, err);
-        if (rc) return rc;
-        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-                   r->element[0]->type == REDIS_REPLY_STRING &&
-                   !strcasecmp(r->element[0]->str, cmd);
-        int bad = r->type == REDIS_REPLY_ERROR;
-        if (bad) rc = dl_reply_error(r, cmd, err);
-        if (done && !strcasecmp(cmd, "UNSUBSCRIBE") && r->element[2]->integer == 0)
-            sub->subscribed = 0;
-        freeReplyObject(r);
-        if (bad) {
-            sub->broken = 1;
-            return rc;
-        }
-        if (done) return DLOCK_OK;
-    }
+    return dl_subscribe_cmd(l->c, sub, cmd, l->channel, l->channel_len, err);
 }
 
 static int64_t wait_left(int64_t deadline) {
