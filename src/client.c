@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -18,20 +19,44 @@ const char *dlock_client_id(const dlock_client *c) { return c ? c->id : ""; }
 
 int64_t dl_cmd_deadline(const dlock_client *c) { return dl_deadline(c->command_timeout_ms); }
 
+/* Reads up to the confirmation of an UNSUBSCRIBE sent without waiting
+ * (dl_unsubscribe_async): 1 when the connection is back to normal. */
+static int drain(dl_conn *conn, int64_t deadline) {
+    dl_err err;
+    for (;;) {
+        redisReply *r = NULL;
+        if (dl_conn_read(conn, deadline, &r, &err) != DLOCK_OK) return 0;
+        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                   r->element[0]->type == REDIS_REPLY_STRING &&
+                   !strcasecmp(r->element[0]->str, "unsubscribe") &&
+                   r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 0;
+        freeReplyObject(r);
+        if (done) {
+            conn->draining = 0;
+            return 1;
+        }
+    }
+}
+
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
-    pthread_mutex_lock(&n->mu);
-    while (n->idle) {
+    for (;;) {
+        pthread_mutex_lock(&n->mu);
         dl_conn *conn = n->idle;
-        n->idle = conn->next;
-        n->nidle--;
-        conn->next = NULL;
-        if (!dl_conn_stale(conn)) {
-            pthread_mutex_unlock(&n->mu);
+        if (conn) {
+            n->idle = conn->next;
+            n->nidle--;
+            conn->next = NULL;
+        }
+        pthread_mutex_unlock(&n->mu);
+        if (!conn) break;
+        /* checked outside the mutex: draining reads from the network */
+        if ((!conn->draining || drain(conn, deadline)) && !dl_conn_stale(conn)) {
             *out = conn;
             return DLOCK_OK;
         }
         dl_conn_close(conn); /* the server closed it (restart, timeout...) */
     }
+    pthread_mutex_lock(&n->mu);
     int64_t now = dl_now_ms();
     int64_t next = n->next_attempt_ms;
     pthread_mutex_unlock(&n->mu);

@@ -92,6 +92,7 @@ struct dl_conn {
     size_t olen, ocap;
     int broken;                /* I/O failed: never reuse */
     int subscribed;            /* in pub/sub mode */
+    int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     struct dl_node *node;      /* the pool it returns to */
     dl_conn *next;             /* pool link */
 };
@@ -225,6 +226,10 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
 /* Waits for message(s) on sub until `until` (monotonic ms): DLOCK_OK when a
  * message came, DLOCK_ETIMEDOUT at until, or a failure. */
 int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+/* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
+ * returns the connection to its pool; the next user reads the confirmation
+ * first (dl_node_get). Saves a round trip on the way out of a wait. */
+void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len);
 /* Unsubscribes and returns the connection (closed if that fails). */
 void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
 /* DLOCK_EINVAL unless wait_ms >= 0 or DLOCK_WAIT_FOREVER. */

@@ -140,14 +140,14 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
                       l->ops->name);
             return lock_fail(l, &err);
         }
-        char saved[sizeof l->token];
-        size_t saved_len = l->token_len;
-        memcpy(saved, l->token, sizeof saved);
-        int rc = l->ops->owner(l, &err);
-        int same = !rc && l->token_len == saved_len && !memcmp(saved, l->token, saved_len);
-        memcpy(l->token, saved, sizeof saved);
-        l->token_len = saved_len;
-        if (rc) return lock_fail(l, &err);
+        /* same thread? Reentrant owners are "<client id>:<thread id>[:...]";
+         * compare without rewriting l->token, which the watchdog may be
+         * reading */
+        char me[64];
+        int n = snprintf(me, sizeof me, "%s:%ld", l->c->id, dl_thread_id());
+        size_t ml = (size_t)n;
+        int same = l->token_len >= ml && !memcmp(l->token, me, ml) &&
+                   (l->token_len == ml || l->token[ml] == ':');
         if (!same) {
             dl_seterr(&err, DLOCK_EINVAL, "this handle is held by another thread");
             return lock_fail(l, &err);

@@ -35,7 +35,16 @@
  * it releases or re-enters: an attempt of the same acquire call that finds
  * the owner's field set with that marker (the grant raced the attempt) takes
  * the grant instead of counting a re-entry, and an abandon that finds it gives
- * the lock back (the grant came after the waiter gave up). */
+ * the lock back (the grant came after the waiter gave up). A "granted"
+ * message is taken only if its fence is above the counter seen by the
+ * waiter's latest attempt (so it is not a stale grant whose lease ran out
+ * while the message sat unread).
+ *
+ * Known limit with Redisson in the same queue: a Redisson client that
+ * acquires lowers every waiter's score by its threadWaitTime (its scores are
+ * stacked estimates); a dlock waiter's score (now + 5 s) may then fall in the
+ * past and the entry be dropped. The waiter re-joins at the tail on its next
+ * keep-alive attempt: it loses its place, it is never stuck. */
 #include <stdlib.h>
 #include <string.h>
 

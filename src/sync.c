@@ -132,3 +132,18 @@ int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
     if (rc == DLOCK_ESERVER && r->str && strstr(r->str, "overflow")) err->code = rc = DLOCK_EOVERFLOW;
     return rc;
 }
+
+void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len) {
+    if (!sub) return;
+    if (!sub->broken && sub->subscribed) {
+        const char *argv[2] = {"UNSUBSCRIBE", channel};
+        size_t lens[2] = {11, channel_len};
+        dl_err err;
+        if (dl_conn_append(sub, 2, argv, lens, &err) == DLOCK_OK &&
+            dl_conn_flush(sub, dl_deadline(1000), &err) == DLOCK_OK) {
+            sub->subscribed = 0;
+            sub->draining = 1;
+        }
+    }
+    dl_node_put(sub);
+}

@@ -145,10 +145,10 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         if (!rc && granted) break;
     }
     if (rc && l->ops->abandon && !conn->broken) l->ops->abandon(l, conn);
-    if (sub && !sub->broken && sub->subscribed) {
-        dl_err ignored;
-        subscribe(l, sub, "UNSUBSCRIBE", &ignored);
-    }
+    /* leave without waiting for the UNSUBSCRIBE confirmation: the caller
+     * holds the lock (or gave up) now, not one round trip later */
+    dl_unsubscribe_async(sub, l->channel, l->channel_len);
+    sub = NULL;
 out:
     dl_pool_put(c, sub);
     dl_pool_put(c, conn);

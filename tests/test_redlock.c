@@ -1,0 +1,215 @@
+/* RedLock over 5 independent masters: mutual exclusion across processes,
+ * availability with a minority down, a clean "no quorum" with a majority
+ * down, a frozen master costing at most the node timeout, watchdog renewal on
+ * a majority, and fencing tokens from a designated counter server. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define NODES 5
+#define NPROC 8
+#define ROUNDS 40
+#define NODE_TIMEOUT 50
+
+static th_server *srv[NODES];
+static char url[1024];
+
+static dlock_client *rl_client(int64_t wd_lease, const char *fence_url)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = wd_lease;
+    o.node_timeout_ms = NODE_TIMEOUT;
+    o.fence_url = fence_url;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&o, &c);
+    ASSERT_CCODE(c, rc, DLOCK_OK);
+    return c;
+}
+
+static int child(const th_server *counter_srv, int idx)
+{
+    dlock_client *c = rl_client(2000, NULL);
+    dlock_lock *l = th_lock(c, "rl:lock", idx % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN);
+    (void)idx;
+    redisContext *rc = th_redis(counter_srv);
+    for (int i = 0; i < ROUNDS; i++) {
+        ASSERT_LOK(l, dlock_acquire(l, 30000, 5000, NULL));
+        ASSERT_EQ(th_cmd_int(rc, "INCR rl:inside"), 1);
+        char *v = th_cmd_str(rc, "GET rl:counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        if (i % 4 == 0) usleep(500);
+        th_cmd_ok(rc, "SET rl:counter %lld", n + 1);
+        ASSERT_EQ(th_cmd_int(rc, "DECR rl:inside"), 0);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return 0;
+}
+
+static int on_every_node(const char *key)
+{
+    int n = 0;
+    for (int i = 0; i < NODES; i++) {
+        redisContext *rc = th_redis(srv[i]);
+        n += th_cmd_int(rc, "EXISTS %s", key) == 1;
+        redisFree(rc);
+    }
+    return n;
+}
+
+int main(void)
+{
+    th_init("redlock");
+    size_t off = (size_t)snprintf(url, sizeof url, "redlock://");
+    for (int i = 0; i < NODES; i++) {
+        srv[i] = th_server_start(NULL);
+        off += (size_t)snprintf(url + off, sizeof url - off, "%s127.0.0.1:%d", i ? "," : "",
+                                th_server_port(srv[i]));
+    }
+    th_server *counter = th_server_start(NULL); /* the protected resource */
+
+    /* mutual exclusion: 8 processes, plain and reentrant mixed per process
+     * (different names would not exclude: both kinds use "rl:lock", so they
+     * are run one kind per phase) */
+    pid_t pids[NPROC];
+    for (int i = 0; i < NPROC; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) exit(child(counter, 0));
+    }
+    for (int i = 0; i < NPROC; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
+    redisContext *crc = th_redis(counter);
+    char *v = th_cmd_str(crc, "GET rl:counter");
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(atoll(v), NPROC * ROUNDS);
+    free(v);
+    th_log("mutual exclusion: %d x %d rounds exact", NPROC, ROUNDS);
+
+    dlock_client *c = rl_client(600, NULL);
+    dlock_lock *a = th_lock(c, "rl:a", DLOCK_KIND_PLAIN);
+    dlock_lock *b = th_lock(c, "rl:a", DLOCK_KIND_PLAIN);
+
+    /* acquired on every node, excluded, released everywhere */
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_EQ(on_every_node("rl:a"), NODES);
+    ASSERT_GT(dlock_lock_valid_ms(a), 4000);
+    ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(b, dlock_acquire(b, 200, 5000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_LOK(a, dlock_extend(a, 8000));
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(on_every_node("rl:a"), 0);
+
+    /* a lock held on only a minority of nodes does not count: b takes it */
+    redisContext *r0 = th_redis(srv[0]);
+    redisContext *r1 = th_redis(srv[1]);
+    th_cmd_ok(r0, "SET rl:a someone PX 10000");
+    th_cmd_ok(r1, "SET rl:a someone PX 10000");
+    ASSERT_LOK(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(b, dlock_release(b));
+    /* ...but on a majority it does, and the failed attempt leaves nothing */
+    redisContext *r2 = th_redis(srv[2]);
+    th_cmd_ok(r2, "SET rl:a someone PX 10000");
+    ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_EQ(on_every_node("rl:a"), 3);
+    for (int i = 0; i < 3; i++) th_cmd_int(i == 0 ? r0 : i == 1 ? r1 : r2, "DEL rl:a");
+
+    /* the watchdog renews on a majority: held for 3 lease periods */
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    int64_t t0 = th_now_ms();
+    while (th_now_ms() - t0 < 2000) {
+        ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+        th_sleep_ms(100);
+    }
+    ASSERT_EQ(dlock_lock_is_lost(a), 0);
+    ASSERT_LOK(a, dlock_release(a));
+
+    /* a frozen master costs at most about the node timeout */
+    kill(th_server_pid(srv[4]), SIGSTOP);
+    t0 = th_now_ms();
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL));
+    int64_t took = th_now_ms() - t0;
+    th_log("acquire with one frozen master: %lld ms", (long long)took);
+    ASSERT_LT(took, 20 * NODE_TIMEOUT);
+    ASSERT_LOK(a, dlock_release(a));
+    kill(th_server_pid(srv[4]), SIGCONT);
+
+    /* two masters down: still acquires */
+    th_server_halt(srv[3], SIGKILL);
+    th_server_halt(srv[4], SIGKILL);
+    ASSERT_LOK(a, dlock_acquire(a, 1000, 5000, NULL));
+    ASSERT_LOK(a, dlock_release(a));
+    /* three down: a clean "no quorum", within the wait bound */
+    th_server_halt(srv[2], SIGKILL);
+    t0 = th_now_ms();
+    ASSERT_LCODE(a, dlock_acquire(a, 300, 5000, NULL), DLOCK_ENOQUORUM);
+    took = th_now_ms() - t0;
+    ASSERT_LT(took, 1500);
+    ASSERT(strstr(dlock_lock_errmsg(a), "no quorum") != NULL);
+    ASSERT(strstr(dlock_lock_errmsg(a), "2 of 5") != NULL);
+    th_server_resume(srv[2]);
+    th_server_resume(srv[3]);
+    th_server_resume(srv[4]);
+
+    /* fencing tokens from one designated counter server: strictly increasing
+     * across clients */
+    dlock_client *f1 = rl_client(0, th_server_url(counter));
+    dlock_client *f2 = rl_client(0, th_server_url(counter));
+    dlock_lock *fa = th_lock(f1, "rl:fenced", DLOCK_KIND_PLAIN);
+    dlock_lock *fb = th_lock(f2, "rl:fenced", DLOCK_KIND_REENTRANT);
+    uint64_t last = 0;
+    for (int i = 0; i < 10; i++) {
+        dlock_lock *l = i % 2 ? fb : fa;
+        uint64_t fence = 0;
+        ASSERT_LOK(l, dlock_acquire(l, 2000, 5000, &fence));
+        ASSERT_U64_GT(fence, last);
+        last = fence;
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    char *fv = th_cmd_str(crc, "GET redisson_lock_token:{rl:fenced}");
+    ASSERT_NOT_NULL(fv);
+    ASSERT_EQ(atoll(fv), (long long)last);
+    free(fv);
+
+    /* token operations and force unlock reach every node */
+    char token[DLOCK_TOKEN_LEN + 1];
+    ASSERT_COK(c, dlock_acquire_token(c, "rl:t", DLOCK_CSTR, 0, 5000, token, NULL));
+    ASSERT_EQ(on_every_node("rl:t"), NODES);
+    ASSERT_CCODE(c, dlock_release_token(c, "rl:t", DLOCK_CSTR, "0123456789abcdef0123456789abcdef"),
+                 DLOCK_ENOTOWNER);
+    ASSERT_COK(c, dlock_extend_token(c, "rl:t", DLOCK_CSTR, token, 9000));
+    ASSERT_COK(c, dlock_release_token(c, "rl:t", DLOCK_CSTR, token));
+    ASSERT_EQ(on_every_node("rl:t"), 0);
+    ASSERT_LOK(a, dlock_acquire(a, 0, 5000, NULL));
+    int existed = 0;
+    ASSERT_COK(c, dlock_force_unlock(c, "rl:a", DLOCK_CSTR, &existed));
+    ASSERT_EQ(existed, 1);
+    ASSERT_EQ(on_every_node("rl:a"), 0);
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+
+    /* kinds without a RedLock form say so */
+    dlock_lock *fair = th_lock(c, "rl:fair", DLOCK_KIND_FAIR);
+    ASSERT_LCODE(fair, dlock_acquire(fair, 0, 5000, NULL), DLOCK_ENOTSUP);
+    /* a lease too short for the node timeout is refused */
+    ASSERT_LCODE(a, dlock_acquire(a, 0, 40, NULL), DLOCK_EINVAL);
+
+    dlock_lock_free(fair);
+    dlock_lock_free(fa);
+    dlock_lock_free(fb);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(f1);
+    dlock_client_free(f2);
+    dlock_client_free(c);
+    redisFree(r0);
+    redisFree(r1);
+    redisFree(r2);
+    redisFree(crc);
+    th_log("ok");
+    return 0;
+}
