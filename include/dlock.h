@@ -82,6 +82,7 @@ typedef enum dlock_code {
     DLOCK_ESYS = 14,        /* a system call failed (getrandom, threads...) */
     DLOCK_EOVERFLOW = 15,   /* a counter would overflow (ID worker) */
     DLOCK_ENOQUORUM = 16,   /* RedLock: fewer than a majority of nodes answered */
+    DLOCK_EREPLICAS = 17,   /* too few replicas acknowledged an acquire (wait_replicas) */
     DLOCK_CODE_LAST_        /* not a code: one past the last */
 } dlock_code;
 
@@ -107,6 +108,9 @@ typedef struct dlock_options {
      * unix:///path/to/redis.sock[?db=N]
      * redlock://NODE,NODE,...   independent masters, NODE as in redis://
      *                           without the scheme: [user[:password]@]host[:port][/db]
+     * redis-sentinel://[password@]host:port,host:port/MASTER_NAME[/db]
+     *                           sentinels to ask for the master MASTER_NAME; the
+     *                           password is the master's (sentinels may use none)
      * NULL means $DLOCK_URL, else redis://127.0.0.1:6379. User and password
      * may be percent-encoded (a ',' in a redlock password must be). */
     const char *url;
@@ -127,6 +131,13 @@ typedef struct dlock_options {
      * across node failures. NULL: each acquire's token is the largest of the
      * majority's own counters, which is NOT linearizable (see docs). */
     const char *fence_url;
+    /* After each acquire, wait until this many replicas acknowledged it
+     * (Redis WAIT), for at most wait_replicas_timeout_ms (0: 1000 ms). Fewer
+     * acknowledgements: the lock is released and DLOCK_EREPLICAS returned.
+     * With Sentinel this keeps an acquired lock across a failover to an
+     * acknowledging replica. 0: no waiting. Not for RedLock. */
+    int wait_replicas;
+    int64_t wait_replicas_timeout_ms;
 } dlock_options;
 
 /* Fills *opts with defaults (all zero / NULL). */

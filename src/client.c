@@ -39,6 +39,11 @@ static int drain(dl_conn *conn, int64_t deadline) {
 }
 
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
+    if (n->sentinel) {
+        /* at most once a second: has the master moved? */
+        dl_err ignored;
+        dl_sentinel_refresh(n, 0, &ignored);
+    }
     for (;;) {
         pthread_mutex_lock(&n->mu);
         dl_conn *conn = n->idle;
@@ -72,7 +77,28 @@ int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
     }
     int64_t cdl = dl_deadline(n->connect_timeout_ms);
     if (cdl > deadline) cdl = deadline;
-    int rc = dl_conn_open(&n->ep, cdl, out, err);
+    int rc;
+    if (n->sentinel) {
+        /* the address moves: connect to a copy */
+        dl_endpoint ep;
+        pthread_mutex_lock(&n->mu);
+        rc = dl_endpoint_copy(&ep, &n->ep);
+        pthread_mutex_unlock(&n->mu);
+        if (rc) return dl_seterr(err, rc, "out of memory");
+        rc = dl_conn_open(&ep, cdl, out, err);
+        dl_endpoint_clear(&ep);
+        if (!rc && (rc = dl_sentinel_check_role(*out, cdl, err)) != DLOCK_OK) {
+            dl_conn_close(*out);
+            *out = NULL;
+        }
+        if (rc) {
+            dl_err ignored;
+            dl_sentinel_refresh(n, 1, &ignored); /* ask again at once */
+            return rc;
+        }
+    } else {
+        rc = dl_conn_open(&n->ep, cdl, out, err);
+    }
     pthread_mutex_lock(&n->mu);
     if (rc == DLOCK_EIO) {
         n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : DL_BACKOFF_MIN_MS;
@@ -244,6 +270,11 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         o->command_timeout_ms ? o->command_timeout_ms : DLOCK_DEFAULT_COMMAND_TIMEOUT_MS;
     c->watchdog_lease_ms = o->watchdog_lease_ms ? o->watchdog_lease_ms : DLOCK_DEFAULT_WATCHDOG_MS;
     c->node_timeout_ms = o->node_timeout_ms ? o->node_timeout_ms : 50;
+    if (o->wait_replicas < 0 || o->wait_replicas_timeout_ms < 0)
+        return dl_seterr(err, DLOCK_EINVAL, "wait_replicas must not be negative");
+    c->wait_replicas = o->wait_replicas;
+    c->wait_replicas_timeout_ms =
+        o->wait_replicas_timeout_ms ? o->wait_replicas_timeout_ms : 1000;
     if (c->watchdog_lease_ms < 30)
         return dl_seterr(err, DLOCK_EINVAL, "watchdog lease must be at least 30 ms");
     c->max_idle = o->max_idle_connections ? o->max_idle_connections : 8;
@@ -253,23 +284,48 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
-    if (t.mode == DL_MODE_SENTINEL || t.mode == DL_MODE_CLUSTER) {
+    if (t.mode == DL_MODE_CLUSTER) {
         dl_target_clear(&t);
-        return dl_seterr(err, DLOCK_ENOTSUP, "%s is not supported yet",
-                         t.mode == DL_MODE_SENTINEL ? "redis-sentinel://" : "redis-cluster://");
+        return dl_seterr(err, DLOCK_ENOTSUP, "redis-cluster:// is not supported yet");
     }
     c->mode = t.mode;
-    c->nodes = calloc(t.neps, sizeof *c->nodes);
-    if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < t.neps; i++) {
-        rc = apply_credentials(&t.eps[i], o, err);
-        if (!rc && !(c->nodes[i] = node_new(&t.eps[i], c)))
-            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        if (!rc) c->nnodes++;
+    if (t.mode == DL_MODE_SENTINEL) {
+        /* one node, the master; its address comes from the sentinels */
+        dl_endpoint master = {0};
+        master.db = t.db;
+        master.password = t.password;
+        t.password = NULL;
+        rc = dl_sentinel_new(&t, &c->sentinel, err);
+        if (!rc) rc = apply_credentials(&master, o, err);
+        if (!rc) {
+            c->nodes = calloc(1, sizeof *c->nodes);
+            if (!c->nodes || !(c->nodes[0] = node_new(&master, c)))
+                rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+            else
+                c->nnodes = 1;
+        }
+        dl_endpoint_clear(&master);
+        dl_target_clear(&t);
+        if (rc) return rc;
+        c->nodes[0]->sentinel = c->sentinel;
+        rc = dl_sentinel_refresh(c->nodes[0], 1, err);
+        if (rc) return rc;
     }
-    dl_target_clear(&t);
-    if (rc) return rc;
+    if (c->mode != DL_MODE_SENTINEL) {
+        c->nodes = calloc(t.neps, sizeof *c->nodes);
+        if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < t.neps; i++) {
+            rc = apply_credentials(&t.eps[i], o, err);
+            if (!rc && !(c->nodes[i] = node_new(&t.eps[i], c)))
+                rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+            if (!rc) c->nnodes++;
+        }
+        dl_target_clear(&t);
+        if (rc) return rc;
+    }
     c->quorum = c->nnodes / 2 + 1;
+    if (c->wait_replicas && c->mode == DL_MODE_REDLOCK)
+        return dl_seterr(err, DLOCK_EINVAL, "wait_replicas is not for redlock:// clients");
     if (o->fence_url) {
         if (c->mode != DL_MODE_REDLOCK)
             return dl_seterr(err, DLOCK_EINVAL, "fence_url is for redlock:// clients");
@@ -301,6 +357,8 @@ static void client_clear(dlock_client *c) {
     c->nnodes = 0;
     node_free(c->fence_node);
     c->fence_node = NULL;
+    dl_sentinel_free(c->sentinel);
+    c->sentinel = NULL;
 }
 
 int dlock_client_new(const dlock_options *opts, dlock_client **out) {

@@ -22,6 +22,7 @@ static const char *const names[] = {
     [DLOCK_ESYS] = "system call failed",
     [DLOCK_EOVERFLOW] = "counter overflow",
     [DLOCK_ENOQUORUM] = "no quorum of nodes answered",
+    [DLOCK_EREPLICAS] = "not acknowledged by enough replicas",
 };
 
 const char *dlock_strerror(int code) {

@@ -168,10 +168,13 @@ extern dl_script dl_script_force_unlock;    /* query.c */
 /* ---- client and pool (client.c) ---- */
 typedef struct dl_watchdog dl_watchdog;
 
+typedef struct dl_sentinel dl_sentinel;
+
 /* One server: its address and a pool of idle connections, re-established
  * after failures with a bounded exponential backoff. */
 typedef struct dl_node {
-    dl_endpoint ep;
+    dl_endpoint ep;            /* guarded by mu when sentinel is set (it moves) */
+    dl_sentinel *sentinel;     /* set: the address is the master the sentinels name */
     int max_idle;
     int64_t connect_timeout_ms;
     pthread_mutex_t mu;        /* guards the pool and the backoff state */
@@ -187,10 +190,13 @@ struct dlock_client {
     size_t nnodes;
     size_t quorum;             /* redlock: nnodes / 2 + 1 */
     dl_node *fence_node;       /* redlock: designated fencing counter, or NULL */
+    dl_sentinel *sentinel;     /* sentinel mode: how nodes[0] finds the master */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     int64_t watchdog_lease_ms;
     int64_t node_timeout_ms;
+    int wait_replicas;
+    int64_t wait_replicas_timeout_ms;
     int max_idle;
     int unusable;              /* dlock_client_new failed: every call refuses */
     char id[40];               /* UUID-shaped client id */
@@ -198,6 +204,18 @@ struct dlock_client {
     pthread_mutex_t wd_mu;     /* guards wd creation */
     dl_watchdog *wd;
 };
+
+/* ---- Sentinel (sentinel.c) ---- */
+/* Creates the sentinel state from a parsed target (takes its sentinels). */
+int dl_sentinel_new(dl_target *t, dl_sentinel **out, dl_err *err);
+void dl_sentinel_free(dl_sentinel *s);
+/* Asks the sentinels for the master's address and moves node n there when it
+ * changed (dropping n's idle connections). force: ask even if asked lately. */
+int dl_sentinel_refresh(dl_node *n, int force, dl_err *err);
+/* Checks that a new connection's server is a master (ROLE). */
+int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err);
+/* Copies src into dst (strings duplicated). */
+int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src);
 
 /* Borrows a connection to node (an idle one, or a new one) before deadline. */
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);

@@ -101,6 +101,33 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
+/* wait_replicas: WAIT until enough replicas have the acquire, or release it. */
+static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
+    dlock_client *c = l->c;
+    char n[24], ms[24];
+    const char *argv[3] = {"WAIT", n, ms};
+    size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas),
+                      dl_fmt_ll(ms, c->wait_replicas_timeout_ms)};
+    redisReply *r = NULL;
+    long long acks = 0;
+    int rc = dl_conn_command(conn, dl_deadline(c->wait_replicas_timeout_ms + c->command_timeout_ms),
+                             3, argv, lens, &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, "WAIT", &acks, err);
+    if (r) freeReplyObject(r);
+    if (!rc && acks >= c->wait_replicas) return DLOCK_OK;
+    /* not safe across a failover: give it back */
+    long long res;
+    dl_err ignored;
+    if (!conn->broken) l->ops->release(l, conn, &res, &ignored);
+    if (rc) return rc;
+    char nm[80];
+    return dl_seterr(err, DLOCK_EREPLICAS,
+                     "lock '%s' acquired, but only %lld of %d replicas acknowledged within "
+                     "%lld ms; released",
+                     dl_name_msg(l->name, l->name_len, nm, sizeof nm), acks, c->wait_replicas,
+                     (long long)c->wait_replicas_timeout_ms);
+}
+
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
     if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
@@ -150,6 +177,10 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     dl_unsubscribe_async(sub, l->channel, l->channel_len);
     sub = NULL;
 out:
+    if (!rc && t->acquired && c->wait_replicas > 0) {
+        rc = wait_acks(l, conn, err);
+        if (rc) t->acquired = 0;
+    }
     dl_pool_put(c, sub);
     dl_pool_put(c, conn);
     return rc;

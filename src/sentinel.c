@@ -1,0 +1,159 @@
+/* Redis Sentinel: the client's node is "whatever master the sentinels name".
+ * The address is asked for when the client opens, again at most once a
+ * second while the client is used (so a failover is followed even while the
+ * old master still answers), and at once after a connection to the master
+ * fails. A new connection whose server reports itself a replica is refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DL_SENTINEL_REFRESH_MS 1000
+#define DL_SENTINEL_TIMEOUT_MS 500
+
+struct dl_sentinel {
+    dl_endpoint *eps;          /* the sentinels */
+    size_t n;
+    size_t good;               /* the sentinel that answered last */
+    char *master_name;
+    pthread_mutex_t mu;        /* one refresh at a time */
+    int64_t last_ms;           /* monotonic ms of the last answer, 0 never */
+};
+
+int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->port = src->port;
+    dst->db = src->db;
+    if ((src->host && !(dst->host = strdup(src->host))) ||
+        (src->path && !(dst->path = strdup(src->path))) ||
+        (src->user && !(dst->user = strdup(src->user))) ||
+        (src->password && !(dst->password = strdup(src->password)))) {
+        dl_endpoint_clear(dst);
+        return DLOCK_ENOMEM;
+    }
+    return DLOCK_OK;
+}
+
+int dl_sentinel_new(dl_target *t, dl_sentinel **out, dl_err *err) {
+    dl_sentinel *s = calloc(1, sizeof *s);
+    if (!s) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    s->eps = t->eps;
+    s->n = t->neps;
+    s->master_name = t->master_name;
+    t->eps = NULL;
+    t->neps = 0;
+    t->master_name = NULL;
+    pthread_mutex_init(&s->mu, NULL);
+    *out = s;
+    return DLOCK_OK;
+}
+
+void dl_sentinel_free(dl_sentinel *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n; i++) dl_endpoint_clear(&s->eps[i]);
+    free(s->eps);
+    free(s->master_name);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* Asks one sentinel; host (malloc'd) and port on success. */
+static int ask(dl_sentinel *s, size_t i, char **host, int *port, dl_err *err) {
+    dl_conn *conn = NULL;
+    int64_t deadline = dl_deadline(DL_SENTINEL_TIMEOUT_MS);
+    int rc = dl_conn_open(&s->eps[i], deadline, &conn, err);
+    if (rc) return rc;
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
+    size_t lens[3] = {8, 23, strlen(s->master_name)};
+    redisReply *r = NULL;
+    rc = dl_conn_command(conn, deadline, 3, argv, lens, &r, err);
+    dl_conn_close(conn);
+    if (rc) return rc;
+    long long p = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = dl_reply_error(r, "SENTINEL", err);
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+               r->element[0]->type != REDIS_REPLY_STRING || dl_reply_int(r->element[1], &p) ||
+               p <= 0 || p > 65535) {
+        rc = dl_seterr(err, DLOCK_EIO, "sentinel knows no master named '%.60s'", s->master_name);
+    } else if (!(*host = strdup(r->element[0]->str))) {
+        rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    } else {
+        *port = (int)p;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
+    dl_sentinel *s = n->sentinel;
+    if (pthread_mutex_trylock(&s->mu) != 0) {
+        if (!force) return DLOCK_OK; /* another thread is asking right now */
+        pthread_mutex_lock(&s->mu);
+    }
+    int64_t now = dl_now_ms();
+    if (!force && s->last_ms && now - s->last_ms < DL_SENTINEL_REFRESH_MS) {
+        pthread_mutex_unlock(&s->mu);
+        return DLOCK_OK;
+    }
+    char *host = NULL;
+    int port = 0, rc = DLOCK_EIO;
+    dl_err last = {0};
+    for (size_t k = 0; k < s->n; k++) {
+        size_t i = (s->good + k) % s->n;
+        rc = ask(s, i, &host, &port, &last);
+        if (!rc) {
+            s->good = i;
+            break;
+        }
+    }
+    if (rc) {
+        pthread_mutex_unlock(&s->mu);
+        return dl_seterr(err, rc == DLOCK_ENOMEM ? rc : DLOCK_EIO,
+                         "no sentinel could name master '%.60s' (%s)", s->master_name, last.msg);
+    }
+    s->last_ms = dl_now_ms();
+    dl_conn *stale = NULL;
+    pthread_mutex_lock(&n->mu);
+    if (!n->ep.host || strcmp(n->ep.host, host) != 0 || n->ep.port != port) {
+        free(n->ep.host);
+        n->ep.host = host;
+        host = NULL;
+        n->ep.port = port;
+        /* connections to the old master must not be used again */
+        stale = n->idle;
+        n->idle = NULL;
+        n->nidle = 0;
+        n->backoff_ms = 0;
+        n->next_attempt_ms = 0;
+    }
+    pthread_mutex_unlock(&n->mu);
+    pthread_mutex_unlock(&s->mu);
+    free(host);
+    while (stale) {
+        dl_conn *next = stale->next;
+        dl_conn_close(stale);
+        stale = next;
+    }
+    return DLOCK_OK;
+}
+
+int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err) {
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    int rc = dl_conn_command(conn, deadline, 1, argv, lens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "ROLE", err);
+    else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+             r->element[0]->type != REDIS_REPLY_STRING)
+        rc = dl_seterr(err, DLOCK_EPROTO, "ROLE: unexpected reply");
+    else if (strcmp(r->element[0]->str, "master") != 0)
+        rc = dl_seterr(err, DLOCK_EIO,
+                       "the server the sentinels named reports itself a %.20s, not a master "
+                       "(failover in progress?)",
+                       r->element[0]->str);
+    freeReplyObject(r);
+    return rc;
+}

@@ -1,0 +1,251 @@
+/* Redis Sentinel: 1 master + 1 replica + 3 sentinels. The client finds the
+ * master through the sentinels; with wait_replicas a lock acquired before
+ * SENTINEL FAILOVER is still held on the new master, the client follows the
+ * failover, and a replica that does not acknowledge makes the acquire fail
+ * (and release). */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define NSENT 3
+static pid_t pids[16];
+static int npids;
+static char dir[128];
+
+static void stop_all(void)
+{
+    for (int i = 0; i < npids; i++) {
+        if (pids[i] <= 0) continue;
+        kill(pids[i], SIGCONT);
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        pids[i] = 0;
+    }
+    if (dir[0]) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", dir);
+        dir[0] = 0;
+    }
+}
+
+static int free_port(void)
+{
+    /* a port from the harness's own picker: start and stop a server would be
+     * slow; bind port 0 instead */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static pid_t spawn(char *const argv[])
+{
+    pid_t p = th_fork();
+    if (p == 0) {
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    pids[npids++] = p;
+    return p;
+}
+
+static redisContext *raw(int port)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    ASSERT(rc && !rc->err);
+    return rc;
+}
+
+static int reply_has(int port, const char *cmd, const char *needle)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!rc || rc->err) {
+        if (rc) redisFree(rc);
+        return 0;
+    }
+    redisReply *r = redisCommand(rc, cmd);
+    int found = 0;
+    if (r && r->type == REDIS_REPLY_STRING) found = strstr(r->str, needle) != NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++)
+            if (r->element[i]->type == REDIS_REPLY_STRING && strstr(r->element[i]->str, needle))
+                found = 1;
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return found;
+}
+
+static int sentinel_ready(int port)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!rc || rc->err) {
+        if (rc) redisFree(rc);
+        return 0;
+    }
+    redisReply *r = redisCommand(rc, "SENTINEL master mymaster");
+    long slaves = -1, others = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            if (!strcmp(r->element[i]->str, "num-slaves")) slaves = atol(r->element[i + 1]->str);
+            if (!strcmp(r->element[i]->str, "num-other-sentinels"))
+                others = atol(r->element[i + 1]->str);
+        }
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return slaves == 1 && others == NSENT - 1;
+}
+
+static int master_port(int sport)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", sport, tv);
+    if (!rc || rc->err) {
+        if (rc) redisFree(rc);
+        return 0;
+    }
+    redisReply *r = redisCommand(rc, "SENTINEL get-master-addr-by-name mymaster");
+    int p = (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) ? atoi(r->element[1]->str) : 0;
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return p;
+}
+
+int main(void)
+{
+    th_init("sentinel");
+    if (system("command -v redis-sentinel >/dev/null 2>&1") != 0)
+        th_skip("redis-sentinel is not installed");
+    snprintf(dir, sizeof dir, "/tmp/dlock-sentinel-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    atexit(stop_all);
+
+    int pm = free_port(), pr = free_port();
+    char spm[16], spr[16], logm[200], logr[200];
+    snprintf(spm, sizeof spm, "%d", pm);
+    snprintf(spr, sizeof spr, "%d", pr);
+    snprintf(logm, sizeof logm, "%s/m.log", dir);
+    snprintf(logr, sizeof logr, "%s/r.log", dir);
+    char *m_argv[] = {"redis-server", "--port", spm, "--bind", "127.0.0.1", "--dir", dir,
+                      "--dbfilename", "m.rdb", "--save", "", "--repl-diskless-sync-delay", "0",
+                      "--logfile", logm, NULL};
+    pid_t master_pid = spawn(m_argv);
+    char *r_argv[] = {"redis-server", "--port", spr, "--bind", "127.0.0.1", "--dir", dir,
+                      "--dbfilename", "r.rdb", "--save", "", "--repl-diskless-sync-delay", "0",
+                      "--logfile", logr, "--replicaof", "127.0.0.1", spm, NULL};
+    pid_t replica_pid = spawn(r_argv);
+    ASSERT_EVENTUALLY(reply_has(pr, "INFO replication", "master_link_status:up"), 15000);
+
+    int sp[NSENT];
+    char url[512];
+    size_t off = (size_t)snprintf(url, sizeof url, "redis-sentinel://");
+    for (int i = 0; i < NSENT; i++) {
+        sp[i] = free_port();
+        char conf[200];
+        snprintf(conf, sizeof conf, "%s/s%d.conf", dir, i);
+        FILE *f = fopen(conf, "w");
+        ASSERT_NOT_NULL(f);
+        fprintf(f,
+                "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/s%d.log\n"
+                "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+                "sentinel down-after-milliseconds mymaster 1000\n"
+                "sentinel failover-timeout mymaster 3000\n",
+                sp[i], dir, dir, i, pm);
+        fclose(f);
+        char *s_argv[] = {"redis-sentinel", conf, NULL};
+        spawn(s_argv);
+        off += (size_t)snprintf(url + off, sizeof url - off, "%s127.0.0.1:%d", i ? "," : "", sp[i]);
+    }
+    snprintf(url + off, sizeof url - off, "/mymaster");
+    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(sentinel_ready(sp[i]), 20000);
+    th_log("master %d, replica %d, sentinels up", pm, pr);
+
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.wait_replicas = 1;
+    o.wait_replicas_timeout_ms = 500;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_options o2 = o;
+    o2.wait_replicas = 0;
+    dlock_client *other = NULL;
+    ASSERT_CCODE(other, dlock_client_new(&o2, &other), DLOCK_OK);
+
+    /* a replica that does not acknowledge: the acquire fails and is undone */
+    dlock_lock *l = th_lock(c, "sl:lock", DLOCK_KIND_PLAIN);
+    kill(replica_pid, SIGSTOP);
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, 30000, NULL), DLOCK_EREPLICAS);
+    ASSERT(strstr(dlock_lock_errmsg(l), "0 of 1 replicas") != NULL);
+    redisContext *rm = raw(pm);
+    redisReply *r = redisCommand(rm, "EXISTS sl:lock");
+    ASSERT_EQ(r->integer, 0);
+    freeReplyObject(r);
+    kill(replica_pid, SIGCONT);
+
+    /* acquired and acknowledged; then the master fails over */
+    uint64_t fence = 0;
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 60000, &fence));
+    redisContext *rs = raw(sp[0]);
+    r = redisCommand(rs, "SENTINEL FAILOVER mymaster");
+    ASSERT(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(master_port(sp[i]) == pr, 20000);
+    th_log("failed over to %d", pr);
+
+    /* the lock is on the new master, and both clients follow it there */
+    redisContext *rr = raw(pr);
+    r = redisCommand(rr, "GET sl:lock");
+    ASSERT(r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, dlock_lock_token(l)));
+    freeReplyObject(r);
+    dlock_lock *l2 = th_lock(other, "sl:lock", DLOCK_KIND_PLAIN);
+    int held = 0;
+    int64_t cnt = 0;
+    /* a call may fail while the old master still answers as master; the
+     * client asks the sentinels again and lands on the new one */
+    ASSERT_EVENTUALLY(dlock_lock_check(l, &held, &cnt) == DLOCK_OK && held == 1 &&
+                          dlock_acquire(l2, DLOCK_NOWAIT, 5000, NULL) == DLOCK_EBUSY,
+                      15000);
+    ASSERT_LOK(l, dlock_release(l));
+    r = redisCommand(rr, "EXISTS sl:lock");
+    ASSERT_EQ(r->integer, 0);
+    freeReplyObject(r);
+    ASSERT_LOK(l2, dlock_acquire(l2, DLOCK_NOWAIT, 5000, &fence));
+    ASSERT_LOK(l2, dlock_release(l2));
+
+    /* bad input */
+    dlock_options bad = o;
+    bad.url = "redis-sentinel://127.0.0.1:1/";
+    dlock_client *bc = NULL;
+    ASSERT_CODE(dlock_client_new(&bad, &bc), DLOCK_EINVAL);
+    dlock_client_free(bc);
+    bad.url = url;
+    snprintf(url + off, sizeof url - off, "/nosuchmaster");
+    ASSERT_CODE(dlock_client_new(&bad, &bc), DLOCK_EIO);
+    ASSERT(strstr(dlock_errmsg(bc), "nosuchmaster") != NULL);
+    dlock_client_free(bc);
+
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    redisFree(rm);
+    redisFree(rs);
+    redisFree(rr);
+    (void)master_pid;
+    th_log("ok");
+    return 0;
+}
