@@ -60,6 +60,7 @@ const char help_run[] =
 enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER };
 
 #define CMD "run"
+#define LOST_EXPIRED 100 /* our own reason: dlock_lock_valid_ms() reached 0 */
 #define MSG_MAX 256
 
 typedef struct run_opts {
@@ -325,6 +326,8 @@ static const char *lost_reason(int reason)
         return "the renewal found it expired or taken over";
     case DLOCK_LOST_UNREACHABLE:
         return "the server was unreachable for longer than the lease";
+    case LOST_EXPIRED:
+        return "the lease ran out before a renewal was confirmed";
     default:
         return "the lease was lost";
     }
@@ -403,6 +406,17 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             char b = 0;
             (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
             lost = b ? b : -1;
+        }
+        if (!lost) {
+            /* Safety net: the lease ran out with no renewal confirmed (e.g. a
+             * renewal stuck on a frozen server), even if the watchdog has not
+             * said so yet. The locker thread is idle now, so reading the
+             * handle here is safe. */
+            int64_t valid = dlock_lock_valid_ms(lk->lock);
+            if (valid <= 0)
+                lost = LOST_EXPIRED;
+            else if (valid < timeout)
+                timeout = (int)valid + 1;
         }
         if (lost && kill_at < 0 && kill_at != -2) {
             char ka[32];
@@ -503,6 +517,12 @@ int cmd_run(int argc, char **argv, cli_global *g)
         goto out;
     }
 
+    /* Renewals must not wait on a frozen server longer than a third of the
+     * lease: bound the command timeout by it unless --timeout was given. */
+    if (g->timeout_ms == 0 && o.ttl_ms / 3 < DLOCK_DEFAULT_COMMAND_TIMEOUT_MS) {
+        g->timeout_ms = o.ttl_ms / 3 > 100 ? o.ttl_ms / 3 : 100;
+        g->connect_timeout_ms = DLOCK_DEFAULT_CONNECT_TIMEOUT_MS;
+    }
     if ((code = cli_connect(g, CMD, o.ttl_ms, &c)))
         goto out;
     rc = dlock_lock_new(c, o.name, DLOCK_CSTR, o.kind, &lk.lock);

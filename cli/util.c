@@ -278,7 +278,7 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
     dlock_options_init(&o);
     o.url = g->url;
     o.password = password;
-    o.connect_timeout_ms = g->timeout_ms;
+    o.connect_timeout_ms = g->connect_timeout_ms ? g->connect_timeout_ms : g->timeout_ms;
     o.command_timeout_ms = g->timeout_ms;
     o.watchdog_lease_ms = watchdog_ms;
     o.max_idle_connections = 2;

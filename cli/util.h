@@ -31,6 +31,7 @@ typedef struct cli_global {
     const char *url;           /* --url, else NULL ($DLOCK_URL / default) */
     const char *password_file; /* --password-file */
     int64_t timeout_ms;        /* --timeout, 0: library defaults */
+    int64_t connect_timeout_ms;/* if set, overrides timeout_ms for connecting */
     int verbose;
     int quiet;
     int json;

@@ -66,8 +66,15 @@ int dlock_fence_current(dlock_client *c, const char *name, size_t name_len, uint
     size_t kl;
     char *key = dl_derive_key("redisson_lock_token:", name, name_len, "", &kl);
     if (!key) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    /* the derived key may be longer than a name may be: no name check here */
+    const char *argv[2] = {"GET", key};
+    size_t lens[2] = {3, kl};
     redisReply *r = NULL;
-    rc = name_cmd(c, "GET", key, kl, &r, &err);
+    rc = dl_client_command(c, 2, argv, lens, &r, &err);
+    if (!rc && r->type == REDIS_REPLY_ERROR) {
+        rc = dl_reply_error(r, "GET", &err);
+        freeReplyObject(r);
+    }
     free(key);
     if (rc) return dl_client_fail(c, &err);
     long long v = 0;

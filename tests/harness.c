@@ -114,10 +114,11 @@ static void kill_children(void)
 {
     for (int i = 0; i < TH_MAX_CHILDREN; i++) {
         pid_t pid = g_children[i];
-        if (pid > 0) {
+        g_children[i] = 0;
+        /* only a child of ours still running (a pid reaped elsewhere is skipped) */
+        if (pid > 0 && waitpid(pid, NULL, WNOHANG) == 0) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
-            g_children[i] = 0;
         }
     }
 }

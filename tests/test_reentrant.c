@@ -162,7 +162,11 @@ int main(void)
     check_count(p, 1, 1);
     ASSERT_LOK(p, dlock_release(p));
     check_count(p, 0, 0);
+    /* freeing a plain handle that holds releases it too */
+    ASSERT_LOK(p, dlock_acquire(p, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS re:plain"), 1);
     dlock_lock_free(p);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS re:plain"), 0);
 
     /* two threads of one client exclude each other on a reentrant lock */
     pthread_t th[2];

@@ -126,6 +126,20 @@ int main(void)
     th_log("foreign 800 ms lock: waiter had it %lld ms after the SET", (long long)(w.t_got - t_set));
     ASSERT_LE(w.t_got - t_set, 800 + MARGIN);
 
+    /* a foreign holder without any expiry (PTTL -1) deleted silently: the
+     * waiter rechecks on its own and gets it well before its bound */
+    th_cmd_ok(rc, "SET silent:noexpiry foreign-token");
+    start_waiter(&w, wc, "silent:noexpiry", DLOCK_KIND_PLAIN, 8000);
+    th_wait_subscribers(rc, "silent:noexpiry", 1, 5000);
+    th_sleep_ms(300);
+    int64_t t_del = th_now_ms();
+    ASSERT_EQ(th_cmd_int(rc, "DEL silent:noexpiry"), 1);
+    join_waiter(&w);
+    ASSERT_CODE(w.rc, DLOCK_OK);
+    th_log("holder without expiry deleted silently: waiter had it %lld ms later (bound 8 s)",
+           (long long)(w.t_got - t_del));
+    ASSERT_LT(w.t_got - w.t_start, 8000 - 500);
+
     /* the wait bound: DLOCK_ETIMEDOUT, on time, nothing held */
     dlock_lock *h = th_lock(hc, "wake:bound", DLOCK_KIND_PLAIN);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));

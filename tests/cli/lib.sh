@@ -62,6 +62,7 @@ cleanup() {
         kill -9 "$p" 2>/dev/null
     done
     if [ -n "$REDIS_PID" ]; then
+        kill -CONT "$REDIS_PID" 2>/dev/null
         stop_pid "$REDIS_PID"
     fi
     rm -rf "$TMP"

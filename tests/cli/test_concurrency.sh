@@ -2,7 +2,8 @@
 # 8 concurrent `dlock run` loops do a non-atomic read-increment-write through
 # redis-cli (GET, then SET) 25 times each on the key "counter" under the lock
 # "inc": the final value must be exact.
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 WORKERS=8

@@ -1,6 +1,7 @@
 #!/bin/bash
 # dlock status, list, force-unlock, doctor and id next (text and --json).
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 # status of a free lock.

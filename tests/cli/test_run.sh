@@ -1,7 +1,8 @@
 #!/bin/bash
 # dlock run: exit statuses, the child's environment, conflicts (-n, -w, -E),
 # waiting for a release, kinds, and the lock held exactly while the child runs.
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 M=$TMP/marker

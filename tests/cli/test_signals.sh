@@ -1,7 +1,8 @@
 #!/bin/bash
 # dlock run: signals are forwarded to the child, the lock is released only
 # after the child exits, and a lost lock stops the child (exit 80).
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 # A child that reports readiness, records the signals it gets, and exits
@@ -96,6 +97,20 @@ rc=$?
 check "lock taken over: exit 80 ($rc)" "[ $rc = 80 ]"
 check "lock taken over: the new owner's key is untouched" "[ \"\$(rcli get lost)\" = intruder ]"
 rcli del lost >/dev/null
+
+# A frozen server (SIGSTOP): the lease runs out unconfirmed; the child is
+# stopped within about the lease, not after the server comes back.
+start_run --ttl 1s --kill-after 300ms frozen "$TMP/child.sh" "$TMP"
+kill -STOP "$REDIS_PID"
+start=$(date +%s%N)
+wait_until "! kill -0 $DPID 2>/dev/null" 80
+ms=$((($(date +%s%N) - start) / 1000000))
+kill -CONT "$REDIS_PID"
+wait "$DPID"
+rc=$?
+check "frozen server: exit 80 within the lease ($rc, $ms ms)" "[ $rc = 80 ] && [ $ms -lt 4000 ]"
+check "frozen server: child got SIGTERM" "[ \"\$(cat '$TMP/got' 2>/dev/null)\" = 15 ]"
+rcli del frozen >/dev/null
 
 # A child that ignores SIGTERM gets SIGKILL after --kill-after.
 reset_files

@@ -1,7 +1,8 @@
 #!/bin/bash
 # dlock acquire / release / extend from a shell script, with exit codes and
 # --json output.
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 pttl() { rcli pttl "$1"; }

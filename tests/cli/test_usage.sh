@@ -1,7 +1,8 @@
 #!/bin/bash
 # Bad input: one clear line on stderr, the right exit code, nothing locked, no
 # child started. Also help, version and authentication.
-. "$(dirname "$0")/lib.sh" "$@"
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
 start_redis
 
 M=$TMP/marker            # a child that runs would create it
