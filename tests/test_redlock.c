@@ -178,6 +178,14 @@ int main(void)
 
     /* token operations and force unlock reach every node */
     char token[DLOCK_TOKEN_LEN + 1];
+    /* c saw three nodes down and reconnects to them only after its backoff
+     * (at most 2 s): a fresh client sees all five at once */
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    b = NULL;
+    dlock_client_free(c);
+    c = rl_client(600, NULL);
+    a = th_lock(c, "rl:a", DLOCK_KIND_PLAIN);
     ASSERT_COK(c, dlock_acquire_token(c, "rl:t", DLOCK_CSTR, 0, 5000, token, NULL));
     ASSERT_EQ(on_every_node("rl:t"), NODES);
     ASSERT_CCODE(c, dlock_release_token(c, "rl:t", DLOCK_CSTR, "0123456789abcdef0123456789abcdef"),
