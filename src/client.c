@@ -10,6 +10,7 @@
 #define DL_DEFAULT_URL "redis://127.0.0.1:6379"
 #define DL_BACKOFF_MIN_MS 50
 #define DL_BACKOFF_MAX_MS 2000
+#define DL_FRESH_MS 50
 
 void dlock_options_init(dlock_options *opts) {
     if (opts) memset(opts, 0, sizeof *opts);
@@ -54,8 +55,12 @@ int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
         }
         pthread_mutex_unlock(&n->mu);
         if (!conn) break;
-        /* checked outside the mutex: draining reads from the network */
-        if ((!conn->draining || drain(conn, deadline)) && !dl_conn_stale(conn)) {
+        /* checked outside the mutex: draining reads from the network. A
+         * connection back in the pool for less than DL_FRESH_MS is taken as
+         * is: a server does not close and restart that fast, and a failure
+         * would be reported anyway (never retried blindly) */
+        if ((!conn->draining || drain(conn, deadline)) &&
+            (dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS || !dl_conn_stale(conn))) {
             *out = conn;
             return DLOCK_OK;
         }
@@ -120,6 +125,7 @@ void dl_node_put(dl_conn *conn) {
         dl_conn_close(conn);
         return;
     }
+    conn->idle_since_ms = dl_now_ms();
     pthread_mutex_lock(&n->mu);
     if (n->nidle < n->max_idle) {
         conn->next = n->idle;

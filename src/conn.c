@@ -94,6 +94,10 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
             *out = reply;
             return DLOCK_OK;
         }
+        /* a reply is rarely there yet right after a request: wait first
+         * rather than pay for a read that answers EAGAIN */
+        int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
+        if (rc) return rc;
         char buf[16384];
         long n = c->ops->read(c, buf, sizeof buf);
         if (n > 0) {
@@ -103,12 +107,7 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
             }
             continue;
         }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
-            if (rc) return rc;
-            continue;
-        }
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
         c->broken = 1;
         return dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
                          n < 0 ? strerror(errno) : "closed by the server");

@@ -93,6 +93,7 @@ struct dl_conn {
     int broken;                /* I/O failed: never reuse */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
+    int64_t idle_since_ms;     /* monotonic ms it was returned to its pool */
     struct dl_node *node;      /* the pool it returns to */
     dl_conn *next;             /* pool link */
 };
