@@ -29,7 +29,8 @@ static int drain(dl_conn *conn, int64_t deadline) {
         if (dl_conn_read(conn, deadline, &r, &err) != DLOCK_OK) return 0;
         int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
                    r->element[0]->type == REDIS_REPLY_STRING &&
-                   !strcasecmp(r->element[0]->str, "unsubscribe") &&
+                   (!strcasecmp(r->element[0]->str, "unsubscribe") ||
+                    !strcasecmp(r->element[0]->str, "sunsubscribe")) &&
                    r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer == 0;
         freeReplyObject(r);
         if (done) {
@@ -142,18 +143,34 @@ int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err) {
     return dl_node_get(c->nodes[0], deadline, out, err);
 }
 
+dl_node *dl_route(dlock_client *c, const char *key, size_t len) {
+    if (c->cluster && key) return dl_cluster_route(c, dl_key_slot(key, len));
+    return c->nodes[0];
+}
+
+int dl_sharded(const dl_conn *conn) {
+    return conn && conn->node && conn->node->client && conn->node->client->cluster;
+}
+
+int dl_pool_get_key(dlock_client *c, const char *key, size_t len, int64_t deadline,
+                    dl_conn **out, dl_err *err) {
+    if (c->unusable) return dl_seterr(err, DLOCK_EINVAL, "client failed to open; free it");
+    return dl_node_get(dl_route(c, key, len), deadline, out, err);
+}
+
 void dl_pool_put(dlock_client *c, dl_conn *conn) {
     (void)c;
     dl_node_put(conn);
 }
 
-static dl_node *node_new(dl_endpoint *ep, const dlock_client *c) {
+dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c) {
     dl_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
     n->ep = *ep; /* takes ownership */
     memset(ep, 0, sizeof *ep);
     n->max_idle = c->max_idle;
     n->connect_timeout_ms = c->connect_timeout_ms;
+    n->client = c;
     pthread_mutex_init(&n->mu, NULL);
     return n;
 }
@@ -174,10 +191,30 @@ int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t
                       redisReply **out, dl_err *err) {
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn;
-    int rc = dl_pool_get(c, deadline, &conn, err);
+    /* the key, when there is one, is the first argument */
+    int rc = argc > 1 ? dl_pool_get_key(c, argv[1], lens[1], deadline, &conn, err)
+                      : dl_pool_get(c, deadline, &conn, err);
     if (rc) return rc;
     rc = dl_conn_command(conn, deadline, argc, argv, lens, out, err);
     dl_pool_put(c, conn);
+    /* Redis Cluster: follow MOVED and ASK */
+    for (int hop = 0; !rc && c->cluster && hop < 8; hop++) {
+        int ask = 0;
+        dl_node *to = dl_cluster_redirect(c, *out, &ask);
+        if (!to) break;
+        freeReplyObject(*out);
+        *out = NULL;
+        if ((rc = dl_node_get(to, deadline, &conn, err)) != DLOCK_OK) break;
+        if (ask) {
+            const char *a[1] = {"ASKING"};
+            size_t al[1] = {6};
+            redisReply *ok = NULL;
+            rc = dl_conn_command(conn, deadline, 1, a, al, &ok, err);
+            if (ok) freeReplyObject(ok);
+        }
+        if (!rc) rc = dl_conn_command(conn, deadline, argc, argv, lens, out, err);
+        dl_node_put(conn);
+    }
     return rc;
 }
 
@@ -228,8 +265,10 @@ static int apply_credentials(dl_endpoint *ep, const dlock_options *o, dl_err *er
     return DLOCK_OK;
 }
 
-/* PINGs every node (redlock: a majority must answer). */
+/* PINGs every node (redlock: a majority must answer; a cluster was checked
+ * by reading its slot map). */
 static int check_nodes(dlock_client *c, dl_err *err) {
+    if (c->mode == DL_MODE_CLUSTER) return DLOCK_OK;
     size_t ok = 0;
     int first_rc = DLOCK_OK;
     dl_err first = {0};
@@ -290,10 +329,6 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
-    if (t.mode == DL_MODE_CLUSTER) {
-        dl_target_clear(&t);
-        return dl_seterr(err, DLOCK_ENOTSUP, "redis-cluster:// is not supported yet");
-    }
     c->mode = t.mode;
     if (t.mode == DL_MODE_SENTINEL) {
         /* one node, the master; its address comes from the sentinels */
@@ -305,7 +340,7 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         if (!rc) rc = apply_credentials(&master, o, err);
         if (!rc) {
             c->nodes = calloc(1, sizeof *c->nodes);
-            if (!c->nodes || !(c->nodes[0] = node_new(&master, c)))
+            if (!c->nodes || !(c->nodes[0] = dl_node_new(&master, c)))
                 rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
             else
                 c->nnodes = 1;
@@ -318,11 +353,12 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         if (rc) return rc;
     }
     if (c->mode != DL_MODE_SENTINEL) {
-        c->nodes = calloc(t.neps, sizeof *c->nodes);
+        /* a cluster's node list grows with its slot map: room for all */
+        c->nodes = calloc(c->mode == DL_MODE_CLUSTER ? 64 : t.neps, sizeof *c->nodes);
         if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         for (size_t i = 0; !rc && i < t.neps; i++) {
             rc = apply_credentials(&t.eps[i], o, err);
-            if (!rc && !(c->nodes[i] = node_new(&t.eps[i], c)))
+            if (!rc && !(c->nodes[i] = dl_node_new(&t.eps[i], c)))
                 rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
             if (!rc) c->nnodes++;
         }
@@ -330,6 +366,11 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         if (rc) return rc;
     }
     c->quorum = c->nnodes / 2 + 1;
+    if (c->mode == DL_MODE_CLUSTER) {
+        rc = dl_cluster_new(&c->cluster, err);
+        if (!rc) rc = dl_cluster_refresh(c, err);
+        if (rc) return rc;
+    }
     if (c->wait_replicas && c->mode == DL_MODE_REDLOCK)
         return dl_seterr(err, DLOCK_EINVAL, "wait_replicas is not for redlock:// clients");
     if (o->fence_url) {
@@ -338,7 +379,7 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         dl_endpoint ep;
         rc = dl_url_parse(o->fence_url, &ep, err);
         if (!rc) rc = apply_credentials(&ep, o, err);
-        if (!rc && !(c->fence_node = node_new(&ep, c)))
+        if (!rc && !(c->fence_node = dl_node_new(&ep, c)))
             rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         dl_endpoint_clear(&ep);
         if (rc) return rc;
@@ -365,6 +406,8 @@ static void client_clear(dlock_client *c) {
     c->fence_node = NULL;
     dl_sentinel_free(c->sentinel);
     c->sentinel = NULL;
+    dl_cluster_free(c->cluster);
+    c->cluster = NULL;
 }
 
 int dlock_client_new(const dlock_options *opts, dlock_client **out) {

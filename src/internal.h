@@ -129,6 +129,11 @@ typedef struct dl_script {
     const char *text;
     char sha[41];              /* computed on first use */
     atomic_int ready;
+    /* for Redis Cluster: the text with PUBLISH as SPUBLISH (sharded pub/sub,
+     * as Redisson uses on Redis 7 clusters), made on first use */
+    char *stext;
+    char ssha[41];
+    atomic_int sready;
 } dl_script;
 
 #define DL_SCRIPT(name, text) {name, text, "", 0}
@@ -170,12 +175,14 @@ extern dl_script dl_script_force_unlock;    /* query.c */
 typedef struct dl_watchdog dl_watchdog;
 
 typedef struct dl_sentinel dl_sentinel;
+typedef struct dl_cluster dl_cluster;
 
 /* One server: its address and a pool of idle connections, re-established
  * after failures with a bounded exponential backoff. */
 typedef struct dl_node {
     dl_endpoint ep;            /* guarded by mu when sentinel is set (it moves) */
     dl_sentinel *sentinel;     /* set: the address is the master the sentinels name */
+    dlock_client *client;      /* the client it belongs to */
     int max_idle;
     int64_t connect_timeout_ms;
     pthread_mutex_t mu;        /* guards the pool and the backoff state */
@@ -192,6 +199,7 @@ struct dlock_client {
     size_t quorum;             /* redlock: nnodes / 2 + 1 */
     dl_node *fence_node;       /* redlock: designated fencing counter, or NULL */
     dl_sentinel *sentinel;     /* sentinel mode: how nodes[0] finds the master */
+    dl_cluster *cluster;       /* cluster mode: the slot map (nodes grow with it) */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     int64_t watchdog_lease_ms;
@@ -217,6 +225,30 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err);
 int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err);
 /* Copies src into dst (strings duplicated). */
 int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src);
+
+/* ---- Redis Cluster (cluster.c) ---- */
+/* The hash slot of a key (CRC16 of the key or of its {hash tag}). */
+unsigned dl_key_slot(const char *key, size_t len);
+int dl_cluster_new(dl_cluster **out, dl_err *err);
+void dl_cluster_free(dl_cluster *k);
+/* Rebuilds the slot map from CLUSTER SLOTS. */
+int dl_cluster_refresh(dlock_client *c, dl_err *err);
+/* How many nodes the client knows (a cluster's list grows). */
+size_t dl_node_count(dlock_client *c);
+/* The master owning slot (the map is refreshed when unknown or stale). */
+dl_node *dl_cluster_route(dlock_client *c, unsigned slot);
+/* For a MOVED / ASK error reply: the node to go to (*ask 1 for ASK), the
+ * map updated for MOVED; NULL when r is no redirection. */
+dl_node *dl_cluster_redirect(dlock_client *c, const redisReply *r, int *ask);
+/* A node for ep (ownership of ep's strings taken) with c's settings. */
+dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c);
+/* The node a key lives on: the slot owner in a cluster, else the main node. */
+dl_node *dl_route(dlock_client *c, const char *key, size_t len);
+/* 1 in cluster mode: sharded pub/sub (SSUBSCRIBE/SPUBLISH) is used. */
+int dl_sharded(const dl_conn *conn);
+/* Borrows a connection to the node holding key. */
+int dl_pool_get_key(dlock_client *c, const char *key, size_t len, int64_t deadline,
+                    dl_conn **out, dl_err *err);
 
 /* Borrows a connection to node (an idle one, or a new one) before deadline. */
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);

@@ -218,7 +218,7 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     int64_t n = 0;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
+    int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, &err);
     if (!rc) rc = read_count(l, conn, &n, &err);
     if (rc || n <= 0) goto out;
     if (wait_ms == DLOCK_NOWAIT) {

@@ -200,7 +200,7 @@ static int mark_lost(dlock_lock *l, const char *op, dl_err *err) {
 
 /* Borrows a connection and runs op on it. */
 static int with_conn(dlock_lock *l, dl_conn **conn, dl_err *err) {
-    return dl_pool_get(l->c, dl_cmd_deadline(l->c), conn, err);
+    return dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), conn, err);
 }
 
 int dlock_release(dlock_lock *l) {

@@ -303,7 +303,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
     dl_conn *conn = NULL, *sub = NULL;
     int got = 0;
     int64_t left = -1;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, p->name, p->name_len, dl_cmd_deadline(c), &conn, err);
     if (!rc) rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
     if (rc || got) goto out;
     if (wait_ms == DLOCK_NOWAIT) {

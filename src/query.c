@@ -191,7 +191,7 @@ int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info
     if (rc) return dl_client_fail(c, &err);
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    rc = dl_pool_get(c, deadline, &conn, &err);
+    rc = dl_pool_get_key(c, name, name_len, deadline, &conn, &err);
     if (!rc) {
         rc = inspect_conn(conn, deadline, name, name_len, info, &err);
         dl_pool_put(c, conn);
@@ -215,14 +215,17 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
     int any = 0;
     size_t answered = 0;
     dl_err first = {0};
-    /* every node: on RedLock a stale copy would otherwise keep counting */
-    for (size_t i = 0; i < c->nnodes; i++) {
+    /* RedLock: every node, or a stale copy would keep counting; else the
+     * node holding the name */
+    size_t count = c->mode == DL_MODE_REDLOCK ? c->nnodes : 1;
+    for (size_t i = 0; i < count; i++) {
+        dl_node *node = c->mode == DL_MODE_REDLOCK ? c->nodes[i] : dl_route(c, name, name_len);
         int64_t deadline = dl_cmd_deadline(c);
         dl_conn *conn = NULL;
         redisReply *r = NULL;
         long long v = 0;
         dl_err e = {0};
-        rc = dl_node_get(c->nodes[i], deadline, &conn, &e);
+        rc = dl_node_get(node, deadline, &conn, &e);
         if (!rc) {
             rc = dl_eval(conn, deadline, &dl_script_force_unlock, 2, keys, keylens, 0, NULL, NULL,
                          &r, &e);
@@ -265,11 +268,16 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
     dl_err err = {0};
     if (!fn) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "callback is NULL"});
     if (!pattern || !*pattern) pattern = "*";
+    int rc = DLOCK_OK, stop = 0;
+    /* a cluster's keys are spread over its masters: scan each */
+    size_t nodes = c->cluster ? dl_node_count(c) : 1;
+    if (c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
+    for (size_t ni = 0; ni < nodes && !rc && !stop; ni++) {
     char cursor[32] = "0";
+    int done = 0;
     dl_conn *conn = NULL;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
-    int stop = 0;
-    while (!rc && !stop) {
+    rc = dl_node_get(c->nodes[ni], dl_cmd_deadline(c), &conn, &err);
+    while (!rc && !stop && !done) {
         const char *argv[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         size_t lens[6] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
         redisReply *r = NULL;
@@ -296,11 +304,12 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
                 rc = inspect_conn(conn, deadline, k->str, k->len, &info, &err);
                 if (!rc && info.kind != 0) stop = fn(k->str, k->len, &info, userdata) != 0;
             }
-            if (!strcmp(cursor, "0")) stop = 1;
+            if (!strcmp(cursor, "0")) done = 1;
         }
         freeReplyObject(r);
     }
     dl_pool_put(c, conn);
+    }
     if (rc) return dl_client_fail(c, &err);
     dl_client_ok(c);
     return DLOCK_OK;

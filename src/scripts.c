@@ -9,24 +9,60 @@
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* The script's SHA1 in hex, computed once. "" if the digest failed: EVALSHA
- * then answers NOSCRIPT and EVAL is used. */
-static const char *script_sha(dl_script *s) {
-    if (atomic_load_explicit(&s->ready, memory_order_acquire)) return s->sha;
-    pthread_mutex_lock(&sha_mu);
-    if (!atomic_load_explicit(&s->ready, memory_order_relaxed)) {
-        unsigned char md[EVP_MAX_MD_SIZE];
-        unsigned int mdlen = 0;
-        if (EVP_Digest(s->text, strlen(s->text), md, &mdlen, EVP_sha1(), NULL) == 1 &&
-            mdlen == 20) {
-            for (unsigned j = 0; j < 20; j++) snprintf(s->sha + 2 * j, 3, "%02x", md[j]);
-        } else {
-            s->sha[0] = '\0';
-        }
-        atomic_store_explicit(&s->ready, 1, memory_order_release);
+static void sha1_hex(const char *text, char out[41]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    out[0] = '\0';
+    if (EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha1(), NULL) == 1 && mdlen == 20)
+        for (unsigned j = 0; j < 20; j++) snprintf(out + 2 * j, 3, "%02x", md[j]);
+}
+
+/* The script's text with every 'publish' call made 'spublish'; NULL when out
+ * of memory (the classic text is used then). */
+static char *sharded_text(const char *text) {
+    static const char from[] = "'publish'", to[] = "'spublish'";
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, from)); p += sizeof from - 1) n++;
+    char *out = malloc(strlen(text) + n + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *p = text;;) {
+        const char *q = strstr(p, from);
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        memcpy(o, p, k);
+        o += k;
+        if (!q) break;
+        memcpy(o, to, sizeof to - 1);
+        o += sizeof to - 1;
+        p = q + sizeof from - 1;
     }
-    pthread_mutex_unlock(&sha_mu);
-    return s->sha;
+    *o = '\0';
+    return out;
+}
+
+/* The script's SHA1 in hex, computed once (the sharded variant's too). ""
+ * if the digest failed: EVALSHA then answers NOSCRIPT and EVAL is used. */
+static const char *script_sha(dl_script *s, int sharded) {
+    atomic_int *ready = sharded ? &s->sready : &s->ready;
+    if (!atomic_load_explicit(ready, memory_order_acquire)) {
+        pthread_mutex_lock(&sha_mu);
+        if (!atomic_load_explicit(ready, memory_order_relaxed)) {
+            if (sharded) {
+                s->stext = sharded_text(s->text);
+                sha1_hex(s->stext ? s->stext : s->text, s->ssha);
+            } else {
+                sha1_hex(s->text, s->sha);
+            }
+            atomic_store_explicit(ready, 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&sha_mu);
+    }
+    return sharded ? s->ssha : s->sha;
+}
+
+static const char *script_text(dl_script *s, int sharded) {
+    if (!sharded) return s->text;
+    script_sha(s, 1);
+    return s->stext ? s->stext : s->text;
 }
 
 int dl_is_noscript(const redisReply *r) {
@@ -54,9 +90,10 @@ static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys, const c
         }
     }
     char nk[24];
+    int sharded = dl_sharded(c);
     argv[0] = by_text ? "EVAL" : "EVALSHA";
     lens[0] = strlen(argv[0]);
-    argv[1] = by_text ? s->text : script_sha(s);
+    argv[1] = by_text ? script_text(s, sharded) : script_sha(s, sharded);
     lens[1] = strlen(argv[1]);
     argv[2] = nk;
     lens[2] = dl_fmt_ll(nk, nkeys);
@@ -88,13 +125,25 @@ int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
     return eval_append(c, s, 1, nkeys, keys, keylens, nargs, args, arglens, err);
 }
 
-int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
-            const size_t *keylens, int nargs, const char **args, const size_t *arglens,
-            redisReply **out, dl_err *err) {
+/* One EVALSHA (EVAL on NOSCRIPT) on c, after ASKING when asking. */
+static int eval_on(dl_conn *c, int asking, int64_t deadline, dl_script *s, int nkeys,
+                   const char **keys, const size_t *keylens, int nargs, const char **args,
+                   const size_t *arglens, redisReply **out, dl_err *err) {
     *out = NULL;
     for (int by_text = 0; by_text < 2; by_text++) {
-        int rc = eval_append(c, s, by_text, nkeys, keys, keylens, nargs, args, arglens, err);
+        int rc = DLOCK_OK;
+        if (asking) {
+            const char *argv[1] = {"ASKING"};
+            size_t lens[1] = {6};
+            rc = dl_conn_append(c, 1, argv, lens, err);
+        }
+        if (!rc) rc = eval_append(c, s, by_text, nkeys, keys, keylens, nargs, args, arglens, err);
         if (!rc) rc = dl_conn_flush(c, deadline, err);
+        if (!rc && asking) {
+            redisReply *ok = NULL;
+            rc = dl_conn_read(c, deadline, &ok, err);
+            if (ok) freeReplyObject(ok);
+        }
         if (!rc) rc = dl_conn_read(c, deadline, out, err);
         if (rc) return rc;
         if (!by_text && dl_is_noscript(*out)) {
@@ -107,12 +156,44 @@ int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **
     return DLOCK_OK;
 }
 
+static int is_tryagain(const redisReply *r) {
+    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && !strncmp(r->str, "TRYAGAIN", 8);
+}
+
+int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
+            const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+            redisReply **out, dl_err *err) {
+    int rc = eval_on(c, 0, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+    dlock_client *cl = c->node ? c->node->client : NULL;
+    /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
+     * script while its slot migrates) */
+    for (int hop = 0; !rc && cl && cl->cluster && hop < 8; hop++) {
+        int ask = 0;
+        dl_node *to = NULL;
+        if (is_tryagain(*out)) {
+            dl_sleep_ms(5 << (hop < 4 ? hop : 4));
+            to = c->node;
+        } else if (!(to = dl_cluster_redirect(cl, *out, &ask))) {
+            break;
+        }
+        freeReplyObject(*out);
+        *out = NULL;
+        dl_conn *c2 = NULL;
+        rc = dl_node_get(to, deadline, &c2, err);
+        if (rc) break;
+        rc = eval_on(c2, ask, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+        dl_node_put(c2);
+    }
+    return rc;
+}
+
 int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
                    const size_t *keylens, int nargs, const char **args, const size_t *arglens,
                    redisReply **out, dl_err *err) {
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    int rc = dl_pool_get(c, deadline, &conn, err);
+    int rc = nkeys > 0 ? dl_pool_get_key(c, keys[0], keylens[0], deadline, &conn, err)
+                       : dl_pool_get(c, deadline, &conn, err);
     if (rc) return rc;
     rc = dl_eval(conn, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dl_pool_put(c, conn);

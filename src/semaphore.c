@@ -149,7 +149,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     long long got = 0;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, &err);
+    int rc = dl_pool_get_key(c, s->name, s->name_len, dl_cmd_deadline(c), &conn, &err);
     if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {

@@ -16,6 +16,8 @@
  * after subscribing anyway). */
 int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
                    size_t channel_len, dl_err *err) {
+    /* Redis Cluster: sharded pub/sub on the channel's slot owner */
+    if (dl_sharded(sub)) cmd = !strcasecmp(cmd, "SUBSCRIBE") ? "SSUBSCRIBE" : "SUNSUBSCRIBE";
     const char *argv[2] = {cmd, channel};
     size_t lens[2] = {strlen(cmd), channel_len};
     int64_t deadline = dl_cmd_deadline(c);
@@ -31,7 +33,7 @@ int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char 
                    r->element[0]->type == REDIS_REPLY_STRING && !strcasecmp(r->element[0]->str, cmd);
         int bad = r->type == REDIS_REPLY_ERROR;
         if (bad) rc = dl_reply_error(r, cmd, err);
-        if (done && !strcasecmp(cmd, "UNSUBSCRIBE") && r->element[2]->type == REDIS_REPLY_INTEGER &&
+        if (done && (!strcasecmp(cmd, "UNSUBSCRIBE") || !strcasecmp(cmd, "SUNSUBSCRIBE")) && r->element[2]->type == REDIS_REPLY_INTEGER &&
             r->element[2]->integer == 0)
             sub->subscribed = 0;
         freeReplyObject(r);
@@ -48,7 +50,7 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
                       dl_err *err) {
     dl_conn *sub = NULL;
     *out = NULL;
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &sub, err);
+    int rc = dl_pool_get_key(c, channel, channel_len, dl_cmd_deadline(c), &sub, err);
     if (rc) return rc;
     rc = dl_subscribe_cmd(c, sub, "SUBSCRIBE", channel, channel_len, err);
     if (rc) {
@@ -136,8 +138,9 @@ int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
 void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len) {
     if (!sub) return;
     if (!sub->broken && sub->subscribed) {
-        const char *argv[2] = {"UNSUBSCRIBE", channel};
-        size_t lens[2] = {11, channel_len};
+        int sh = dl_sharded(sub);
+        const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", channel};
+        size_t lens[2] = {sh ? 12u : 11u, channel_len};
         dl_err err;
         if (dl_conn_append(sub, 2, argv, lens, &err) == DLOCK_OK &&
             dl_conn_flush(sub, dl_deadline(1000), &err) == DLOCK_OK) {

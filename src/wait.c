@@ -134,7 +134,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
-    int rc = dl_pool_get(c, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
     rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto out;
@@ -143,7 +143,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                        dl_name_msg(l->name, l->name_len, nm, sizeof nm));
         goto out;
     }
-    rc = dl_pool_get(c, dl_cmd_deadline(c), &sub, err);
+    rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &sub, err);
     if (!rc) rc = subscribe(l, sub, "SUBSCRIBE", err);
     int64_t recheck = DL_NOTTL_RECHECK_MIN_MS;
     while (!rc) {

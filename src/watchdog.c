@@ -41,6 +41,7 @@ typedef struct wd_snap {
     size_t key_len;
     char *owner;
     size_t owner_len;
+    unsigned hslot; /* Redis Cluster: the key's hash slot (0 elsewhere) */
     int result;     /* 1 renewed, 0 lost, -1 no answer */
     int yes, no;    /* per-node answers (RedLock: a majority decides) */
 } wd_snap;
@@ -67,7 +68,7 @@ static void slot_remove(dl_watchdog *wd, dl_lease *l) {
 static size_t batch_len(const wd_snap *snap, size_t first, size_t n) {
     size_t m = 1;
     while (first + m < n && m < DL_WD_BATCH && snap[first + m].renew == snap[first].renew &&
-           snap[first + m].lease_ms == snap[first].lease_ms)
+           snap[first + m].lease_ms == snap[first].lease_ms && snap[first + m].hslot == snap[first].hslot)
         m++;
     return m;
 }
@@ -82,11 +83,20 @@ static void batch_args(wd_snap *snap, size_t m, const char **keys, size_t *keyle
     }
 }
 
+/* In a cluster, a batch goes to the node owning its slot. */
+static int batch_here(dl_node *node, const wd_snap *first) {
+    dlock_client *c = node->client;
+    return !c->cluster || dl_cluster_route(c, first->hslot) == node;
+}
+
 /* Sends the batches to one node and counts its answers in snap[i].yes/no. */
 static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     dl_err err = {0};
     dl_conn *conn = NULL;
-    if (n == 0 || dl_node_get(node, deadline, &conn, &err) != DLOCK_OK) return;
+    int any = 0;
+    for (size_t first = 0; first < n && !any; first += batch_len(snap, first, n))
+        any = batch_here(node, &snap[first]);
+    if (!any || dl_node_get(node, deadline, &conn, &err) != DLOCK_OK) return;
     char lease[24];
     const char *keys[DL_WD_BATCH], *args[1 + DL_WD_BATCH];
     size_t keylens[DL_WD_BATCH], arglens[1 + DL_WD_BATCH];
@@ -94,6 +104,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     /* queue every batch, flush once, then read every reply */
     for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
         size_t m = batch_len(snap, first, n);
+        if (!batch_here(node, &snap[first])) continue;
         batch_args(snap + first, m, keys, keylens, args, arglens, lease);
         rc = dl_eval_append(conn, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
                             arglens, &err);
@@ -101,6 +112,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     if (!rc) rc = dl_conn_flush(conn, deadline, &err);
     for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
         size_t m = batch_len(snap, first, n);
+        if (!batch_here(node, &snap[first])) continue;
         redisReply *r = NULL;
         rc = dl_conn_read(conn, deadline, &r, &err);
         if (rc) break;
@@ -116,6 +128,8 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
             dl_node_put(c2);
             if (!r) continue;
         }
+        int ask;
+        if (node->client->cluster) dl_cluster_redirect(node->client, r, &ask); /* MOVED: new map */
         if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
             for (size_t i = 0; i < m; i++) {
                 long long v;
@@ -135,7 +149,8 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
     dlock_client *c = wd->c;
     /* RedLock: each node gets its own short deadline, so a frozen node
      * cannot use up the others' time */
-    for (size_t i = 0; i < c->nnodes; i++)
+    size_t nn = dl_node_count(c);
+    for (size_t i = 0; i < nn; i++)
         renew_on(c->nodes[i],
                  c->mode == DL_MODE_REDLOCK ? dl_deadline(c->node_timeout_ms * 4)
                                             : dl_cmd_deadline(c),
@@ -150,7 +165,8 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
 static int snap_cmp(const void *a, const void *b) {
     const wd_snap *x = a, *y = b;
     if (x->renew != y->renew) return (uintptr_t)x->renew < (uintptr_t)y->renew ? -1 : 1;
-    return (x->lease_ms > y->lease_ms) - (x->lease_ms < y->lease_ms);
+    if (x->lease_ms != y->lease_ms) return x->lease_ms < y->lease_ms ? -1 : 1;
+    return (x->hslot > y->hslot) - (x->hslot < y->hslot);
 }
 
 static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
@@ -178,6 +194,7 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
         }
         memcpy(s->key, l->key, l->key_len);
         s->key_len = l->key_len;
+        s->hslot = wd->c->cluster ? dl_key_slot(s->key, s->key_len) : 0;
         memcpy(s->owner, l->owner, l->owner_len);
         s->owner_len = l->owner_len;
         s->result = -1;

@@ -1,0 +1,340 @@
+/* Redis Cluster with 3 masters (redis-cli --cluster create): lock names spread
+ * over every slot owner, watchdog renewal per slot, waiters woken through
+ * sharded pub/sub, a multi-lock across slots, and a slot migrated (ASK, then
+ * MOVED) while processes contend for a lock in it: the counter stays exact. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NM 3
+static pid_t pids[8];
+static int npids;
+static char dir[128];
+static int port[NM];
+static char url[256];
+
+static void stop_all(void)
+{
+    for (int i = 0; i < npids; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            pids[i] = 0;
+        }
+    if (dir[0]) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", dir);
+        dir[0] = 0;
+    }
+}
+
+static int free_port(void)
+{
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t l = sizeof a;
+        ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+        ASSERT(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+        close(fd);
+        int p = ntohs(a.sin_port);
+        if (p < 50000) return p; /* the bus port is not derived: but keep it low */
+    }
+}
+
+static redisContext *raw(int p)
+{
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", p, tv);
+    ASSERT(rc && !rc->err);
+    return rc;
+}
+
+static int cluster_ok(int p)
+{
+    redisContext *rc = raw(p);
+    redisReply *r = redisCommand(rc, "CLUSTER INFO");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return ok;
+}
+
+static long long slot_of(const char *key)
+{
+    redisContext *rc = raw(port[0]);
+    redisReply *r = redisCommand(rc, "CLUSTER KEYSLOT %s", key);
+    long long s = r->integer;
+    freeReplyObject(r);
+    redisFree(rc);
+    return s;
+}
+
+/* The port of the master owning slot. */
+static int owner_of(long long slot)
+{
+    for (int i = 0; i < NM; i++) {
+        redisContext *rc = raw(port[i]);
+        redisReply *r = redisCommand(rc, "CLUSTER COUNTKEYSINSLOT %lld", slot);
+        redisReply *m = redisCommand(rc, "CLUSTER MYID");
+        redisReply *n = redisCommand(rc, "CLUSTER NODES");
+        int mine = 0;
+        /* a line "<myid> ... master ... <ranges>" lists the slot ranges */
+        for (char *line = n->str; line && *line;) {
+            char *end = strchr(line, '\n');
+            if (!strncmp(line, m->str, m->len)) {
+                char *p = line;
+                for (int f = 0; f < 8 && p; f++) p = strchr(p + 1, ' ');
+                while (p && *p == ' ') {
+                    long lo, hi;
+                    p++;
+                    if (sscanf(p, "%ld-%ld", &lo, &hi) == 2) {
+                        if (slot >= lo && slot <= hi) mine = 1;
+                    } else if (sscanf(p, "%ld", &lo) == 1 && lo == slot) {
+                        mine = 1;
+                    }
+                    p = strchr(p, ' ');
+                    if (end && p > end) break;
+                }
+            }
+            line = end ? end + 1 : NULL;
+        }
+        freeReplyObject(r);
+        freeReplyObject(m);
+        freeReplyObject(n);
+        redisFree(rc);
+        if (mine) return port[i];
+    }
+    return 0;
+}
+
+static int answers(int p)
+{
+    struct timeval tv = {1, 0};
+    redisContext *t = redisConnectWithTimeout("127.0.0.1", p, tv);
+    int up = t && !t->err;
+    if (t) redisFree(t);
+    return up;
+}
+
+static int count_cb(const char *name, size_t len, const dlock_info *info, void *ud)
+{
+    (void)name, (void)len, (void)info;
+    ++*(int *)ud;
+    return 0;
+}
+
+static dlock_client *cl_client(int64_t wd)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = wd;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    return c;
+}
+
+/* A contender: acquire / non-atomic increment on a plain server / release
+ * until stop_ms; exits with the number of rounds done (<= 250). */
+static int contender(const th_server *counter, int64_t stop_ms)
+{
+    dlock_client *c = cl_client(2000);
+    dlock_lock *l = th_lock(c, "cl:mig", DLOCK_KIND_PLAIN);
+    redisContext *rc = th_redis(counter);
+    int rounds = 0;
+    while (th_now_ms() < stop_ms && rounds < 250) {
+        int r = dlock_acquire(l, 10000, 5000, NULL);
+        if (r != DLOCK_OK) {
+            /* a failure is allowed (reported, nothing held); an overlap is not */
+            th_sleep_ms(5);
+            continue;
+        }
+        ASSERT_EQ(th_cmd_int(rc, "INCR cl:inside"), 1);
+        char *v = th_cmd_str(rc, "GET cl:counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        usleep(200);
+        th_cmd_ok(rc, "SET cl:counter %lld", n + 1);
+        ASSERT_EQ(th_cmd_int(rc, "DECR cl:inside"), 0);
+        int rr = dlock_release(l);
+        ASSERT_MSG(rr == DLOCK_OK, "release: %s", dlock_lock_errmsg(l));
+        rounds++;
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return rounds;
+}
+
+int main(void)
+{
+    th_init("cluster");
+    snprintf(dir, sizeof dir, "/tmp/dlock-cluster-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    atexit(stop_all);
+    th_server *counter = th_server_start(NULL);
+
+    char cmd[1024];
+    size_t off = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
+    size_t uo = (size_t)snprintf(url, sizeof url, "redis-cluster://");
+    for (int i = 0; i < NM; i++) {
+        port[i] = free_port();
+        char sp[16], bus[16], d[200], lg[200];
+        snprintf(sp, sizeof sp, "%d", port[i]);
+        snprintf(bus, sizeof bus, "%d", free_port());
+        snprintf(d, sizeof d, "%s/%d", dir, port[i]);
+        mkdir(d, 0700);
+        snprintf(lg, sizeof lg, "%s/%d.log", dir, port[i]);
+        pid_t p = th_fork();
+        if (p == 0) {
+            execlp("redis-server", "redis-server", "--port", sp, "--cluster-port", bus, "--bind",
+                   "127.0.0.1", "--dir", d, "--save", "", "--cluster-enabled", "yes",
+                   "--logfile", lg, (char *)NULL);
+            _exit(127);
+        }
+        pids[npids++] = p;
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, " 127.0.0.1:%d", port[i]);
+        uo += (size_t)snprintf(url + uo, sizeof url - uo, "%s127.0.0.1:%d", i ? "," : "", port[i]);
+    }
+    for (int i = 0; i < NM; i++) ASSERT_EVENTUALLY(answers(port[i]), 10000);
+    snprintf(cmd + off, sizeof cmd - off, " --cluster-yes >%s/create.log 2>&1", dir);
+    ASSERT_EQ(system(cmd), 0);
+    for (int i = 0; i < NM; i++) ASSERT_EVENTUALLY(cluster_ok(port[i]), 15000);
+    th_log("cluster of %d masters up", NM);
+
+    /* 1. many names over all masters, held by the watchdog for 3 leases */
+    dlock_client *c = cl_client(600);
+    dlock_client *other = cl_client(0);
+    enum { NLOCKS = 120 };
+    dlock_lock *locks[NLOCKS];
+    int per_owner[NM] = {0};
+    for (int i = 0; i < NLOCKS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "cl:lock:%d", i);
+        locks[i] = th_lock(c, name, i % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN);
+        ASSERT_LOK(locks[i], dlock_acquire(locks[i], DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        int o = owner_of(slot_of(name));
+        for (int k = 0; k < NM; k++) per_owner[k] += port[k] == o;
+    }
+    for (int k = 0; k < NM; k++) ASSERT_GT(per_owner[k], 10);
+    th_sleep_ms(2000);
+    for (int i = 0; i < NLOCKS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "cl:lock:%d", i);
+        dlock_lock *x = th_lock(other, name, i % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN);
+        ASSERT_LCODE(x, dlock_acquire(x, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+        dlock_lock_free(x);
+        ASSERT_EQ(dlock_lock_is_lost(locks[i]), 0);
+    }
+    int listed = 0;
+    ASSERT_COK(other, dlock_list(other, "cl:lock:*", count_cb, &listed));
+    ASSERT_EQ(listed, NLOCKS);
+    for (int i = 0; i < NLOCKS; i++) {
+        ASSERT_LOK(locks[i], dlock_release(locks[i]));
+        dlock_lock_free(locks[i]);
+    }
+    th_log("%d locks over %d/%d/%d slots owners kept and released", NLOCKS, per_owner[0],
+           per_owner[1], per_owner[2]);
+
+    /* 2. a waiter is woken by the release through sharded pub/sub */
+    dlock_lock *h = th_lock(c, "cl:wake", DLOCK_KIND_REENTRANT);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));
+    pid_t w = th_fork();
+    if (w == 0) {
+        dlock_client *wc = cl_client(0);
+        dlock_lock *wl = th_lock(wc, "cl:wake", DLOCK_KIND_REENTRANT);
+        int64_t t0 = th_now_ms();
+        ASSERT_LOK(wl, dlock_acquire(wl, 15000, 5000, NULL));
+        int64_t took = th_now_ms() - t0;
+        ASSERT_LOK(wl, dlock_release(wl));
+        dlock_lock_free(wl);
+        dlock_client_free(wc);
+        _exit(took < 5000 ? 0 : 3);
+    }
+    th_sleep_ms(400);
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EQ(th_wait_child(w, 20000), 0);
+
+    /* 3. a multi-lock across slots */
+    dlock_lock *ma = th_lock(c, "cl:multi:a", DLOCK_KIND_PLAIN);
+    dlock_lock *mb = th_lock(c, "cl:multi:b", DLOCK_KIND_PLAIN);
+    ASSERT_NE(slot_of("cl:multi:a"), slot_of("cl:multi:b"));
+    dlock_lock *set[2] = {ma, mb};
+    dlock_lock *ob = th_lock(other, "cl:multi:b", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(ob, dlock_acquire(ob, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_CODE(dlock_multi_acquire(set, 2, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_EQ(dlock_lock_holding(ma), 0);
+    ASSERT_LOK(ob, dlock_release(ob));
+    ASSERT_OK(dlock_multi_acquire(set, 2, 1000, 5000, NULL));
+    ASSERT_OK(dlock_multi_release(set, 2));
+
+    /* 4. a slot migrated while 4 processes contend for a lock in it */
+    long long slot = slot_of("cl:mig");
+    int src = owner_of(slot), dst = 0;
+    for (int i = 0; i < NM; i++)
+        if (port[i] != src) dst = port[i];
+    int64_t stop = th_now_ms() + 3500;
+    pid_t kids[4];
+    for (int i = 0; i < 4; i++) {
+        kids[i] = th_fork();
+        if (kids[i] == 0) _exit(contender(counter, stop));
+    }
+    th_sleep_ms(600);
+    redisContext *rs = raw(src), *rd = raw(dst);
+    redisReply *sid = redisCommand(rs, "CLUSTER MYID"), *did = redisCommand(rd, "CLUSTER MYID");
+    freeReplyObject(redisCommand(rd, "CLUSTER SETSLOT %lld IMPORTING %s", slot, sid->str));
+    freeReplyObject(redisCommand(rs, "CLUSTER SETSLOT %lld MIGRATING %s", slot, did->str));
+    th_sleep_ms(300); /* contenders now meet ASK and TRYAGAIN */
+    for (;;) {
+        redisReply *keys = redisCommand(rs, "CLUSTER GETKEYSINSLOT %lld 100", slot);
+        size_t n = keys->elements;
+        for (size_t k = 0; k < n; k++)
+            freeReplyObject(redisCommand(rs, "MIGRATE 127.0.0.1 %d %s 0 5000", dst,
+                                         keys->element[k]->str));
+        freeReplyObject(keys);
+        if (n == 0) break;
+    }
+    for (int i = 0; i < NM; i++) {
+        redisContext *x = raw(port[i]);
+        freeReplyObject(redisCommand(x, "CLUSTER SETSLOT %lld NODE %s", slot, did->str));
+        redisFree(x);
+    }
+    th_log("slot %lld moved from %d to %d under load", slot, src, dst);
+    int total = 0;
+    for (int i = 0; i < 4; i++) {
+        int st = th_wait_child(kids[i], 60000);
+        ASSERT_LT(st, 251);
+        total += st;
+    }
+    redisContext *crc = th_redis(counter);
+    char *v = th_cmd_str(crc, "GET cl:counter");
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(atoll(v), total);
+    ASSERT_GT(total, 20);
+    free(v);
+    ASSERT_EQ(owner_of(slot), dst);
+    th_log("%d rounds across the migration, counter exact", total);
+
+    freeReplyObject(sid);
+    freeReplyObject(did);
+    redisFree(rs);
+    redisFree(rd);
+    redisFree(crc);
+    dlock_lock_free(h);
+    dlock_lock_free(ma);
+    dlock_lock_free(mb);
+    dlock_lock_free(ob);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    th_log("ok");
+    return 0;
+}
