@@ -9,13 +9,16 @@
  * as PASS/WARN lines; they are never asserted (these machines are noisy).
  *
  * Adding a scenario (issue 7's suite): write `int bench_<name>(bench_ctx *)`
- * in its own file, declare it here, add it to the table in main.c.
+ * in its own file, declare it here, add it to the table in main.c. Two
+ * engines help: procs.c (K worker processes, persistent across rounds) and
+ * rounds.c (in-process series in alternating rounds).
  */
 #ifndef DLOCK_BENCH_H
 #define DLOCK_BENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <hiredis/hiredis.h>
 
@@ -25,6 +28,9 @@ typedef struct bench_ctx {
     int quick;          /* CI mode: short, asserts no timings */
     int verbose;
     const char *series; /* comma-separated series to run (NULL: all), for profiling */
+    /* comma-separated ports of 5 further independent redis-servers on host,
+     * for the redlock scenario (run.sh starts them); NULL: redlock skipped */
+    const char *redlock_ports;
 } bench_ctx;
 
 /* 1 if series `name` is selected by ctx->series. */
@@ -72,6 +78,51 @@ redisReply *bench_redis_cmd(redisContext *rc, int argc, const char **argv);
  * the raw baseline's token; dlock uses getrandom). */
 void bench_fast_hex(char *out, size_t nbytes);
 
+/* ---- worker processes (procs.c): contention, rwlock ---- */
+typedef struct bench_procs_spec {
+    /* in the child: its own connections; *state for op and teardown */
+    int (*setup)(const bench_ctx *ctx, int idx, void **state);
+    /* one operation; 0 or -1 (message on stderr); *wait_ns: its wait */
+    int (*op)(void *state, int64_t *wait_ns);
+    void (*teardown)(void *state);
+    int record_waits;   /* send every operation's wait back */
+} bench_procs_spec;
+
+typedef struct bench_procs {
+    int k;
+    pid_t *pid;
+    int *wfd, *rfd;
+} bench_procs;
+
+/* Forks k workers and waits until each ran setup. 0, or -1 (all stopped). */
+int bench_procs_start(const bench_ctx *ctx, const bench_procs_spec *spec, int k,
+                      bench_procs *p);
+/* One round: every worker runs op from start_ns until end_ns (monotonic).
+ * ops[i], finish_ns[i]: worker i's count and end; waits (may be NULL) gets
+ * every wait. 0, or -1 when a worker failed. */
+int bench_procs_round(bench_procs *p, int64_t start_ns, int64_t end_ns, int64_t *ops,
+                      int64_t *finish_ns, bench_samples *waits);
+/* Stops and reaps the workers (kill_it: SIGTERM too). -1 if one failed. */
+int bench_procs_stop(bench_procs *p, int kill_it);
+
+/* ---- in-process series in alternating rounds (rounds.c) ---- */
+typedef struct bench_rounds_spec {
+    const char *scenario;
+    int nseries;
+    const char *const *series;  /* series names */
+    int base;                   /* ratios are against this series */
+    const char *rate_name;      /* metric of the rate: "pairs_per_s", "ids_per_s" */
+    int rounds, warmup;         /* rounds; operations before each timed run */
+    int64_t round_ns;           /* time per series per round */
+    /* one operation of series s; *ns its latency; 0 or -1 */
+    int (*op)(void *state, int s, int64_t *ns);
+    void *state;
+} bench_rounds_spec;
+
+/* Runs, prints the table, records rate (median, min, max), p50/p99/max
+ * latency, ratio_to_<base> (median per-round ratio) and p50_ratio. */
+int bench_rounds_run(const bench_ctx *ctx, const bench_rounds_spec *spec);
+
 /* ---- output ---- */
 void bench_fmt_num(char *buf, size_t len, double v);  /* 5,512 / 260.4 */
 
@@ -79,5 +130,11 @@ void bench_fmt_num(char *buf, size_t len, double v);  /* 5,512 / 260.4 */
 int bench_ping(bench_ctx *ctx);
 int bench_pairs(bench_ctx *ctx);
 int bench_handoff(bench_ctx *ctx);
+int bench_handoff_fair(bench_ctx *ctx);   /* in handoff.c: the same method */
+int bench_contention(bench_ctx *ctx);
+int bench_rwlock(bench_ctx *ctx);
+int bench_semaphore(bench_ctx *ctx);
+int bench_redlock(bench_ctx *ctx);
+int bench_idworker(bench_ctx *ctx);
 
 #endif

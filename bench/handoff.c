@@ -1,5 +1,7 @@
-/* Scenario "handoff": from just before process A's releasing call to just
- * after process B, already blocked waiting, holds the lock.
+/* Scenarios "handoff" and "fair_handoff": from just before process A's
+ * releasing call to just after process B, already blocked waiting, holds the
+ * lock. "handoff" runs raw, dlock and dlock-reentrant; "fair_handoff" (issue
+ * 4) runs raw, dlock and dlock-fair, by the same code.
  *
  *   raw              notify-then-SET with hiredis: B SUBSCRIBEs on one
  *                    connection, tries SET NX PX on another (fails: A holds),
@@ -9,11 +11,16 @@
  *   dlock            B blocks in dlock_acquire(wait) on a plain lock; A calls
  *                    dlock_release.
  *   dlock-reentrant  the same on a reentrant lock; no target.
+ *   dlock-fair       the same on a fair lock (DLOCK_KIND_FAIR), whose release
+ *                    script makes the queue head the owner and publishes
+ *                    "granted:<fence>" on the head's own channel: B holds on
+ *                    receipt, with no further round trip. Target: below raw.
  *
  * A is this process; each series has its own waiter B, a child forked per
  * block. Both read CLOCK_MONOTONIC (one clock for every process on the
  * machine); B sends its timestamp back through a pipe. Before each release A
- * waits until PUBSUB NUMSUB shows B subscribed to the channel, then a further
+ * waits until PUBSUB NUMSUB (fair: PUBSUB CHANNELS with a pattern, as each
+ * fair waiter has its own channel) shows B subscribed, then a further
  * settle time so that B is asleep in its wait, not still finishing its
  * subscribe-then-retry step. Within a block the handoffs go round-robin over
  * the series, so noise hits all alike; the first of a block are warm-up.
@@ -41,13 +48,18 @@ static const char release_pub_lua[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); "
     "redis.call('publish', KEYS[2], '0'); return 1 end return 0";
 
-enum { S_RAW, S_DLOCK, S_REENTRANT, S_COUNT };
-static const char *const series_name[S_COUNT] = {"raw", "dlock", "dlock-reentrant"};
+enum { S_RAW, S_DLOCK, S_REENTRANT, S_FAIR, S_COUNT };
+static const char *const series_name[S_COUNT] = {"raw", "dlock", "dlock-reentrant",
+                                                 "dlock-fair"};
 static const char *const lock_name[S_COUNT] = {"bench:handoff:raw", "bench:handoff:dlock",
-                                               "bench:handoff:reentrant"};
+                                               "bench:handoff:reentrant", "bench:handoff:fair"};
+static const dlock_kind lock_kind[S_COUNT] = {DLOCK_KIND_PLAIN, DLOCK_KIND_PLAIN,
+                                              DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR};
 
+/* The channel B sleeps on. A fair-lock waiter has its own channel,
+ * "redisson_lock__channel:{name}:<uuid>:<tid>": a PUBSUB CHANNELS pattern. */
 static void channel_of(int s, char *buf, size_t len) {
-    snprintf(buf, len, "redisson_lock__channel:{%s}", lock_name[s]);
+    snprintf(buf, len, "redisson_lock__channel:{%s}%s", lock_name[s], s == S_FAIR ? ":*" : "");
 }
 
 /* ---- pipe helpers ---- */
@@ -136,8 +148,7 @@ static int waiter_main(const bench_ctx *ctx, int s, int cmd_fd, int res_fd) {
         failed = !sub || !cmd;
     } else {
         failed = make_client(ctx, &c) ||
-                 dlock_lock_new(c, lock_name[s], DLOCK_CSTR,
-                                s == S_DLOCK ? DLOCK_KIND_PLAIN : DLOCK_KIND_REENTRANT, &l);
+                 dlock_lock_new(c, lock_name[s], DLOCK_CSTR, lock_kind[s], &l);
     }
     for (;;) {
         char op;
@@ -176,17 +187,21 @@ typedef struct holder {
     char sha[48];
     dlock_client *client;
     dlock_lock *locks[S_COUNT];
+    unsigned mask;          /* the series this scenario runs (1 << S_...) */
 } holder;
 
-/* Waits until B is subscribed to chan. */
-static int await_subscriber(holder *h, const char *chan) {
+/* Waits until B is subscribed to chan (a pattern for the fair lock). */
+static int await_subscriber(holder *h, int s, const char *chan) {
     int64_t give_up = bench_now_ns() + (int64_t)PIPE_TIMEOUT_MS * 1000000;
     while (bench_now_ns() < give_up) {
-        redisReply *r = redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
+        redisReply *r = s == S_FAIR ? redisCommand(h->ctl, "PUBSUB CHANNELS %s", chan)
+                                    : redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
         if (!r) return -1;
         long long n = -1;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[1]->type == REDIS_REPLY_INTEGER)
+        if (s == S_FAIR && r->type == REDIS_REPLY_ARRAY)
+            n = (long long)r->elements;
+        else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[1]->type == REDIS_REPLY_INTEGER)
             n = r->element[1]->integer;
         freeReplyObject(r);
         if (n >= 1) return 0;
@@ -265,7 +280,7 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
         return -1;
     }
     /* B starts waiting; A waits until B sleeps on the channel */
-    if (write_full(w->wfd, "g", 1) || await_subscriber(h, chan)) return -1;
+    if (write_full(w->wfd, "g", 1) || await_subscriber(h, s, chan)) return -1;
     bench_sleep_us(SETTLE_US);
     int64_t t0 = bench_now_ns();
     if (s == S_RAW) {
@@ -297,7 +312,8 @@ static int run_block(const bench_ctx *ctx, holder *h, int n, bench_samples *out)
     int failed = 0;
     for (int s = 0; s < S_COUNT; s++) w[s].pid = -1;
     for (int s = 0; !failed && s < S_COUNT; s++)
-        if (bench_series_on(ctx, series_name[s])) failed = start_waiter(ctx, s, &w[s]);
+        if ((h->mask & 1u << s) && bench_series_on(ctx, series_name[s]))
+            failed = start_waiter(ctx, s, &w[s]);
     for (int i = 0; !failed && i < n + WARMUP; i++) {
         for (int s = 0; !failed && s < S_COUNT; s++) {
             if (w[s].pid < 0) continue;
@@ -322,11 +338,13 @@ static int run_block(const bench_ctx *ctx, holder *h, int n, bench_samples *out)
     return failed ? -1 : 0;
 }
 
-int bench_handoff(bench_ctx *ctx) {
+/* Runs the series in mask as scenario `scenario`. */
+static int handoff_run(bench_ctx *ctx, const char *scenario, unsigned mask) {
     const int blocks = ctx->quick ? 2 : 5;
     const int per_block = ctx->quick ? 40 : 200;
     holder h;
     memset(&h, 0, sizeof h);
+    h.mask = mask;
     bench_samples samples[S_COUNT];
     memset(samples, 0, sizeof samples);
     int failed = 0;
@@ -342,13 +360,13 @@ int bench_handoff(bench_ctx *ctx) {
     }
     if (!failed) failed = make_client(ctx, &h.client);
     for (int s = S_DLOCK; !failed && s < S_COUNT; s++)
-        failed = dlock_lock_new(h.client, lock_name[s], DLOCK_CSTR,
-                                s == S_DLOCK ? DLOCK_KIND_PLAIN : DLOCK_KIND_REENTRANT,
-                                &h.locks[s]) != DLOCK_OK;
+        if (mask & 1u << s)
+            failed = dlock_lock_new(h.client, lock_name[s], DLOCK_CSTR, lock_kind[s],
+                                    &h.locks[s]) != DLOCK_OK;
 
-    printf("\n== handoff: A releases, B (another process, already blocked) holds "
+    printf("\n== %s: A releases, B (another process, already blocked) holds "
            "(%d blocks x %d per series, round-robin)\n",
-           blocks, per_block);
+           scenario, blocks, per_block);
     for (int b = 0; !failed && b < blocks; b++) failed = run_block(ctx, &h, per_block, samples);
 
     if (!failed) {
@@ -361,15 +379,15 @@ int bench_handoff(bench_ctx *ctx) {
             double p90 = (double)bench_samples_quantile(&samples[s], 0.90) / 1e3;
             double p99 = (double)bench_samples_quantile(&samples[s], 0.99) / 1e3;
             double mx = (double)bench_samples_max(&samples[s]) / 1e3;
-            bench_metric("handoff", series_name[s], "p50_us", p50, "us");
-            bench_metric("handoff", series_name[s], "p90_us", p90, "us");
-            bench_metric("handoff", series_name[s], "p99_us", p99, "us");
-            bench_metric("handoff", series_name[s], "max_us", mx, "us");
-            bench_metric("handoff", series_name[s], "samples", (double)samples[s].n, "");
+            bench_metric(scenario, series_name[s], "p50_us", p50, "us");
+            bench_metric(scenario, series_name[s], "p90_us", p90, "us");
+            bench_metric(scenario, series_name[s], "p99_us", p99, "us");
+            bench_metric(scenario, series_name[s], "max_us", mx, "us");
+            bench_metric(scenario, series_name[s], "samples", (double)samples[s].n, "");
             char ratio[32] = "-";
             if (s != S_RAW && samples[S_RAW].n) {
                 snprintf(ratio, sizeof ratio, "%.2fx", p50 / raw_p50);
-                bench_metric("handoff", series_name[s], "p50_ratio_to_raw", p50 / raw_p50, "x");
+                bench_metric(scenario, series_name[s], "p50_ratio_to_raw", p50 / raw_p50, "x");
             }
             printf("   %-16s %8zu %7.1f us %7.1f us %7.1f us %10s\n", series_name[s],
                    samples[s].n, p50, p99, mx, ratio);
@@ -382,4 +400,12 @@ int bench_handoff(bench_ctx *ctx) {
     dlock_client_free(h.client);
     if (h.ctl) redisFree(h.ctl);
     return failed ? -1 : 0;
+}
+
+int bench_handoff(bench_ctx *ctx) {
+    return handoff_run(ctx, "handoff", 1u << S_RAW | 1u << S_DLOCK | 1u << S_REENTRANT);
+}
+
+int bench_handoff_fair(bench_ctx *ctx) {
+    return handoff_run(ctx, "fair_handoff", 1u << S_RAW | 1u << S_DLOCK | 1u << S_FAIR);
 }

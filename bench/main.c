@@ -2,7 +2,7 @@
  * running (bench/run.sh starts a private one and calls this program).
  *
  *   dlock_bench --port P [--host H] [--quick] [--json FILE] [--only a,b]
- *               [--series raw,dlock,dlock-reentrant] [-v]
+ *               [--series raw,dlock,dlock-reentrant] [--redlock-ports P1,...,P5] [-v]
  *
  * Exit status: 0 when every scenario ran (whatever the timings: targets are
  * printed as PASS/WARN, never asserted), 1 when one failed to run, 2 on bad
@@ -27,22 +27,41 @@ static const scenario scenarios[] = {
     {"ping", bench_ping, "PING round trip, raw hiredis and dlock_ping"},
     {"pairs", bench_pairs, "uncontended acquire+release pairs per second"},
     {"handoff", bench_handoff, "handoff latency to a blocked waiter in another process"},
+    {"fair_handoff", bench_handoff_fair, "the same handoff on the fair lock (direct handoff)"},
+    {"contention", bench_contention, "K = 8 and 32 processes on one lock, plain and fair"},
+    {"rwlock", bench_rwlock, "8 readers on one read lock vs 8 plain locks"},
+    {"semaphore", bench_semaphore, "semaphore acquire+release pairs vs plain-lock pairs"},
+    {"redlock", bench_redlock, "RedLock pairs over 3 and 5 masters vs one node"},
+    {"idworker", bench_idworker, "ID worker ids/s, single INCR vs batched INCRBY"},
 };
 #define NSCENARIOS (sizeof scenarios / sizeof scenarios[0])
 
-/* Targets of issue 2 (and issue 7), checked on the metrics. */
+/* Targets of issues 2, 4, 5 (and 7), checked on the metrics. */
 typedef struct target {
     const char *scenario, *series, *name;
     const char *base_series; /* NULL: compare with limit itself */
     int le;                  /* 1: value <= limit (x base); 0: value >= limit (x base) */
     double limit;
     const char *text;
+    int correctness;         /* missed: FAIL (not a timing), else WARN */
 } target;
 
 static const target targets[] = {
     {"pairs", "dlock", "ratio_to_raw", NULL, 0, 0.9, "uncontended pairs >= 0.9x raw loop"},
     {"handoff", "dlock", "p50_us", "raw", 1, 1.2, "handoff p50 <= 1.2x raw notify-then-SET"},
     {"handoff", "dlock", "p99_us", NULL, 1, 1000.0, "handoff p99 < 1 ms"},
+    {"fair_handoff", "dlock-fair", "p50_us", "raw", 1, 1.0,
+     "fair handoff p50 below raw notify-then-SET"},
+    {"fair_handoff", "dlock-fair", "p99_us", "raw", 1, 1.0,
+     "fair handoff p99 below raw notify-then-SET"},
+    {"contention", "fair-k8", "spread", NULL, 1, 1.5, "fair K=8 per-process spread < 1.5"},
+    {"contention", "fair-k32", "spread", NULL, 1, 1.5, "fair K=32 per-process spread < 1.5"},
+    {"contention", "plain-k8", "counter_ok", NULL, 0, 1, "plain K=8 exact counter", 1},
+    {"contention", "fair-k8", "counter_ok", NULL, 0, 1, "fair K=8 exact counter", 1},
+    {"contention", "plain-k32", "counter_ok", NULL, 0, 1, "plain K=32 exact counter", 1},
+    {"contention", "fair-k32", "counter_ok", NULL, 0, 1, "fair K=32 exact counter", 1},
+    {"redlock", "redlock-5", "p50_us", "single", 1, 1.5,
+     "RedLock N=5 pair p50 <= 1.5x one node"},
 };
 
 static void machine_desc(char *buf, size_t len) {
@@ -84,11 +103,13 @@ static int check_targets(int quick) {
         if (t->base_series)
             snprintf(detail, sizeof detail, "%.1f vs %s %.1f = %.2fx", v, t->base_series, base,
                      base ? v / base : 0.0);
-        else if (strstr(t->name, "ratio"))
+        else if (strstr(t->name, "ratio") || !strcmp(t->name, "spread"))
             snprintf(detail, sizeof detail, "%.2fx", v);
+        else if (t->correctness)
+            snprintf(detail, sizeof detail, "%s", ok ? "exact" : "counter != acquisitions");
         else
             snprintf(detail, sizeof detail, "%.1f", v);
-        printf("%-5s %s: %s\n", ok ? "PASS" : "WARN", t->text, detail);
+        printf("%-5s %s: %s\n", ok ? "PASS" : t->correctness ? "FAIL" : "WARN", t->text, detail);
         warns += !ok;
     }
     return warns;
@@ -97,13 +118,16 @@ static int check_targets(int quick) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dlock_bench --port P [--host H] [--quick] [--json FILE] [--only a,b]\n"
-            "                   [--series raw,dlock,dlock-reentrant] [-v]\n"
+            "                   [--series raw,dlock,dlock-reentrant] [--redlock-ports P1,...,P5]\n"
+            "                   [-v]\n"
             "  Runs against a redis-server already listening (bench/run.sh starts one).\n"
             "  --quick      short runs for CI (timings printed, never asserted)\n"
             "  --json FILE  also write every figure as JSON (\"-\": stdout)\n"
             "  --only LIST  comma-separated scenarios:");
     for (size_t i = 0; i < NSCENARIOS; i++) fprintf(f, " %s", scenarios[i].name);
     fprintf(f, "\n  --series L   only these series (for profiling one side with perf/strace)\n"
+               "  --redlock-ports L  5 ports of further redis-servers on the host for the\n"
+               "               redlock scenario (skipped without)\n"
                "  -v           per-round figures\n");
 }
 
@@ -119,6 +143,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(a, "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(a, "--series") && i + 1 < argc) ctx.series = argv[++i];
+        else if (!strcmp(a, "--redlock-ports") && i + 1 < argc) ctx.redlock_ports = argv[++i];
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs the dlock benchmark against a private redis-server.
 #
-#   bench/run.sh [--quick] [--json FILE] [--only ping,pairs,handoff] [-v]
+#   bench/run.sh [--quick] [--json FILE] [--only ping,pairs,handoff,...] [-v]
 #                [--bin PATH/TO/dlock_bench]
 #
 # Without --bin it builds dlock_bench first (RelWithDebInfo, into
 # build/bench). It starts redis-server on a free 127.0.0.1 port in a fresh
-# temporary directory (no persistence), waits for PING, runs dlock_bench, and
-# always stops the server and removes the directory. Exits 77 (skipped) when
-# redis-server is not installed.
+# temporary directory (no persistence), and 5 more for the redlock scenario
+# (independent masters; not when --only leaves redlock out), waits for PING,
+# runs dlock_bench, and always stops the servers and removes the directory.
+# Exits 77 (skipped) when redis-server is not installed.
 #   --quick  well under a minute, for CI: timings are printed, never asserted
 #   (full mode: about two minutes)
 set -euo pipefail
@@ -16,10 +17,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=""
 ARGS=()
+ONLY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
-    --json|--only) ARGS+=("$1" "$2"); shift 2 ;;
+    --only) ONLY=$2; ARGS+=("$1" "$2"); shift 2 ;;
+    --json|--series) ARGS+=("$1" "$2"); shift 2 ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
@@ -39,14 +42,18 @@ if [ -z "$BIN" ]; then
 fi
 
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench.XXXXXX")
-PID=""
-cleanup() {
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-    kill "$PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
+PIDS=()   # every redis-server this script started
+stop_pid() {
+  local pid=$1
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   fi
+}
+cleanup() {
+  for pid in ${PIDS[@]+"${PIDS[@]}"}; do stop_pid "$pid"; done
   rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -65,35 +72,50 @@ ping_ok() {
   [[ $reply == +PONG* ]]
 }
 
-PORT=""
-for _ in $(seq 20); do
-  p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
-  port_busy "$p" && continue
-  "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --dir "$DIR" --save '' --appendonly no \
-      --logfile "$DIR/log" --daemonize no >/dev/null 2>&1 &
-  PID=$!
-  for _ in $(seq 100); do
-    kill -0 "$PID" 2>/dev/null || break          # died: port taken meanwhile
-    if grep -q "Ready to accept" "$DIR/log" 2>/dev/null && ping_ok "$p" 2>/dev/null; then
-      PORT=$p
-      break
-    fi
-    sleep 0.05
+# start_server NAME: a redis-server on a free port with its own directory
+# $DIR/NAME; sets PORT (empty on failure, its log then on stderr).
+start_server() {
+  local d="$DIR/$1" p pid
+  mkdir -p "$d"
+  PORT=""
+  for _ in $(seq 20); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    port_busy "$p" && continue
+    "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --dir "$d" --save '' --appendonly no \
+        --logfile "$d/log" --daemonize no >/dev/null 2>&1 &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break          # died: port taken meanwhile
+      if grep -q "Ready to accept" "$d/log" 2>/dev/null && ping_ok "$p" 2>/dev/null; then
+        PORT=$p
+        return 0
+      fi
+      sleep 0.05
+    done
+    stop_pid "$pid"
+    : > "$d/log"
   done
-  [ -n "$PORT" ] && break
-  kill "$PID" 2>/dev/null || true
-  wait "$PID" 2>/dev/null || true
-  PID=""
-  : > "$DIR/log"
-done
-if [ -z "$PORT" ]; then
   echo "bench: could not start redis-server; its log:" >&2
-  cat "$DIR/log" >&2 || true
-  exit 1
+  cat "$d/log" >&2 || true
+  return 1
+}
+
+start_server main || exit 1
+MAIN_PORT=$PORT
+
+# the redlock scenario's 5 independent masters
+if [ -z "$ONLY" ] || [[ ",$ONLY," == *,redlock,* ]]; then
+  RL=()
+  for i in 1 2 3 4 5; do
+    start_server "redlock$i" || exit 1
+    RL+=("$PORT")
+  done
+  ARGS+=(--redlock-ports "$(IFS=,; echo "${RL[*]}")")
 fi
 
 set +e
-"$BIN" --host 127.0.0.1 --port "$PORT" ${ARGS[@]+"${ARGS[@]}"}
+"$BIN" --host 127.0.0.1 --port "$MAIN_PORT" ${ARGS[@]+"${ARGS[@]}"}
 rc=$?
 set -e
 exit $rc

@@ -9,9 +9,10 @@
 
 #define GLOBAL_OPTIONS_HELP                                                            \
     "Global options (before or after the command name):\n"                             \
-    "  --url URL            server: redis://[user[:password]@]host[:port][/db] or\n"    \
-    "                       unix:///path/to/socket[?db=N] (default: $DLOCK_URL, else\n" \
-    "                       redis://127.0.0.1:6379)\n"                                  \
+    "  --url URL            server: redis://[user[:password]@]host[:port][/db],\n"     \
+    "                       unix:///path/to/socket[?db=N], redlock://NODE,NODE,...\n"  \
+    "                       or redis-sentinel://host:port,.../MASTER (default:\n"      \
+    "                       $DLOCK_URL, else redis://127.0.0.1:6379)\n"                \
     "  --password-file FILE read the password from FILE's first line (default:\n"       \
     "                       $DLOCK_PASSWORD)\n"                                         \
     "  --timeout DUR        connect and command timeout (default 2s / 5s)\n"            \

@@ -214,6 +214,8 @@ int cli_exit_code(int code, int conflict)
         return EXIT_USAGE;
     case DLOCK_EIO:
     case DLOCK_ESERVER:
+    case DLOCK_ENOQUORUM:
+    case DLOCK_EREPLICAS:
         return EXIT_UNAVAILABLE;
     case DLOCK_EAUTH:
         return EXIT_NOPERM;
@@ -293,7 +295,7 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
             msg = dlock_strerror(rc);
         if (rc == DLOCK_EINVAL)
             cli_err(cmd, "%s", msg);
-        else if (rc == DLOCK_EIO)
+        else if (rc == DLOCK_EIO || rc == DLOCK_ENOQUORUM)
             cli_err(cmd, "server unavailable: %s", msg);
         else if (rc == DLOCK_EAUTH)
             cli_err(cmd, "authentication refused: %s", msg);

@@ -83,6 +83,7 @@ typedef enum dlock_code {
     DLOCK_EOVERFLOW = 15,   /* a counter would overflow (ID worker) */
     DLOCK_ENOQUORUM = 16,   /* RedLock: fewer than a majority of nodes answered */
     DLOCK_EREPLICAS = 17,   /* too few replicas acknowledged an acquire (wait_replicas) */
+    DLOCK_ETLS = 18,        /* TLS handshake or certificate verification failed */
     DLOCK_CODE_LAST_        /* not a code: one past the last */
 } dlock_code;
 
@@ -105,6 +106,7 @@ typedef struct dlock_client dlock_client;
 
 typedef struct dlock_options {
     /* redis://[user[:password]@]host[:port][/db]   (port 6379, db 0)
+     * rediss://...              the same over TLS (see the tls_* options)
      * unix:///path/to/redis.sock[?db=N]
      * redlock://NODE,NODE,...   independent masters, NODE as in redis://
      *                           without the scheme: [user[:password]@]host[:port][/db]
@@ -138,6 +140,20 @@ typedef struct dlock_options {
      * acknowledging replica. 0: no waiting. Not for RedLock. */
     int wait_replicas;
     int64_t wait_replicas_timeout_ms;
+    /* TLS, for rediss:// (one server; not yet for redlock / sentinel / cluster
+     * lists). The server's
+     * certificate is verified against tls_ca_file / tls_ca_dir, or the
+     * system's CAs when both are NULL, and must name the host of the URL (or
+     * tls_server_name, also sent as SNI). A client certificate is sent when
+     * tls_cert_file and tls_key_file are set. */
+    const char *tls_ca_file;
+    const char *tls_ca_dir;
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    const char *tls_server_name;
+    /* 1: skip certificate verification. For tests only: anyone on the path can
+     * then read and change the traffic, passwords included. */
+    int tls_insecure;
 } dlock_options;
 
 /* Fills *opts with defaults (all zero / NULL). */

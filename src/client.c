@@ -5,6 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/ssl.h>
+
 #include "internal.h"
 
 #define DL_DEFAULT_URL "redis://127.0.0.1:6379"
@@ -305,6 +307,27 @@ static int check_nodes(dlock_client *c, dl_err *err) {
     return DLOCK_OK;
 }
 
+/* Gives every TLS endpoint the client's TLS context. */
+static int setup_tls(dlock_client *c, const dlock_options *o, dl_err *err) {
+    void *ctx = NULL;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        dl_endpoint *ep = &c->nodes[i]->ep;
+        if (!ep->tls) continue;
+        if (c->mode != DL_MODE_SINGLE)
+            return dl_seterr(err, DLOCK_ENOTSUP, "TLS is supported for single-server URLs only");
+        if (!ctx) {
+            int rc = dl_tls_ctx_new(o, &ctx, err);
+            if (rc) return rc;
+        } else {
+            SSL_CTX_up_ref(ctx);
+        }
+        ep->tls_ctx = ctx;
+        if (o->tls_server_name && !(ep->sni = strdup(o->tls_server_name)))
+            return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    }
+    return DLOCK_OK;
+}
+
 static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
     if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->watchdog_lease_ms < 0 ||
         o->max_idle_connections < 0 || o->node_timeout_ms < 0)
@@ -366,6 +389,8 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         if (rc) return rc;
     }
     c->quorum = c->nnodes / 2 + 1;
+    rc = setup_tls(c, o, err);
+    if (rc) return rc;
     if (c->mode == DL_MODE_CLUSTER) {
         rc = dl_cluster_new(&c->cluster, err);
         if (!rc) rc = dl_cluster_refresh(c, err);

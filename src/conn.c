@@ -95,9 +95,12 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
             return DLOCK_OK;
         }
         /* a reply is rarely there yet right after a request: wait first
-         * rather than pay for a read that answers EAGAIN */
-        int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
-        if (rc) return rc;
+         * rather than pay for a read that answers EAGAIN (unless TLS already
+         * holds decrypted bytes the socket no longer shows) */
+        if (!dl_conn_has_pending(c)) {
+            int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
+            if (rc) return rc;
+        }
         char buf[16384];
         long n = c->ops->read(c, buf, sizeof buf);
         if (n > 0) {
@@ -205,6 +208,10 @@ int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err 
         return rc;
     }
     c->ops = &dl_plain_transport;
+    if (ep->tls && (rc = dl_tls_handshake(c, ep, deadline, err)) != DLOCK_OK) {
+        dl_conn_close(c);
+        return rc;
+    }
 
     /* AUTH and SELECT, pipelined: one round trip */
     int expect = 0;

@@ -23,6 +23,7 @@ static const char *const names[] = {
     [DLOCK_EOVERFLOW] = "counter overflow",
     [DLOCK_ENOQUORUM] = "no quorum of nodes answered",
     [DLOCK_EREPLICAS] = "not acknowledged by enough replicas",
+    [DLOCK_ETLS] = "TLS handshake or certificate verification failed",
 };
 
 const char *dlock_strerror(int code) {

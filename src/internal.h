@@ -51,6 +51,9 @@ typedef struct dl_endpoint {
     int db;
     char *user;      /* NULL: no ACL user */
     char *password;  /* NULL: no AUTH */
+    int tls;         /* rediss:// */
+    void *tls_ctx;   /* SSL_CTX * (a reference), set by the client for TLS */
+    char *sni;       /* TLS server name to send and verify; NULL: the host */
 } dl_endpoint;
 
 int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
@@ -81,6 +84,8 @@ typedef struct dl_transport_ops {
     long (*read)(dl_conn *c, void *buf, size_t len);
     long (*write)(dl_conn *c, const void *buf, size_t len);
     void (*close)(dl_conn *c);
+    /* bytes already received and decrypted but not yet read (TLS) */
+    size_t (*pending)(dl_conn *c);
 } dl_transport_ops;
 
 struct dl_conn {
@@ -97,6 +102,16 @@ struct dl_conn {
     struct dl_node *node;      /* the pool it returns to */
     dl_conn *next;             /* pool link */
 };
+
+/* ---- TLS (tls.c) ---- */
+/* An SSL_CTX from the client's TLS options (verification on unless insecure). */
+int dl_tls_ctx_new(const dlock_options *o, void **ctx_out, dl_err *err);
+void dl_tls_ctx_free(void *ctx);
+/* TLS handshake over c's connected socket before deadline; on success c
+ * uses the TLS transport. */
+int dl_tls_handshake(dl_conn *c, const dl_endpoint *ep, int64_t deadline, dl_err *err);
+/* 1 if c holds received bytes the socket no longer shows (TLS buffers). */
+int dl_conn_has_pending(dl_conn *c);
 
 /* Opens a non-blocking socket to ep and connects before deadline. */
 int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, dl_err *err);

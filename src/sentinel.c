@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/ssl.h>
+
 #include "internal.h"
 
 #define DL_SENTINEL_REFRESH_MS 1000
@@ -25,6 +27,15 @@ int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src) {
     memset(dst, 0, sizeof *dst);
     dst->port = src->port;
     dst->db = src->db;
+    dst->tls = src->tls;
+    if (src->tls_ctx) {
+        SSL_CTX_up_ref(src->tls_ctx);
+        dst->tls_ctx = src->tls_ctx;
+    }
+    if (src->sni && !(dst->sni = strdup(src->sni))) {
+        dl_endpoint_clear(dst);
+        return DLOCK_ENOMEM;
+    }
     if ((src->host && !(dst->host = strdup(src->host))) ||
         (src->path && !(dst->path = strdup(src->path))) ||
         (src->user && !(dst->user = strdup(src->user))) ||

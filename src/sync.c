@@ -101,7 +101,7 @@ int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err) {
         int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
         struct pollfd p = {.fd = sub->fd, .events = POLLIN};
-        int n = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        int n = dl_conn_has_pending(sub) ? 1 : poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             sub->broken = 1;

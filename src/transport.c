@@ -26,7 +26,7 @@ static void plain_close(dl_conn *c) {
     c->fd = -1;
 }
 
-const dl_transport_ops dl_plain_transport = {plain_read, plain_write, plain_close};
+const dl_transport_ops dl_plain_transport = {plain_read, plain_write, plain_close, NULL};
 
 /* Waits for a non-blocking connect on fd to finish before deadline. */
 static int finish_connect(int fd, int64_t deadline, const char *where, dl_err *err) {

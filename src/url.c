@@ -16,6 +16,8 @@ void dl_endpoint_clear(dl_endpoint *ep) {
     free(ep->host);
     free(ep->path);
     free(ep->user);
+    free(ep->sni);
+    if (ep->tls_ctx) dl_tls_ctx_free(ep->tls_ctx);
     if (ep->password) {
         /* do not leave the secret in freed memory */
         volatile char *v = ep->password;
@@ -175,8 +177,10 @@ int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err) {
     int rc;
     if (strncmp(url, "redis://", 8) == 0) rc = parse_tcp(url + 8, ep, err);
     else if (strncmp(url, "unix://", 7) == 0) rc = parse_unix(url + 7, ep, err);
-    else if (strncmp(url, "rediss://", 9) == 0)
-        rc = dl_seterr(err, DLOCK_ENOTSUP, "bad URL: rediss:// (TLS) is not supported yet");
+    else if (strncmp(url, "rediss://", 9) == 0) {
+        rc = parse_tcp(url + 9, ep, err);
+        ep->tls = 1;
+    }
     else {
         const char *sep = strstr(url, "://");
         int n = sep ? (int)(sep - url) : 0;

@@ -150,11 +150,12 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
     /* RedLock: each node gets its own short deadline, so a frozen node
      * cannot use up the others' time */
     size_t nn = dl_node_count(c);
-    for (size_t i = 0; i < nn; i++)
-        renew_on(c->nodes[i],
-                 c->mode == DL_MODE_REDLOCK ? dl_deadline(c->node_timeout_ms * 4)
-                                            : dl_cmd_deadline(c),
-                 snap, n);
+    /* a renewal must not outlast the renewal period: past it, the next round
+     * (sooner after a failure) and the lease check take over */
+    int64_t limit = c->watchdog_lease_ms / 3;
+    if (limit > c->command_timeout_ms) limit = c->command_timeout_ms;
+    if (c->mode == DL_MODE_REDLOCK && limit > c->node_timeout_ms * 4) limit = c->node_timeout_ms * 4;
+    for (size_t i = 0; i < nn; i++) renew_on(c->nodes[i], dl_deadline(limit), snap, n);
     size_t need = c->mode == DL_MODE_REDLOCK ? c->quorum : 1;
     for (size_t i = 0; i < n; i++) {
         if ((size_t)snap[i].yes >= need) snap[i].result = 1;

@@ -7,8 +7,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <sqlite3.h>
-
 #include "dlock.h"
 
 enum mode { M_NONE, M_LOCAL, M_DLOCK, M_OPTIMISTIC, M_FENCED, M_COUNT };
@@ -24,7 +22,8 @@ enum outcome {
 /* Settings (read-only after parsing; inherited by the worker processes). */
 typedef struct config {
     const char *redis_url;   /* the server to use (ours or --url) */
-    const char *db_path;     /* SQLite file */
+    const char *db;          /* SQLite file, or mysql://... (store_is_mysql) */
+    const char *db_label;    /* db for messages: the password hidden */
     int workers, threads, attempts, users, vouchers, stock;
     int window_us;           /* sleep between check and act */
     int pause_holder;        /* pause one lock holder past its lease */
@@ -43,6 +42,7 @@ typedef struct shared {
     atomic_long stale;         /* fenced writes rejected */
     atomic_long errors;        /* OUT_ERROR attempts */
     atomic_long lost;          /* releases that found the lease lost */
+    atomic_long retries;       /* optimistic transactions run again (deadlock victims) */
     atomic_int fatal;          /* a worker could not run at all */
     atomic_llong end_us;       /* when the last thread ran out of attempts */
     atomic_int errmsg_set;
@@ -55,21 +55,30 @@ typedef struct shared {
 
 extern const char *const mode_names[M_COUNT];
 
-/* ---- store.c: the SQLite side ---- */
+/* ---- store.c: the database ----
+ * db is a SQLite file path or a mysql://user:pass@host:port/db URL (MariaDB or
+ * MySQL over TCP, store_mysql.c); each function works on either. One store
+ * (connection) per worker thread. */
 typedef struct store store;
 
-/* Opens path for a worker (busy_timeout, prepared statements). */
-int store_open(const char *path, store **out, char *err, size_t errlen);
+/* 1 if db names a MySQL/MariaDB database (mysql:// or mariadb://). */
+int store_is_mysql(const char *db);
+/* 1 if this build has the MySQL/MariaDB backend. */
+int store_have_mysql(void);
+
+/* Opens db for a worker thread (busy timeout, prepared statements). */
+int store_open(const char *db, store **out, char *err, size_t errlen);
 void store_close(store *s);
 /* Drops and creates the tables; vouchers 1..n with stock each. unique_pair:
- * the UNIQUE (user_id, voucher_id) constraint of the optimistic mode. */
-int store_reset(const char *path, int vouchers, int stock, int unique_pair, char *err,
+ * the UNIQUE (user_id, voucher_id) constraint of the optimistic mode. The
+ * first call must come before any thread or worker process is started. */
+int store_reset(const char *db, int vouchers, int stock, int unique_pair, char *err,
                 size_t errlen);
 
 typedef struct store_stats {
     long long orders, stock_left, oversold, duplicates, dup_ids;
 } store_stats;
-int store_stats_read(const char *path, int stock, store_stats *st, char *err, size_t errlen);
+int store_stats_read(const char *db, int stock, store_stats *st, char *err, size_t errlen);
 
 /* Steps of a buy attempt. Each returns 0 on success, -1 on a database error
  * (message in store_errmsg). */
@@ -80,7 +89,15 @@ int store_decrement_if_stock(store *s, int voucher, int *ok);  /* ... AND stock 
 int store_decrement_fenced(store *s, int voucher, uint64_t fence, int *ok);
 /* 0, -1 error, 1 unique violation */
 int store_insert_order(store *s, uint64_t id, int user, int voucher);
-int store_exec(store *s, const char *sql);
+/* A write transaction (SQLite: BEGIN IMMEDIATE, one writer at a time;
+ * InnoDB: row locks, so it may be chosen as a deadlock victim). */
+int store_begin(store *s);
+int store_commit(store *s);
+int store_rollback(store *s);
+/* After a failed step: 1 if the database rolled the transaction back as a
+ * deadlock victim or after a lock wait timeout, so that running the
+ * transaction again is the cure (InnoDB only). */
+int store_retryable(store *s);
 const char *store_errmsg(store *s);
 
 /* ---- tempredis.c: a throwaway redis-server ---- */

@@ -38,7 +38,7 @@ const char *const mode_names[M_COUNT] = {"none", "local", "dlock", "optimistic",
 
 typedef struct result {
     enum mode m;
-    long long orders, stock_left, oversold, duplicates, expected, errors, stale, lost;
+    long long orders, stock_left, oversold, duplicates, expected, errors, stale, lost, retries;
     double seconds, throughput, p99_ms;
     int ok, must_be_ok;
 } result;
@@ -107,8 +107,13 @@ static void usage(FILE *f) {
         "                      port, stopped and removed at the end)\n"
         "  --redis-server PATH redis-server binary for the throwaway server\n"
         "  --db DB             database: sqlite (default: a temporary file), sqlite:PATH\n"
-        "                      (tables vouchers and orders are dropped and recreated),\n"
-        "                      mysql://user:pass@host:port/db (not built in this version)\n"
+        "                      or mysql://user:pass@host:port/db (MariaDB or MySQL over\n"
+        "                      TCP, one connection per worker thread); the tables\n"
+        "                      vouchers and orders are dropped and recreated\n",
+        f);
+    if (!store_have_mysql())
+        fputs("                      (mysql:// is not built in this version)\n", f);
+    fputs(
         "  --workers P         worker processes (default 8)\n"
         "  --threads T         threads per worker process (default 2)\n"
         "  --attempts B        buy attempts in all (default 2000)\n"
@@ -139,10 +144,11 @@ static int parse_int(const char *opt, const char *s, long min, long max) {
     return (int)v;
 }
 
-/* hides the password of a redis URL (for messages) */
+/* hides the user and password of a URL (for messages); the last '@' ends
+ * them, as a password may hold an unencoded '@' */
 static void redact(const char *url, char *buf, size_t len) {
     const char *scheme = strstr(url, "://");
-    const char *at = strchr(url, '@');
+    const char *at = strrchr(url, '@');
     if (scheme && at && at > scheme)
         snprintf(buf, len, "%.*s***%s", (int)(scheme + 3 - url), url, at);
     else
@@ -217,7 +223,7 @@ static void progress(const char *name, long done, long total, int tty) {
 
 static void run_mode(const config *cfg, shared *sh, enum mode m, long long expected, result *res) {
     char err[512];
-    if (store_reset(cfg->db_path, cfg->vouchers, cfg->stock, m == M_OPTIMISTIC, err, sizeof err))
+    if (store_reset(cfg->db, cfg->vouchers, cfg->stock, m == M_OPTIMISTIC, err, sizeof err))
         die("%s", err);
     atomic_store(&sh->next, 0);
     atomic_store(&sh->done, 0);
@@ -227,6 +233,7 @@ static void run_mode(const config *cfg, shared *sh, enum mode m, long long expec
     atomic_store(&sh->stale, 0);
     atomic_store(&sh->errors, 0);
     atomic_store(&sh->lost, 0);
+    atomic_store(&sh->retries, 0);
     atomic_store(&sh->fatal, 0);
     atomic_store(&sh->end_us, 0);
     atomic_store(&sh->errmsg_set, 0);
@@ -298,7 +305,7 @@ static void run_mode(const config *cfg, shared *sh, enum mode m, long long expec
         die("mode %s: %s", name, sh->errmsg[0] ? sh->errmsg : "a worker process failed");
 
     store_stats st;
-    if (store_stats_read(cfg->db_path, cfg->stock, &st, err, sizeof err)) die("%s", err);
+    if (store_stats_read(cfg->db, cfg->stock, &st, err, sizeof err)) die("%s", err);
     memset(res, 0, sizeof *res);
     res->m = m;
     res->orders = st.orders;
@@ -309,6 +316,7 @@ static void run_mode(const config *cfg, shared *sh, enum mode m, long long expec
     res->errors = atomic_load(&sh->errors);
     res->stale = atomic_load(&sh->stale);
     res->lost = atomic_load(&sh->lost);
+    res->retries = atomic_load(&sh->retries);
     res->seconds = (double)(t1 - t0) / 1e6;
     res->throughput = res->seconds > 0 ? cfg->attempts / res->seconds : 0;
     float *lat = malloc(sizeof *lat * (size_t)cfg->attempts);
@@ -372,6 +380,12 @@ static void print_table(const result *rs, int n, const config *cfg) {
         if (rs[i].stale)
             printf("\n%s: %lld write%s with a stale fencing token rejected by the database\n",
                    mode_names[rs[i].m], rs[i].stale, rs[i].stale == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        if (rs[i].retries)
+            printf("\n%s: %lld transaction%s rolled back by the database as deadlock victim%s "
+                   "and run again\n",
+                   mode_names[rs[i].m], rs[i].retries, rs[i].retries == 1 ? "" : "s",
+                   rs[i].retries == 1 ? "" : "s");
 }
 
 static void print_json(const result *rs, int n, const config *cfg) {
@@ -381,10 +395,11 @@ static void print_json(const result *rs, int n, const config *cfg) {
         printf("%s{\"mode\": \"%s\", \"orders\": %lld, \"stock_left\": %lld, \"oversold\": %lld, "
                "\"duplicates\": %lld, \"throughput\": %.1f, \"p99_ms\": %.3f, \"ok\": %s, "
                "\"must_be_ok\": %s, \"expected_orders\": %lld, \"errors\": %lld, "
-               "\"stale_rejected\": %lld, \"seconds\": %.3f}",
+               "\"stale_rejected\": %lld, \"retries\": %lld, \"seconds\": %.3f}",
                i ? ", " : "", mode_names[r->m], r->orders, r->stock_left, r->oversold,
                r->duplicates, r->throughput, r->p99_ms, r->ok ? "true" : "false",
-               r->must_be_ok ? "true" : "false", r->expected, r->errors, r->stale, r->seconds);
+               r->must_be_ok ? "true" : "false", r->expected, r->errors, r->stale, r->retries,
+               r->seconds);
     }
     printf("], \"workers\": %d, \"threads\": %d, \"attempts\": %d, \"users\": %d, "
            "\"vouchers\": %d, \"stock\": %d, \"pause_holder\": %s}\n",
@@ -440,14 +455,21 @@ int main(int argc, char **argv) {
     cfg.verbose = !json;
 
     /* database choice before starting anything */
-    char dbpath[PATH_MAX];
-    int temp_db = 0;
+    char dbpath[PATH_MAX], dblabel[PATH_MAX + 32];
+    int temp_db = 0, mysql = 0;
     if (!db || !strcmp(db, "sqlite") || !strcmp(db, "sqlite:")) {
         temp_db = 1;
-    } else if (!strncmp(db, "mysql://", 8) || !strncmp(db, "mariadb://", 10)) {
-        die("--db %.*s...: MySQL/MariaDB support is not built in this version (built without "
-            "libmariadb); use the default SQLite database",
-            (int)(strchr(db, ':') - db + 3), db);
+    } else if (store_is_mysql(db)) {
+        if (!store_have_mysql())
+            die("--db %.*s...: MySQL/MariaDB support is not built in this version (built "
+                "without libmariadb); use the default SQLite database",
+                (int)(strchr(db, ':') - db + 3), db);
+        mysql = 1;
+        if (strlen(db) >= sizeof dbpath) die("--db: URL too long");
+        snprintf(dbpath, sizeof dbpath, "%s", db);
+        char safe[PATH_MAX];
+        redact(db, safe, sizeof safe);
+        snprintf(dblabel, sizeof dblabel, "MySQL/MariaDB %s", safe);
     } else if (!strncmp(db, "sqlite://", 9)) {
         snprintf(dbpath, sizeof dbpath, "%s", db + 9);
     } else if (!strncmp(db, "sqlite:", 7)) {
@@ -484,11 +506,13 @@ int main(int argc, char **argv) {
         snprintf(g_files[g_nfiles++], sizeof g_files[0], "%s-wal", dbpath);
         snprintf(g_files[g_nfiles++], sizeof g_files[0], "%s-shm", dbpath);
     }
-    cfg.db_path = dbpath;
+    cfg.db = dbpath;
+    if (!mysql) snprintf(dblabel, sizeof dblabel, "SQLite %s", dbpath);
+    cfg.db_label = dblabel;
 
     char err[600];
     /* the database must be usable before Redis is started */
-    if (store_reset(cfg.db_path, cfg.vouchers, cfg.stock, 0, err, sizeof err)) die("%s", err);
+    if (store_reset(cfg.db, cfg.vouchers, cfg.stock, 0, err, sizeof err)) die("%s", err);
 
     if (url) {
         cfg.redis_url = url;
@@ -532,8 +556,8 @@ int main(int argc, char **argv) {
     if (!json) {
         char safe[256];
         redact(cfg.redis_url, safe, sizeof safe);
-        fprintf(stderr, "flash-sale: Redis %s%s, SQLite %s%s\n", safe,
-                url ? "" : " (throwaway)", cfg.db_path, temp_db ? " (temporary)" : "");
+        fprintf(stderr, "flash-sale: Redis %s%s, %s%s\n", safe, url ? "" : " (throwaway)",
+                cfg.db_label, temp_db ? " (temporary)" : "");
     }
     result rs[M_COUNT];
     int nres = 0;

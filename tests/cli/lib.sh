@@ -74,7 +74,7 @@ start_redis() {
     for try in 1 2 3 4 5; do
         PORT=$(free_port)
         redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' \
-            --logfile "$TMP/redis.log" "$@" &
+            --unixsocket "$TMP/redis.sock" --logfile "$TMP/redis.log" "$@" &
         REDIS_PID=$!
         if wait_until "redis-cli -p $PORT ping | grep -q PONG" 50; then
             export DLOCK_URL="redis://127.0.0.1:$PORT"

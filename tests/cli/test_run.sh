@@ -47,6 +47,27 @@ expect 0 "--kind reentrant" run --kind reentrant held sh -c "redis-cli -p $PORT 
 check "reentrant kind is a hash key" "[ '$OUT' = hash ]"
 check "reentrant released" "[ \"\$(rcli exists held)\" = 0 ]"
 
+# Read and write locks: readers share, a writer excludes them.
+"$DLOCK" run --kind read rw sh -c "touch '$TMP/r-ready'; while [ ! -e '$TMP/r-go' ]; do sleep 0.02; done" &
+reader=$!
+BG_PIDS+=("$reader")
+wait_until "[ -e '$TMP/r-ready' ]"
+expect 0 "a second reader gets a read lock" run -n --kind read rw true
+expect 1 "a writer cannot while a reader holds" run -n --kind write rw true
+touch "$TMP/r-go"
+wait "$reader"
+expect 0 "a writer gets it after the reader" run -n --kind write rw true
+expect 0 "--kind fair" run -n --kind fair fairlock true
+check "fair lock released" "[ \"\$(rcli exists fairlock)\" = 0 ]"
+
+# Other ways to reach the server: a unix socket, a database number.
+expect 0 "--url unix:// socket" --url "unix://$TMP/redis.sock" run sock sh -c "redis-cli -s '$TMP/redis.sock' exists sock"
+check "locked through the socket" "[ '$OUT' = 1 ]"
+expect 0 "--url with a database number" --url "redis://127.0.0.1:$PORT/3" run dbn sh -c "redis-cli -p $PORT -n 3 exists dbn; redis-cli -p $PORT -n 0 exists dbn"
+check "the lock is in db 3, not db 0" "[ \"\$(echo \$OUT)\" = '1 0' ]"
+DLOCK_URL="redis://127.0.0.1:$PORT/4" expect 0 "DLOCK_URL is used" run envurl sh -c "redis-cli -p $PORT -n 4 exists envurl"
+check "DLOCK_URL chose db 4" "[ '$OUT' = 1 ]"
+
 # stdin and stdout pass through.
 out=$(echo through | "$DLOCK" run n cat)
 check "stdin reaches the child" "[ '$out' = through ]"
