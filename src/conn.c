@@ -88,6 +88,8 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
         void *reply = NULL;
         if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
             c->broken = 1;
+            if (c->reader->err == REDIS_ERR_OOM)
+                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
             return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
         }
         if (reply) {
@@ -124,6 +126,8 @@ int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err) {
         void *reply = NULL;
         if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
             c->broken = 1;
+            if (c->reader->err == REDIS_ERR_OOM)
+                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
             return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
         }
         if (reply) {

@@ -91,7 +91,8 @@ int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, d
     hints.ai_socktype = SOCK_STREAM;
     int g = getaddrinfo(ep->host, port, &hints, &res);
     if (g != 0)
-        return dl_seterr(err, DLOCK_EIO, "cannot resolve %s: %s", where, gai_strerror(g));
+        return dl_seterr(err, g == EAI_MEMORY ? DLOCK_ENOMEM : DLOCK_EIO, "cannot resolve %s: %s",
+                         where, gai_strerror(g));
     int rc = DLOCK_EIO;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         rc = connect_addr(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline, where, fd_out, err);
