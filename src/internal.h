@@ -280,6 +280,25 @@ int64_t dl_cmd_deadline(const dlock_client *c);
 int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
                       redisReply **out, dl_err *err);
 
+/* ---- the common part of the synchronizer handles (object.c) ---- */
+typedef struct dl_object {
+    dlock_client *c;
+    char *name;
+    size_t name_len;
+    char *channel;             /* the channel its waiters subscribe to */
+    size_t channel_len;
+    char errmsg[DL_ERRMSG_MAX];
+} dl_object;
+
+/* Checks and copies name and derives the channel chan_prefix + {name}.
+ * Failures are recorded on c (dlock_errmsg) and returned. */
+int dl_object_init(dl_object *o, dlock_client *c, const char *name, size_t name_len,
+                   const char *chan_prefix);
+void dl_object_clear(dl_object *o);
+/* Records err on the handle; returns its code. */
+int dl_object_fail(dl_object *o, const dl_err *err);
+int dl_object_ok(dl_object *o);
+
 /* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
 /* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
  * confirmation (messages before it are dropped: callers try again after

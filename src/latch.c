@@ -57,75 +57,49 @@ static dl_script count_down_script = DL_SCRIPT("latch_count_down",
 /* ---- handles ---- */
 
 struct dlock_latch {
-    dlock_client *c;
-    char *name;
-    size_t name_len;
-    char *channel;             /* redisson_countdownlatch__channel__{name} */
-    size_t channel_len;
-    char errmsg[DL_ERRMSG_MAX];
+    dl_object o;               /* client, name, channel, message */
 };
 
-static int la_fail(dlock_latch *l, const dl_err *err) {
-    snprintf(l->errmsg, sizeof l->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
-    return err->code;
-}
+static int la_fail(dlock_latch *l, const dl_err *err) { return dl_object_fail(&l->o, err); }
 
-static int la_ok(dlock_latch *l) {
-    l->errmsg[0] = '\0';
-    return DLOCK_OK;
-}
+static int la_ok(dlock_latch *l) { return dl_object_ok(&l->o); }
 
 int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_latch **out) {
     if (out) *out = NULL;
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
-    if (!out) {
-        dl_seterr(&err, DLOCK_EINVAL, "dlock_latch_new: NULL out");
-        return dl_client_fail(c, &err);
-    }
-    int rc = dl_check_name(name, &name_len, &err);
-    if (rc) return dl_client_fail(c, &err);
+    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_latch_new: NULL out"});
     dlock_latch *l = calloc(1, sizeof *l);
-    if (!l) goto oom;
-    l->c = c;
-    l->name = malloc(name_len + 1);
-    if (!l->name) goto oom;
-    memcpy(l->name, name, name_len);
-    l->name[name_len] = '\0';
-    l->name_len = name_len;
-    l->channel =
-        dl_derive_key("redisson_countdownlatch__channel__", name, name_len, "", &l->channel_len);
-    if (!l->channel) goto oom;
+    if (!l) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    int rc = dl_object_init(&l->o, c, name, name_len, "redisson_countdownlatch__channel__");
+    if (rc) {
+        free(l);
+        return rc;
+    }
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
-oom:
-    dlock_latch_free(l);
-    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
-    return dl_client_fail(c, &err);
 }
 
 void dlock_latch_free(dlock_latch *l) {
     if (!l) return;
-    free(l->name);
-    free(l->channel);
+    dl_object_clear(&l->o);
     free(l);
 }
 
 const char *dlock_latch_errmsg(const dlock_latch *l) {
-    return l ? l->errmsg : "no latch (NULL handle)";
+    return l ? l->o.errmsg : "no latch (NULL handle)";
 }
 
 /* Runs a script with KEYS {latch, channel} and one number argument. */
 static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, long long *v,
                    dl_err *err) {
     char num[24];
-    const char *keys[2] = {l->name, l->channel};
-    size_t keylens[2] = {l->name_len, l->channel_len};
+    const char *keys[2] = {l->o.name, l->o.channel};
+    size_t keylens[2] = {l->o.name_len, l->o.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
     redisReply *r = NULL;
-    int rc = dl_client_eval(l->c, s, 2, keys, keylens, 1, args, arglens, &r, err);
+    int rc = dl_client_eval(l->o.c, s, 2, keys, keylens, 1, args, arglens, &r, err);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR)
         rc = dl_sync_reply_error(r, what, err);
@@ -137,11 +111,11 @@ static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, 
 
 /* GET on conn (a pooled one when NULL); absent is 0. */
 static int read_count(dlock_latch *l, dl_conn *conn, int64_t *count, dl_err *err) {
-    const char *argv[2] = {"GET", l->name};
-    size_t lens[2] = {3, l->name_len};
+    const char *argv[2] = {"GET", l->o.name};
+    size_t lens[2] = {3, l->o.name_len};
     redisReply *r = NULL;
-    int rc = conn ? dl_conn_command(conn, dl_cmd_deadline(l->c), 2, argv, lens, &r, err)
-                  : dl_client_command(l->c, 2, argv, lens, &r, err);
+    int rc = conn ? dl_conn_command(conn, dl_cmd_deadline(l->o.c), 2, argv, lens, &r, err)
+                  : dl_client_command(l->o.c, 2, argv, lens, &r, err);
     if (rc) return rc;
     long long v = 0;
     if (r->type == REDIS_REPLY_ERROR)
@@ -214,32 +188,32 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
     dl_err err = {0};
     char nm[80];
     if (dl_sync_check_wait(wait_ms, &err)) return la_fail(l, &err);
-    dlock_client *c = l->c;
+    dlock_client *c = l->o.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     int64_t n = 0;
-    int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, &err);
+    int rc = dl_pool_get_key(c, l->o.name, l->o.name_len, dl_cmd_deadline(c), &conn, &err);
     if (!rc) rc = read_count(l, conn, &n, &err);
     if (rc || n <= 0) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "latch '%s' is not at zero (count %lld)",
-                       dl_name_msg(l->name, l->name_len, nm, sizeof nm), (long long)n);
+                       dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
         goto out;
     }
-    rc = dl_sync_subscribe(c, l->channel, l->channel_len, &sub, &err);
+    rc = dl_sync_subscribe(c, l->o.channel, l->o.channel_len, &sub, &err);
     while (!rc) {
         /* subscribed before this read: the zero message after it is not missed */
         rc = read_count(l, conn, &n, &err);
         if (rc || n <= 0) break;
         if (deadline != DL_INF_DEADLINE && dl_now_ms() >= deadline) {
             rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "timed out waiting for latch '%s' (count %lld)",
-                           dl_name_msg(l->name, l->name_len, nm, sizeof nm), (long long)n);
+                           dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
             break;
         }
         rc = dl_sync_wait(c, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
     }
-    dl_sync_unsubscribe(c, sub, l->channel, l->channel_len);
+    dl_sync_unsubscribe(c, sub, l->o.channel, l->o.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc ? la_fail(l, &err) : la_ok(l);

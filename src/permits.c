@@ -130,56 +130,35 @@ typedef struct wd_permit {
 } wd_permit;
 
 struct dlock_permits {
-    dlock_client *c;
-    char *name;
-    size_t name_len;
+    dl_object o;               /* client, name, channel, message */
     char *zkey;                /* {name}:timeout */
     size_t zkey_len;
-    char *channel;             /* redisson_sc:{name} */
-    size_t channel_len;
     wd_permit *wd;             /* this handle's watchdog permits */
-    char errmsg[DL_ERRMSG_MAX];
 };
 
-static int pm_fail(dlock_permits *p, const dl_err *err) {
-    snprintf(p->errmsg, sizeof p->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
-    return err->code;
-}
+static int pm_fail(dlock_permits *p, const dl_err *err) { return dl_object_fail(&p->o, err); }
 
-static int pm_ok(dlock_permits *p) {
-    p->errmsg[0] = '\0';
-    return DLOCK_OK;
-}
+static int pm_ok(dlock_permits *p) { return dl_object_ok(&p->o); }
 
 int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_permits **out) {
     if (out) *out = NULL;
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
-    if (!out) {
-        dl_seterr(&err, DLOCK_EINVAL, "dlock_permits_new: NULL out");
-        return dl_client_fail(c, &err);
-    }
-    int rc = dl_check_name(name, &name_len, &err);
-    if (rc) return dl_client_fail(c, &err);
+    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_permits_new: NULL out"});
     dlock_permits *p = calloc(1, sizeof *p);
-    if (!p) goto oom;
-    p->c = c;
-    p->name = malloc(name_len + 1);
-    if (!p->name) goto oom;
-    memcpy(p->name, name, name_len);
-    p->name[name_len] = '\0';
-    p->name_len = name_len;
-    p->zkey = dl_derive_key("", name, name_len, ":timeout", &p->zkey_len);
-    if (!p->zkey) goto oom;
-    p->channel = dl_derive_key("redisson_sc:", name, name_len, "", &p->channel_len);
-    if (!p->channel) goto oom;
+    if (!p) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    int rc = dl_object_init(&p->o, c, name, name_len, "redisson_sc:");
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    p->zkey = dl_derive_key("", p->o.name, p->o.name_len, ":timeout", &p->zkey_len);
+    if (!p->zkey) {
+        dlock_permits_free(p);
+        return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    }
     *out = p;
     dl_client_ok(c);
     return DLOCK_OK;
-oom:
-    dlock_permits_free(p);
-    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
-    return dl_client_fail(c, &err);
 }
 
 void dlock_permits_free(dlock_permits *p) {
@@ -187,17 +166,16 @@ void dlock_permits_free(dlock_permits *p) {
     while (p->wd) {
         wd_permit *w = p->wd;
         p->wd = w->next;
-        dl_watchdog_unregister(p->c, &w->lease);
+        dl_watchdog_unregister(p->o.c, &w->lease);
         free(w);
     }
-    free(p->name);
     free(p->zkey);
-    free(p->channel);
+    dl_object_clear(&p->o);
     free(p);
 }
 
 const char *dlock_permits_errmsg(const dlock_permits *p) {
-    return p ? p->errmsg : "no permit semaphore (NULL handle)";
+    return p ? p->o.errmsg : "no permit semaphore (NULL handle)";
 }
 
 /* Takes the watchdog permit id out of the handle's list (unregistered);
@@ -207,7 +185,7 @@ static wd_permit *wd_take(dlock_permits *p, const char *id) {
         wd_permit *w = *pp;
         if (!strcmp(w->id, id)) {
             *pp = w->next;
-            dl_watchdog_unregister(p->c, &w->lease);
+            dl_watchdog_unregister(p->o.c, &w->lease);
             w->next = NULL;
             return w;
         }
@@ -217,7 +195,7 @@ static wd_permit *wd_take(dlock_permits *p, const char *id) {
 
 /* Registers w with the watchdog and puts it back in the list. */
 static int wd_put(dlock_permits *p, wd_permit *w, dl_err *err) {
-    int rc = dl_watchdog_register(p->c, &w->lease, err);
+    int rc = dl_watchdog_register(p->o.c, &w->lease, err);
     if (rc) return rc;
     w->next = p->wd;
     p->wd = w;
@@ -229,7 +207,7 @@ static wd_permit *wd_new(dlock_permits *p, const char *id) {
     if (!w) return NULL;
     memcpy(w->id, id, DLOCK_PERMIT_ID_LEN + 1);
     w->lease.renew = &wd_renew_script;
-    w->lease.lease_ms = p->c->watchdog_lease_ms;
+    w->lease.lease_ms = p->o.c->watchdog_lease_ms;
     w->lease.key = p->zkey;
     w->lease.key_len = p->zkey_len;
     w->lease.owner = w->id;
@@ -244,12 +222,12 @@ static wd_permit *wd_new(dlock_permits *p, const char *id) {
  * NULL). */
 static int pm_eval(dlock_permits *p, dl_conn *conn, dl_script *s, int nargs, const char **args,
                    const size_t *arglens, redisReply **r, dl_err *err) {
-    const char *keys[3] = {p->name, p->zkey, p->channel};
-    size_t keylens[3] = {p->name_len, p->zkey_len, p->channel_len};
+    const char *keys[3] = {p->o.name, p->zkey, p->o.channel};
+    size_t keylens[3] = {p->o.name_len, p->zkey_len, p->o.channel_len};
     if (conn)
-        return dl_eval(conn, dl_cmd_deadline(p->c), s, 3, keys, keylens, nargs, args, arglens, r,
+        return dl_eval(conn, dl_cmd_deadline(p->o.c), s, 3, keys, keylens, nargs, args, arglens, r,
                        err);
-    return dl_client_eval(p->c, s, 3, keys, keylens, nargs, args, arglens, r, err);
+    return dl_client_eval(p->o.c, s, 3, keys, keylens, nargs, args, arglens, r, err);
 }
 
 /* pm_eval expecting an integer answer. */
@@ -296,22 +274,22 @@ static int64_t wait_left(int64_t deadline) {
 
 static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64_t lease_ms,
                         dl_err *err) {
-    dlock_client *c = p->c;
+    dlock_client *c = p->o.c;
     char nm[80], lease[24];
     size_t lease_len = dl_fmt_ll(lease, lease_ms);
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     int got = 0;
     int64_t left = -1;
-    int rc = dl_pool_get_key(c, p->name, p->name_len, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, p->o.name, p->o.name_len, dl_cmd_deadline(c), &conn, err);
     if (!rc) rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
     if (rc || got) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(err, DLOCK_EBUSY, "permit semaphore '%s': no permit available",
-                       dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+                       dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
         goto out;
     }
-    rc = dl_sync_subscribe(c, p->channel, p->channel_len, &sub, err);
+    rc = dl_sync_subscribe(c, p->o.channel, p->o.channel_len, &sub, err);
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
@@ -319,7 +297,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
         int64_t now = dl_now_ms();
         if (wait_left(deadline) == 0) {
             rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for a permit of '%s'",
-                           dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+                           dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
             break;
         }
         /* an expiring lease frees a permit without any message: wake then
@@ -329,7 +307,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
         rc = dl_sync_wait(c, sub, until, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
     }
-    dl_sync_unsubscribe(c, sub, p->channel, p->channel_len);
+    dl_sync_unsubscribe(c, sub, p->o.channel, p->o.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc;
@@ -369,7 +347,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
             return pm_fail(p, &err);
         }
     }
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->c->watchdog_lease_ms : lease_ms;
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.c->watchdog_lease_ms : lease_ms;
     rc = acquire_wait(p, pid, wait_ms, lease, &err);
     if (!rc && w) {
         atomic_store(&w->lease.last_ok, (long long)dl_now_ms());
@@ -422,7 +400,7 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit release: permit %.32s of '%s' is not out on lease (expired, released "
                   "or never issued)",
-                  id, dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+                  id, dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
         return pm_fail(p, &err);
     }
     return pm_ok(p);
@@ -458,7 +436,7 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit renew: permit %.32s of '%s' is not out on lease (expired, released or "
                   "never issued)",
-                  id, dl_name_msg(p->name, p->name_len, nm, sizeof nm));
+                  id, dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
         return pm_fail(p, &err);
     }
     return pm_ok(p);

@@ -48,63 +48,37 @@ static dl_script try_set_script = DL_SCRIPT("semaphore_try_set",
 /* ---- handles ---- */
 
 struct dlock_semaphore {
-    dlock_client *c;
-    char *name;
-    size_t name_len;
-    char *channel;             /* redisson_sc:{name} */
-    size_t channel_len;
-    char errmsg[DL_ERRMSG_MAX];
+    dl_object o;               /* client, name, channel, message */
 };
 
-static int sem_fail(dlock_semaphore *s, const dl_err *err) {
-    snprintf(s->errmsg, sizeof s->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
-    return err->code;
-}
+static int sem_fail(dlock_semaphore *s, const dl_err *err) { return dl_object_fail(&s->o, err); }
 
-static int sem_ok(dlock_semaphore *s) {
-    s->errmsg[0] = '\0';
-    return DLOCK_OK;
-}
+static int sem_ok(dlock_semaphore *s) { return dl_object_ok(&s->o); }
 
-int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len,
-                        dlock_semaphore **out) {
+int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dlock_semaphore **out) {
     if (out) *out = NULL;
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
-    if (!out) {
-        dl_seterr(&err, DLOCK_EINVAL, "dlock_semaphore_new: NULL out");
-        return dl_client_fail(c, &err);
-    }
-    int rc = dl_check_name(name, &name_len, &err);
-    if (rc) return dl_client_fail(c, &err);
+    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_semaphore_new: NULL out"});
     dlock_semaphore *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
-    s->c = c;
-    s->name = malloc(name_len + 1);
-    if (!s->name) goto oom;
-    memcpy(s->name, name, name_len);
-    s->name[name_len] = '\0';
-    s->name_len = name_len;
-    s->channel = dl_derive_key("redisson_sc:", name, name_len, "", &s->channel_len);
-    if (!s->channel) goto oom;
+    if (!s) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    int rc = dl_object_init(&s->o, c, name, name_len, "redisson_sc:");
+    if (rc) {
+        free(s);
+        return rc;
+    }
     *out = s;
     dl_client_ok(c);
     return DLOCK_OK;
-oom:
-    dlock_semaphore_free(s);
-    dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
-    return dl_client_fail(c, &err);
 }
 
 void dlock_semaphore_free(dlock_semaphore *s) {
     if (!s) return;
-    free(s->name);
-    free(s->channel);
+    dl_object_clear(&s->o);
     free(s);
 }
 
 const char *dlock_semaphore_errmsg(const dlock_semaphore *s) {
-    return s ? s->errmsg : "no semaphore (NULL handle)";
+    return s ? s->o.errmsg : "no semaphore (NULL handle)";
 }
 
 /* Runs one of the scripts on conn (or a pooled connection when conn is
@@ -113,14 +87,14 @@ const char *dlock_semaphore_errmsg(const dlock_semaphore *s) {
 static int sem_eval(dlock_semaphore *s, dl_conn *conn, dl_script *script, const char *what,
                     int64_t arg, long long *v, dl_err *err) {
     char num[24];
-    const char *keys[2] = {s->name, s->channel};
-    size_t keylens[2] = {s->name_len, s->channel_len};
+    const char *keys[2] = {s->o.name, s->o.channel};
+    size_t keylens[2] = {s->o.name_len, s->o.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
     redisReply *r = NULL;
-    int rc = conn ? dl_eval(conn, dl_cmd_deadline(s->c), script, 2, keys, keylens, 1, args,
+    int rc = conn ? dl_eval(conn, dl_cmd_deadline(s->o.c), script, 2, keys, keylens, 1, args,
                             arglens, &r, err)
-                  : dl_client_eval(s->c, script, 2, keys, keylens, 1, args, arglens, &r, err);
+                  : dl_client_eval(s->o.c, script, 2, keys, keylens, 1, args, arglens, &r, err);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR)
         rc = dl_sync_reply_error(r, what, err);
@@ -145,19 +119,19 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
         return sem_fail(s, &err);
     }
     if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
-    dlock_client *c = s->c;
+    dlock_client *c = s->o.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     long long got = 0;
-    int rc = dl_pool_get_key(c, s->name, s->name_len, dl_cmd_deadline(c), &conn, &err);
+    int rc = dl_pool_get_key(c, s->o.name, s->o.name_len, dl_cmd_deadline(c), &conn, &err);
     if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(&err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
-                       dl_name_msg(s->name, s->name_len, nm, sizeof nm), (long long)permits);
+                       dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm), (long long)permits);
         goto out;
     }
-    rc = dl_sync_subscribe(c, s->channel, s->channel_len, &sub, &err);
+    rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, &err);
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
@@ -165,14 +139,14 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
         if (wait_left(deadline) == 0) {
             rc = dl_seterr(&err, DLOCK_ETIMEDOUT,
                            "timed out waiting for %lld permit(s) of semaphore '%s'",
-                           (long long)permits, dl_name_msg(s->name, s->name_len, nm, sizeof nm));
+                           (long long)permits, dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm));
             break;
         }
         /* permits come back only through a release or add, which publish */
         rc = dl_sync_wait(c, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */
     }
-    dl_sync_unsubscribe(c, sub, s->channel, s->channel_len);
+    dl_sync_unsubscribe(c, sub, s->o.channel, s->o.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc ? sem_fail(s, &err) : sem_ok(s);
@@ -225,10 +199,10 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
         return sem_fail(s, &err);
     }
     *permits = 0;
-    const char *argv[2] = {"GET", s->name};
-    size_t lens[2] = {3, s->name_len};
+    const char *argv[2] = {"GET", s->o.name};
+    size_t lens[2] = {3, s->o.name_len};
     redisReply *r = NULL;
-    int rc = dl_client_command(s->c, 2, argv, lens, &r, &err);
+    int rc = dl_client_command(s->o.c, 2, argv, lens, &r, &err);
     if (rc) return sem_fail(s, &err);
     long long v = 0;
     if (r->type == REDIS_REPLY_ERROR)

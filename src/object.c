@@ -1,0 +1,45 @@
+/* The common part of the synchronizer handles (semaphore, expirable
+ * semaphore, latch): a client, a name, a channel and the last message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int dl_object_init(dl_object *o, dlock_client *c, const char *name, size_t name_len,
+                   const char *chan_prefix) {
+    dl_err err = {0};
+    memset(o, 0, sizeof *o);
+    o->c = c;
+    int rc = dl_check_name(name, &name_len, &err);
+    if (rc) return dl_client_fail(c, &err);
+    o->name = malloc(name_len + 1);
+    if (o->name) {
+        memcpy(o->name, name, name_len);
+        o->name[name_len] = '\0';
+        o->name_len = name_len;
+        o->channel = dl_derive_key(chan_prefix, name, name_len, "", &o->channel_len);
+    }
+    if (!o->name || !o->channel) {
+        dl_object_clear(o);
+        dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+        return dl_client_fail(c, &err);
+    }
+    return DLOCK_OK;
+}
+
+void dl_object_clear(dl_object *o) {
+    free(o->name);
+    free(o->channel);
+    o->name = o->channel = NULL;
+}
+
+int dl_object_fail(dl_object *o, const dl_err *err) {
+    snprintf(o->errmsg, sizeof o->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
+    return err->code;
+}
+
+int dl_object_ok(dl_object *o) {
+    o->errmsg[0] = '\0';
+    return DLOCK_OK;
+}
