@@ -13,15 +13,25 @@ const char help_status[] =
     "Shows the lock NAME: held or free, kind, holder(s), hold count, remaining\n"
     "lease, the last fencing token issued and the number of waiters subscribed\n"
     "to its release channel. Exits 0 whether the lock is held or free.\n"
+    "Kinds: plain, reentrant, fair (and its queue length), read or write (the\n"
+    "readers and whether a writer holds), permit-semaphore (available permits\n"
+    "and permits out on lease), \"semaphore or latch\" (an integer: a\n"
+    "semaphore's available permits or a latch's count; also an expirable\n"
+    "semaphore with no permit out).\n"
     "JSON: {\"name\",\"held\",\"kind\",\"holder\",\"holders\",\"hold_count\",\"ttl_ms\",\n"
-    "\"fence\",\"waiters\"}; ttl_ms is -2 when free, -1 when held without expiry.\n";
+    "\"fence\",\"waiters\"}; ttl_ms is -2 when free, -1 when held without expiry;\n"
+    "fair adds \"queued\"; read and write add \"readers\", \"writer\" (true/false);\n"
+    "permit-semaphore adds \"permits\", \"leased\"; \"semaphore or latch\" adds\n"
+    "\"permits\", \"leased\" (0) and \"count\" (the same number as permits).\n";
 
 const char help_list[] =
     "Usage: dlock list [--json] [PATTERN]\n"
     "\n"
     "Lists the locks on the server whose names match the glob PATTERN (default\n"
     "'*'), using SCAN (never KEYS): name, kind, remaining lease, number of\n"
-    "holders and the (first) holder. With --json: an array of objects as\n"
+    "holders and the (first) holder, followed by the kind's details (fair:\n"
+    "queued=N; read/write: readers=N writer=yes|no; semaphores and latches:\n"
+    "permits=N, leased=N). With --json: an array of objects as\n"
     "`dlock status --json` prints. -q leaves out the header line.\n";
 
 const char help_force_unlock[] =
@@ -65,8 +75,12 @@ static void json_info(FILE *f, const char *name, size_t name_len, const dlock_in
         fprintf(f, ",\"queued\":%lld", (long long)in->queued);
         break;
     case DLOCK_KIND_SEMAPHORE:
+        /* a semaphore's permits or a latch's count: the library cannot tell */
+        fprintf(f, ",\"permits\":%lld,\"leased\":%lld,\"count\":%lld", (long long)in->permits,
+                (long long)in->leased, (long long)in->permits);
+        break;
     case DLOCK_KIND_LATCH:
-        fprintf(f, ",\"permits\":%lld", (long long)in->permits);
+        fprintf(f, ",\"count\":%lld", (long long)in->permits);
         break;
     case DLOCK_KIND_PERMIT_SEMAPHORE:
         fprintf(f, ",\"permits\":%lld,\"leased\":%lld", (long long)in->permits,
@@ -140,7 +154,18 @@ int cmd_status(int argc, char **argv, cli_global *g)
         fputs("name:       ", stdout);
         cli_text(stdout, name, strlen(name));
         printf("\nstate:      %s\n", in.exists ? "held" : "free");
-        if (in.exists) {
+        if (in.exists && (in.kind == DLOCK_KIND_SEMAPHORE || in.kind == DLOCK_KIND_LATCH ||
+                          in.kind == DLOCK_KIND_PERMIT_SEMAPHORE)) {
+            printf("kind:       %s\nttl:        %s\n", cli_kind_name(in.kind, 1), ttl);
+            if (in.kind == DLOCK_KIND_LATCH)
+                printf("count:      %lld\n", (long long)in.permits);
+            else if (in.kind == DLOCK_KIND_SEMAPHORE)
+                printf("permits:    %lld (a latch: its count)\nleased:     %lld\n",
+                       (long long)in.permits, (long long)in.leased);
+            else
+                printf("permits:    %lld\nleased:     %lld\n", (long long)in.permits,
+                       (long long)in.leased);
+        } else if (in.exists) {
             printf("kind:       %s\n", cli_kind_name(in.kind, 1));
             fputs("holder:     ", stdout);
             cli_text(stdout, in.holder, strnlen(in.holder, sizeof in.holder));
@@ -151,12 +176,6 @@ int cmd_status(int argc, char **argv, cli_global *g)
                        in.writer ? "yes" : "no");
             else if (in.kind == DLOCK_KIND_FAIR)
                 printf("queued:     %lld\n", (long long)in.queued);
-            else if (in.kind == DLOCK_KIND_LATCH)
-                printf("count:      %lld\n", (long long)in.permits);
-            else if (in.kind == DLOCK_KIND_SEMAPHORE ||
-                     in.kind == DLOCK_KIND_PERMIT_SEMAPHORE)
-                printf("permits:    %lld\nleased:     %lld\n", (long long)in.permits,
-                       (long long)in.leased);
         }
         printf("fence:      %" PRIu64 "\nwaiters:    %lld\n", in.fence, (long long)in.waiters);
     }
@@ -181,9 +200,28 @@ static int list_one(const char *name, size_t name_len, const dlock_info *in, voi
         cli_fmt_ttl(ttl, sizeof ttl, in->ttl_ms);
         cli_text(stdout, name, name_len);
         w = name_len < 32 ? (int)(32 - name_len) : 1;
-        printf("%*s%-10s %10s %7d  ", w, "", cli_kind_name(in->kind, in->exists), ttl,
+        printf("%*s%-18s %10s %7d  ", w, "", cli_kind_name(in->kind, in->exists), ttl,
                in->holders);
         cli_text(stdout, in->holder, strnlen(in->holder, sizeof in->holder));
+        switch (in->kind) {
+        case DLOCK_KIND_FAIR:
+            printf("%squeued=%lld", in->holder[0] ? "  " : "", (long long)in->queued);
+            break;
+        case DLOCK_KIND_READ:
+        case DLOCK_KIND_WRITE:
+            printf("%sreaders=%lld writer=%s", in->holder[0] ? "  " : "",
+                   (long long)in->readers, in->writer ? "yes" : "no");
+            break;
+        case DLOCK_KIND_SEMAPHORE:
+        case DLOCK_KIND_PERMIT_SEMAPHORE:
+            printf("permits=%lld leased=%lld", (long long)in->permits, (long long)in->leased);
+            break;
+        case DLOCK_KIND_LATCH:
+            printf("count=%lld", (long long)in->permits);
+            break;
+        default:
+            break;
+        }
         fputc('\n', stdout);
     }
     lc->n++;
@@ -213,7 +251,8 @@ int cmd_list(int argc, char **argv, cli_global *g)
     if (g->json)
         fputs("[", stdout);
     else if (!g->quiet)
-        printf("%-31s %-10s %10s %7s  %s\n", "NAME", "KIND", "TTL", "HOLDERS", "HOLDER");
+        printf("%-31s %-18s %10s %7s  %s\n", "NAME", "KIND", "TTL", "HOLDERS",
+               "HOLDER / DETAILS");
     rc = dlock_list(c, pattern, list_one, &lc);
     if (g->json)
         fputs(lc.n ? "\n]\n" : "]\n", stdout);

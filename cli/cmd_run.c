@@ -8,7 +8,13 @@
  * thread (the "locker") so that the main thread stays free to answer a
  * signal while the acquire waits; every operation on the lock handle happens
  * on that one thread. The lost-lease callback runs on the watchdog thread and
- * only writes a byte to a pipe. */
+ * only writes a byte to a pipe.
+ *
+ * What is held: one lock (dlock_acquire), several (--also: dlock_multi_acquire,
+ * all of one kind, each with the lost-lease callback), or one permit of a
+ * permit-expirable semaphore (--limit N: the permit is renewed by the
+ * client's watchdog and released by its id; the library has no lost-permit
+ * callback, so a lost permit is only noticed by the release). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -51,35 +57,57 @@ const char help_run[] =
     "                       layout), reentrant (Redisson RLock), fair (Redisson\n"
     "                       RFairLock: first come, first served), read or write\n"
     "                       (the two sides of a Redisson RReadWriteLock)\n"
+    "  -s, --shared         the read side of the read-write lock NAME (--kind read)\n"
+    "  -x, --exclusive      the write side of the read-write lock NAME (--kind write)\n"
+    "  --limit N            let at most N commands run at once: take one permit of\n"
+    "                       the permit-expirable semaphore NAME (created with N\n"
+    "                       permits by the first run), renewed while the command\n"
+    "                       runs; a killed dlock's permit comes back after --ttl.\n"
+    "                       The command gets DLOCK_PERMIT (the permit id), no\n"
+    "                       DLOCK_FENCE. A lost permit is only noticed at the end\n"
+    "  --also NAME2         also hold the lock NAME2 (of the same kind); repeat for\n"
+    "                       more. All are taken or none, without deadlock against\n"
+    "                       runs that list them in another order; DLOCK_FENCE is\n"
+    "                       NAME's token\n"
     "  --kill-after DUR     after a lost lock, SIGKILL the command if it has not\n"
     "                       exited DUR after SIGTERM (default 10s)\n"
     "  -c, --command STR    run STR with /bin/sh -c instead of COMMAND [ARGS...]\n"
     "  -v, --verbose        also print how long getting the lock took\n"
     "  -q, --quiet          no message when the lock is busy\n";
 
-enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER };
+enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO };
 
 #define CMD "run"
 #define LOST_EXPIRED 100 /* our own reason: dlock_lock_valid_ms() reached 0 */
 #define MSG_MAX 256
+#define MAX_ALSO 64
 
 typedef struct run_opts {
     int64_t wait_ms;
     int conflict;
     int64_t ttl_ms;
     dlock_kind kind;
+    const char *kind_opt; /* the option that set kind ("--kind", "-s", "-x"), or NULL */
     int64_t kill_after_ms;
     const char *shell; /* -c */
     const char *name;
     char **argv;       /* COMMAND [ARGS...] (NULL with -c) */
+    long limit;        /* --limit N, 0: none */
+    const char *also[MAX_ALSO]; /* --also NAME2... */
+    size_t nalso;
 } run_opts;
 
 /* State shared with the locker thread (hand-offs go through the pipes). */
 typedef struct locker {
-    dlock_lock *lock;
+    dlock_lock **locks; /* NAME, then the --also locks (none with --limit) */
+    size_t nlocks;
+    uint64_t *fences;   /* one per lock */
+    dlock_permits *permits; /* --limit */
+    int64_t limit;
+    char permit_id[DLOCK_PERMIT_ID_LEN + 1];
     int64_t wait_ms;
     int acquire_rc;
-    uint64_t fence;
+    uint64_t fence;     /* NAME's fencing token */
     int64_t took_us;
     char acquire_msg[MSG_MAX];
     int release_rc;
@@ -117,23 +145,60 @@ static void copy_msg(char *dst, const char *src)
     snprintf(dst, MSG_MAX, "%s", src ? src : "");
 }
 
+/* The message of the first lock that has one (a multi-lock failure leaves
+ * it on the lock that failed). */
+static const char *locks_errmsg(const locker *lk)
+{
+    size_t i;
+    for (i = 0; i < lk->nlocks; i++) {
+        const char *m = dlock_lock_errmsg(lk->locks[i]);
+        if (m && *m)
+            return m;
+    }
+    return "";
+}
+
 static void *locker_main(void *arg)
 {
     locker *lk = arg;
     int64_t t0 = now_us();
     char b;
 
-    lk->acquire_rc = dlock_acquire(lk->lock, lk->wait_ms, DLOCK_WATCHDOG, &lk->fence);
+    if (lk->permits) {
+        int set = 0;
+        lk->acquire_rc = dlock_permits_try_set(lk->permits, lk->limit, &set);
+        if (lk->acquire_rc == DLOCK_OK)
+            lk->acquire_rc =
+                dlock_permits_acquire(lk->permits, lk->wait_ms, DLOCK_WATCHDOG, lk->permit_id);
+        if (lk->acquire_rc != DLOCK_OK)
+            copy_msg(lk->acquire_msg, dlock_permits_errmsg(lk->permits));
+    } else if (lk->nlocks == 1) {
+        lk->acquire_rc = dlock_acquire(lk->locks[0], lk->wait_ms, DLOCK_WATCHDOG, &lk->fence);
+        if (lk->acquire_rc != DLOCK_OK)
+            copy_msg(lk->acquire_msg, dlock_lock_errmsg(lk->locks[0]));
+    } else {
+        lk->acquire_rc =
+            dlock_multi_acquire(lk->locks, lk->nlocks, lk->wait_ms, DLOCK_WATCHDOG, lk->fences);
+        if (lk->acquire_rc == DLOCK_OK)
+            lk->fence = lk->fences[0];
+        else
+            copy_msg(lk->acquire_msg, locks_errmsg(lk));
+    }
     lk->took_us = now_us() - t0;
-    if (lk->acquire_rc != DLOCK_OK)
-        copy_msg(lk->acquire_msg, dlock_lock_errmsg(lk->lock));
     write_byte(lk->done_pipe[1], 'a');
     if (lk->acquire_rc != DLOCK_OK)
         return NULL;
     (void)read_byte(lk->cmd_pipe[0], &b); /* a byte or EOF: release now */
-    lk->release_rc = dlock_release(lk->lock);
-    if (lk->release_rc != DLOCK_OK)
-        copy_msg(lk->release_msg, dlock_lock_errmsg(lk->lock));
+    if (lk->permits) {
+        lk->release_rc = dlock_permits_release(lk->permits, lk->permit_id);
+        if (lk->release_rc != DLOCK_OK)
+            copy_msg(lk->release_msg, dlock_permits_errmsg(lk->permits));
+    } else {
+        lk->release_rc = lk->nlocks == 1 ? dlock_release(lk->locks[0])
+                                         : dlock_multi_release(lk->locks, lk->nlocks);
+        if (lk->release_rc != DLOCK_OK)
+            copy_msg(lk->release_msg, locks_errmsg(lk));
+    }
     write_byte(lk->done_pipe[1], 'r');
     return NULL;
 }
@@ -159,14 +224,19 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
         {"kind", required_argument, NULL, OPT_KIND},
         {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
         {"command", required_argument, NULL, 'c'},
+        {"shared", no_argument, NULL, 's'},
+        {"exclusive", no_argument, NULL, 'x'},
+        {"limit", required_argument, NULL, OPT_LIMIT},
+        {"also", required_argument, NULL, OPT_ALSO},
         {NULL, 0, NULL, 0}};
     int opt, rc;
     long n;
+    size_t i, j;
 
     optind = 0;
     /* "+": stop at NAME, so that the command's own options are left alone */
-    while ((opt = getopt_long(argc, argv, "+:nw:E:c:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) !=
-           -1) {
+    while ((opt = getopt_long(argc, argv, "+:nw:E:c:sx" CLI_GLOBAL_SHORTOPTS, longopts,
+                              NULL)) != -1) {
         switch (opt) {
         case 'n':
             o->wait_ms = DLOCK_NOWAIT;
@@ -185,8 +255,28 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
                 return rc;
             break;
         case OPT_KIND:
-            if ((rc = cli_kind(CMD, optarg, &o->kind)))
+        case 's':
+        case 'x': {
+            dlock_kind k = opt == 's' ? DLOCK_KIND_READ : DLOCK_KIND_WRITE;
+            const char *what = opt == 's' ? "-s" : opt == 'x' ? "-x" : "--kind";
+            if (opt == OPT_KIND && (rc = cli_kind(CMD, optarg, &k)))
                 return rc;
+            if (o->kind_opt && k != o->kind)
+                return cli_usage(CMD, "%s conflicts with %s: give one kind", what, o->kind_opt);
+            o->kind = k;
+            o->kind_opt = what;
+            break;
+        }
+        case OPT_LIMIT:
+            if ((rc = cli_integer(CMD, "--limit", optarg, 1, 1000000000L, &o->limit)))
+                return rc;
+            break;
+        case OPT_ALSO:
+            if ((rc = cli_check_name(CMD, optarg)))
+                return rc;
+            if (o->nalso >= MAX_ALSO)
+                return cli_usage(CMD, "--also: at most %d more locks", MAX_ALSO);
+            o->also[o->nalso++] = optarg;
             break;
         case OPT_KILL_AFTER:
             if ((rc = cli_duration(CMD, "--kill-after", optarg, 0, &o->kill_after_ms)))
@@ -210,6 +300,20 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
     o->name = argv[optind++];
     if ((rc = cli_check_name(CMD, o->name)))
         return rc;
+    if (o->limit && o->kind_opt)
+        return cli_usage(CMD, "--limit takes a semaphore permit; it cannot go with %s",
+                         o->kind_opt);
+    if (o->limit && o->nalso)
+        return cli_usage(CMD, "--limit cannot go with --also");
+    if (o->limit && cli_is_redlock(g))
+        return cli_usage(CMD, "--limit: semaphores do not work with RedLock (several --url)");
+    for (i = 0; i < o->nalso; i++) {
+        if (strcmp(o->also[i], o->name) == 0)
+            return cli_usage(CMD, "--also: '%s' is NAME itself", o->also[i]);
+        for (j = 0; j < i; j++)
+            if (strcmp(o->also[i], o->also[j]) == 0)
+                return cli_usage(CMD, "--also: '%s' is given twice", o->also[i]);
+    }
     if (!o->shell && optind < argc &&
         (strcmp(argv[optind], "-c") == 0 || strcmp(argv[optind], "--command") == 0)) {
         if (optind + 1 >= argc)
@@ -230,8 +334,9 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
     return 0;
 }
 
-/* The child's environment: ours without DLOCK_NAME/DLOCK_FENCE, plus both. */
-static char **child_env(const char *name, uint64_t fence)
+/* The child's environment: ours without DLOCK_NAME/DLOCK_FENCE/DLOCK_PERMIT,
+ * plus DLOCK_NAME and either DLOCK_FENCE or (with a permit) DLOCK_PERMIT. */
+static char **child_env(const char *name, uint64_t fence, const char *permit)
 {
     size_t n = 0, i, j = 0;
     char **env;
@@ -243,7 +348,8 @@ static char **child_env(const char *name, uint64_t fence)
         return NULL;
     for (i = 0; i < n; i++) {
         if (strncmp(environ[i], "DLOCK_NAME=", 11) == 0 ||
-            strncmp(environ[i], "DLOCK_FENCE=", 12) == 0)
+            strncmp(environ[i], "DLOCK_FENCE=", 12) == 0 ||
+            strncmp(environ[i], "DLOCK_PERMIT=", 13) == 0)
             continue;
         env[j++] = environ[i];
     }
@@ -257,7 +363,10 @@ static char **child_env(const char *name, uint64_t fence)
     }
     memcpy(env[j], "DLOCK_NAME=", 11);
     memcpy(env[j] + 11, name, namelen + 1);
-    snprintf(env[j + 1], 48, "DLOCK_FENCE=%" PRIu64, fence);
+    if (permit)
+        snprintf(env[j + 1], 48, "DLOCK_PERMIT=%s", permit);
+    else
+        snprintf(env[j + 1], 48, "DLOCK_FENCE=%" PRIu64, fence);
     env[j + 2] = NULL;
     return env;
 }
@@ -348,13 +457,15 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     int status = 0, exec_err = 0, lost = 0, code;
     int64_t kill_at = -1;
     ssize_t r;
+    size_t i;
+    const char *lost_name = o->name;
 
     memset(&cs, 0, sizeof cs);
     cs.o = o;
     cs.oldmask = *oldmask;
     cs.oldpipe = *oldpipe;
     cs.parent = getpid();
-    cs.env = child_env(o->name, lk->fence);
+    cs.env = child_env(o->name, lk->fence, lk->permits ? lk->permit_id : NULL);
     if (!cs.env) {
         cli_err(CMD, "out of memory");
         return EXIT_INTERNAL;
@@ -402,27 +513,32 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             cli_err(CMD, "waitpid: %s", strerror(errno));
             return EXIT_OSERR;
         }
-        if (!lost && dlock_lock_is_lost(lk->lock)) {
-            char b = 0;
-            (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
-            lost = b ? b : -1;
+        for (i = 0; i < lk->nlocks && !lost; i++) {
+            if (dlock_lock_is_lost(lk->locks[i])) {
+                char b = 0;
+                (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
+                lost = b ? b : -1;
+                lost_name = (i ? o->also[i - 1] : o->name);
+            }
         }
-        if (!lost) {
+        for (i = 0; i < lk->nlocks && !lost; i++) {
             /* Safety net: the lease ran out with no renewal confirmed (e.g. a
              * renewal stuck on a frozen server), even if the watchdog has not
              * said so yet. The locker thread is idle now, so reading the
-             * handle here is safe. */
-            int64_t valid = dlock_lock_valid_ms(lk->lock);
-            if (valid <= 0)
+             * handles here is safe. */
+            int64_t valid = dlock_lock_valid_ms(lk->locks[i]);
+            if (valid <= 0) {
                 lost = LOST_EXPIRED;
-            else if (valid < timeout)
+                lost_name = (i ? o->also[i - 1] : o->name);
+            } else if (valid < timeout) {
                 timeout = (int)valid + 1;
+            }
         }
         if (lost && kill_at < 0 && kill_at != -2) {
             char ka[32];
             fmt_secs(ka, sizeof ka, o->kill_after_ms);
             cli_err(CMD, "lock '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
-                    "(SIGKILL after %s)", o->name, lost_reason(lost), (long)pid, ka);
+                    "(SIGKILL after %s)", lost_name, lost_reason(lost), (long)pid, ka);
             kill(pid, SIGTERM);
             kill_at = now_us() / 1000 + o->kill_after_ms;
         }
@@ -460,6 +576,9 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             char b = 0;
             (void)read_byte(lostfd, &b);
             lost = b ? b : -1;
+            for (i = 0; i < lk->nlocks; i++)
+                if (dlock_lock_is_lost(lk->locks[i]))
+                    lost_name = (i ? o->also[i - 1] : o->name);
         }
     }
     code = status_code(status);
@@ -478,6 +597,10 @@ int cmd_run(int argc, char **argv, cli_global *g)
     sigset_t set, oldmask;
     struct sigaction ign, oldpipe;
     char b;
+    dlock_lock *locks[MAX_ALSO + 1];
+    uint64_t fences[MAX_ALSO + 1];
+    char what[160];
+    size_t i;
 
     memset(&o, 0, sizeof o);
     o.wait_ms = DLOCK_WAIT_FOREVER;
@@ -492,8 +615,19 @@ int cmd_run(int argc, char **argv, cli_global *g)
         return rc;
 
     memset(&lk, 0, sizeof lk);
+    memset(locks, 0, sizeof locks);
     lk.cmd_pipe[0] = lk.cmd_pipe[1] = lk.done_pipe[0] = lk.done_pipe[1] = -1;
     lk.wait_ms = o.wait_ms;
+    lk.locks = locks;
+    lk.fences = fences;
+    lk.limit = o.limit;
+    if (o.limit)
+        snprintf(what, sizeof what, "a permit of semaphore '%s'", o.name);
+    else if (o.nalso)
+        snprintf(what, sizeof what, "lock '%s' and %zu --also lock%s", o.name, o.nalso,
+                 o.nalso > 1 ? "s" : "");
+    else
+        snprintf(what, sizeof what, "lock '%s'", o.name);
 
     /* Block the handled signals before any thread exists (see the top). */
     sigemptyset(&set);
@@ -525,13 +659,23 @@ int cmd_run(int argc, char **argv, cli_global *g)
     }
     if ((code = cli_connect(g, CMD, o.ttl_ms, &c)))
         goto out;
-    rc = dlock_lock_new(c, o.name, DLOCK_CSTR, o.kind, &lk.lock);
+    if (o.limit) {
+        rc = dlock_permits_new(c, o.name, DLOCK_CSTR, &lk.permits);
+    } else {
+        rc = DLOCK_OK;
+        for (i = 0; i <= o.nalso && rc == DLOCK_OK; i++) {
+            rc = dlock_lock_new(c, i ? o.also[i - 1] : o.name, DLOCK_CSTR, o.kind, &locks[i]);
+            if (rc == DLOCK_OK) {
+                dlock_lock_on_lost(locks[i], on_lost, &lostpipe[1]);
+                lk.nlocks++;
+            }
+        }
+    }
     if (rc != DLOCK_OK) {
         cli_err(CMD, "%s", dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
         code = cli_exit_code(rc, EXIT_INTERNAL);
         goto out;
     }
-    dlock_lock_on_lost(lk.lock, on_lost, &lostpipe[1]);
 
     if ((rc = pthread_create(&th, NULL, locker_main, &lk)) != 0) {
         cli_err(CMD, "cannot start a thread: %s", strerror(rc));
@@ -556,8 +700,8 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 if (si.ssi_signo == SIGCHLD)
                     continue;
                 if (g->verbose)
-                    cli_err(CMD, "signal %u while waiting for lock '%s'; giving up",
-                            si.ssi_signo, o.name);
+                    cli_err(CMD, "signal %u while waiting for %s; giving up", si.ssi_signo,
+                            what);
                 _exit(128 + (int)si.ssi_signo);
             }
         }
@@ -566,24 +710,32 @@ int cmd_run(int argc, char **argv, cli_global *g)
 
     rc = lk.acquire_rc;
     if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
-        if (rc == DLOCK_EBUSY)
+        if (rc == DLOCK_EBUSY && o.limit)
+            cli_info(g, CMD, "all permits of semaphore '%s' are taken", o.name);
+        else if (rc == DLOCK_EBUSY && o.nalso)
+            cli_info(g, CMD, "%s: one is held by another owner", what);
+        else if (rc == DLOCK_EBUSY)
             cli_info(g, CMD, "lock '%s' is held by another owner", o.name);
         else {
             char w[32];
             fmt_secs(w, sizeof w, o.wait_ms);
-            cli_info(g, CMD, "timed out after %s waiting for lock '%s'", w, o.name);
+            cli_info(g, CMD, "timed out after %s waiting for %s", w, what);
         }
         code = o.conflict;
         goto out;
     }
     if (rc != DLOCK_OK) {
-        cli_err(CMD, "cannot acquire lock '%s': %s", o.name,
+        cli_err(CMD, "cannot acquire %s: %s", what,
                 lk.acquire_msg[0] ? lk.acquire_msg : dlock_strerror(rc));
         code = cli_exit_code(rc, o.conflict);
         goto out;
     }
-    if (g->verbose)
-        cli_err(CMD, "getting lock '%s' took %lld.%06lld seconds (fence %" PRIu64 ")", o.name,
+    if (g->verbose && o.limit)
+        cli_err(CMD, "getting %s took %lld.%06lld seconds (permit %s)", what,
+                (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000),
+                lk.permit_id);
+    else if (g->verbose)
+        cli_err(CMD, "getting %s took %lld.%06lld seconds (fence %" PRIu64 ")", what,
                 (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence);
 
     code = supervise(g, &o, &lk, sigfd, lostpipe[0], &oldmask, &oldpipe);
@@ -593,13 +745,18 @@ int cmd_run(int argc, char **argv, cli_global *g)
     if (read_byte(lk.done_pipe[0], &b) != 0) {
         cli_err(CMD, "internal error: no answer from the lock thread");
         code = EXIT_INTERNAL;
+    } else if (code != EXIT_LOST && lk.permits && lk.release_rc == DLOCK_ENOTOWNER) {
+        cli_err(CMD, "%s had been lost before the command finished: its lease ran out or the "
+                "semaphore was deleted", what);
+        code = EXIT_LOST;
     } else if (code != EXIT_LOST && lk.release_rc == DLOCK_ELOST) {
-        cli_err(CMD, "lock '%s' had been lost before the command finished: %s", o.name,
+        cli_err(CMD, "%s had been lost before the command finished: %s",
+                o.nalso ? "a lock" : what,
                 lk.release_msg[0] ? lk.release_msg : dlock_strerror(lk.release_rc));
         code = EXIT_LOST;
     } else if (code != EXIT_LOST && lk.release_rc != DLOCK_OK) {
-        cli_err(CMD, "warning: cannot release lock '%s' (its lease runs out by itself): %s",
-                o.name, lk.release_msg[0] ? lk.release_msg : dlock_strerror(lk.release_rc));
+        cli_err(CMD, "warning: cannot release %s (its lease runs out by itself): %s", what,
+                lk.release_msg[0] ? lk.release_msg : dlock_strerror(lk.release_rc));
     }
 
 out:
@@ -610,11 +767,13 @@ out:
         lk.cmd_pipe[1] = -1;
         pthread_join(th, NULL);
     }
-    dlock_lock_free(lk.lock);
+    for (i = 0; i <= MAX_ALSO; i++)
+        dlock_lock_free(locks[i]);
+    dlock_permits_free(lk.permits);
     dlock_client_free(c);
     if (sigfd >= 0)
         close(sigfd);
-    for (int i = 0; i < 2; i++) {
+    for (i = 0; i < 2; i++) {
         if (lostpipe[i] >= 0)
             close(lostpipe[i]);
         if (lk.cmd_pipe[i] >= 0)

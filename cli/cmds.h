@@ -17,9 +17,10 @@ int cmd_list(int argc, char **argv, cli_global *g);         /* cmd_inspect.c */
 int cmd_force_unlock(int argc, char **argv, cli_global *g); /* cmd_inspect.c */
 int cmd_doctor(int argc, char **argv, cli_global *g);       /* cmd_doctor.c */
 int cmd_id(int argc, char **argv, cli_global *g);           /* cmd_id.c */
+int cmd_latch(int argc, char **argv, cli_global *g);        /* cmd_latch.c */
 
 extern const char help_run[], help_acquire[], help_release[], help_extend[], help_status[],
-    help_list[], help_force_unlock[], help_doctor[], help_id[];
+    help_list[], help_force_unlock[], help_doctor[], help_id[], help_latch[];
 
 /* Prints the help of cmd (NULL: the overview) on f; 0, or -1 if unknown. */
 int cli_print_help(FILE *f, const char *cmd);

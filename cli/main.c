@@ -10,16 +10,29 @@
 #define GLOBAL_OPTIONS_HELP                                                            \
     "Global options (before or after the command name):\n"                             \
     "  --url URL            server: redis://[user[:password]@]host[:port][/db],\n"     \
-    "                       unix:///path/to/socket[?db=N], redlock://NODE,NODE,...\n"  \
-    "                       or redis-sentinel://host:port,.../MASTER (default:\n"      \
-    "                       $DLOCK_URL, else redis://127.0.0.1:6379)\n"                \
+    "                       rediss://... (TLS), unix:///path/to/socket[?db=N],\n"      \
+    "                       redlock://NODE,NODE,..., redis-sentinel://host:port,\n"    \
+    "                       .../MASTER or redis-cluster://host:port,... (default:\n"   \
+    "                       $DLOCK_URL, else redis://127.0.0.1:6379). Given several\n" \
+    "                       times (each redis://host:port[/db]): RedLock over them\n"  \
     "  --password-file FILE read the password from FILE's first line (default:\n"       \
     "                       $DLOCK_PASSWORD)\n"                                         \
     "  --timeout DUR        connect and command timeout (default 2s / 5s)\n"            \
     "  -v, --verbose        say more on stderr\n"                                       \
     "  -q, --quiet          say nothing on stderr but errors\n"                         \
     "  --json               print data as JSON (status, list, acquire, doctor...)\n"    \
-    "  -h, --help           this help\n"
+    "  -h, --help           this help\n" \
+    "More global options (several servers, replicas, TLS):\n"                      \
+    "  --fence-url URL      RedLock: the one server whose counter issues fencing\n"    \
+    "                       tokens (strictly increasing)\n"                            \
+    "  --wait-replicas N    after each acquire, wait until N replicas have it, else\n"  \
+    "                       release it and fail (exit 75); not with RedLock\n"         \
+    "  --wait-replicas-timeout DUR  how long to wait for them (default 1s)\n"          \
+    "  --tls-ca-file FILE, --tls-ca-dir DIR  CAs to verify a rediss:// server with\n"  \
+    "                       (default: the system's)\n"                                 \
+    "  --tls-cert FILE --tls-key FILE  client certificate and its key\n"               \
+    "  --tls-server-name NAME  the name the server certificate must carry (and SNI)\n" \
+    "  --tls-insecure       do not verify the server certificate (tests only!)\n"
 
 static const char help_overview[] =
     "Usage: dlock [GLOBAL OPTIONS] COMMAND [OPTIONS] [ARGS]\n"
@@ -29,6 +42,9 @@ static const char help_overview[] =
     "Commands:\n"
     "  run NAME COMMAND [ARGS...]   run a command while holding the lock NAME\n"
     "  run NAME -c 'SHELL STRING'   the same, through /bin/sh -c\n"
+    "  run -s|-x NAME ...           the same, under the read / write side of NAME\n"
+    "  run --limit N NAME ...       the same, at most N at once (semaphore NAME)\n"
+    "  run --also NAME2 NAME ...    the same, holding NAME and NAME2\n"
     "  acquire NAME                 take a lock with a lease; print its token\n"
     "  release NAME TOKEN           release a lock taken by acquire\n"
     "  extend NAME TOKEN --ttl DUR  renew the lease of a lock taken by acquire\n"
@@ -37,14 +53,17 @@ static const char help_overview[] =
     "  force-unlock NAME            delete a lock whoever holds it (dangerous)\n"
     "  doctor                       check that the server is safe for locks\n"
     "  id next [PREFIX] [-n COUNT]  print unique ids from the global id worker\n"
+    "  latch NAME set N | down [K] | await [-w DUR] | count\n"
+    "                               a countdown latch\n"
     "  version                      print the version\n"
     "  help [COMMAND]               print the help of a command\n"
     "\n" GLOBAL_OPTIONS_HELP
     "\n"
     "Durations: 250ms, 1.5s, 30s, 5m, 1h, 2d; a bare number means seconds.\n"
     "Exit codes: 0 ok (run: the command's status), 1 lock busy (-E), 64 usage,\n"
-    "66 password file unreadable, 69 server unavailable, 70 internal error,\n"
-    "71 system error, 77 authentication refused, 78 doctor found a FAIL,\n"
+    "66 password or TLS file unreadable, 69 server unavailable, 70 internal error,\n"
+    "71 system error, 75 too few replicas acknowledged, 76 TLS failed,\n"
+    "77 authentication refused, 78 doctor found a FAIL,\n"
     "80 lock lost while running, 81 not the owner, 126/127 command not\n"
     "executable / not found, 128+N command killed by signal N.\n"
     "See dlock(1) for details.\n";
@@ -76,6 +95,7 @@ static const struct {
     {"force-unlock", cmd_force_unlock, help_force_unlock},
     {"doctor", cmd_doctor, help_doctor},
     {"id", cmd_id, help_id},
+    {"latch", cmd_latch, help_latch},
     {"version", cmd_version, help_version},
     {"help", cmd_help, help_help},
 };

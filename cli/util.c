@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- messages ---- */
 
@@ -61,7 +62,49 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
     case OPT_URL:
         if (!*optarg)
             return cli_usage(cmd, "--url: empty URL");
+        if (g->nurls >= CLI_MAX_URLS)
+            return cli_usage(cmd, "--url: at most %d URLs", CLI_MAX_URLS);
         g->url = optarg;
+        g->urls[g->nurls++] = optarg;
+        return 0;
+    case OPT_FENCE_URL:
+        if (!*optarg)
+            return cli_usage(cmd, "--fence-url: empty URL");
+        if (strncmp(optarg, "redis://", 8) != 0 && strncmp(optarg, "rediss://", 9) != 0 &&
+            strncmp(optarg, "unix://", 7) != 0)
+            return cli_usage(cmd, "--fence-url: expected a redis:// URL of one server, not '%s'",
+                             optarg);
+        g->fence_url = optarg;
+        return 0;
+    case OPT_WAIT_REPLICAS: {
+        long n;
+        int rc = cli_integer(cmd, "--wait-replicas", optarg, 0, 1000, &n);
+        if (!rc)
+            g->wait_replicas = (int)n;
+        return rc;
+    }
+    case OPT_WAIT_REPLICAS_TIMEOUT:
+        return cli_duration(cmd, "--wait-replicas-timeout", optarg, 1,
+                            &g->wait_replicas_timeout_ms);
+    case OPT_TLS_CA_FILE:
+    case OPT_TLS_CA_DIR:
+    case OPT_TLS_CERT:
+    case OPT_TLS_KEY:
+    case OPT_TLS_SERVER_NAME: {
+        static const char *const names[] = {"--tls-ca-file", "--tls-ca-dir", "--tls-cert",
+                                            "--tls-key", "--tls-server-name"};
+        const char **slot[] = {&g->tls_ca_file, &g->tls_ca_dir, &g->tls_cert, &g->tls_key,
+                               &g->tls_server_name};
+        int i = opt - OPT_TLS_CA_FILE;
+        if (!*optarg)
+            return cli_usage(cmd, "%s: empty argument", names[i]);
+        *slot[i] = optarg;
+        g->tls_any = 1;
+        return 0;
+    }
+    case OPT_TLS_INSECURE:
+        g->tls_insecure = 1;
+        g->tls_any = 1;
         return 0;
     case OPT_PASSWORD_FILE:
         g->password_file = optarg;
@@ -82,6 +125,12 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
     case '?':
         if (optopt > 0 && optopt < 256)
             return cli_usage(cmd, "unknown option '-%c'", optopt);
+        if (optopt > 0 && optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0 &&
+            strchr(argv[optind - 1], '=')) {
+            const char *a = argv[optind - 1];
+            return cli_usage(cmd, "option '%.*s' takes no argument", (int)(strchr(a, '=') - a),
+                             a);
+        }
         return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
     case ':':
         if (optind > 0 && strncmp(argv[optind - 1], "--", 2) == 0)
@@ -188,7 +237,9 @@ const char *cli_kind_name(int kind, int exists)
     case DLOCK_KIND_WRITE:
         return "write";
     case DLOCK_KIND_SEMAPHORE:
-        return "semaphore";
+        /* the library cannot tell a semaphore from a latch (both an integer
+         * STRING), nor from an expirable semaphore with no permit out */
+        return "semaphore or latch";
     case DLOCK_KIND_PERMIT_SEMAPHORE:
         return "permit-semaphore";
     case DLOCK_KIND_LATCH:
@@ -215,8 +266,11 @@ int cli_exit_code(int code, int conflict)
     case DLOCK_EIO:
     case DLOCK_ESERVER:
     case DLOCK_ENOQUORUM:
-    case DLOCK_EREPLICAS:
         return EXIT_UNAVAILABLE;
+    case DLOCK_EREPLICAS:
+        return EXIT_TEMPFAIL;
+    case DLOCK_ETLS:
+        return EXIT_PROTOCOL;
     case DLOCK_EAUTH:
         return EXIT_NOPERM;
     case DLOCK_ENOTOWNER:
@@ -264,27 +318,128 @@ static int read_password(const char *cmd, const char *path, char **out)
     return 0;
 }
 
+/* Builds "redlock://NODE,NODE,..." from several --url values (each
+ * redis://[user[:password]@]host[:port][/db]) into a malloc'd string. */
+static int build_redlock_url(const cli_global *g, const char *cmd, char **out)
+{
+    size_t len = 11, i;
+    char *u, *p;
+    for (i = 0; i < (size_t)g->nurls; i++) {
+        const char *a = g->urls[i], *rest = a + 8;
+        if (strncmp(a, "redis://", 8) != 0)
+            return cli_usage(cmd, "--url: with several --url, each must be "
+                                  "redis://[user:password@]host:port[/db], not '%s'", a);
+        if (!*rest || *rest == '/' || *rest == ':' || rest[strcspn(rest, ",?# \t")] ||
+            rest[strlen(rest) - 1] == '@')
+            return cli_usage(cmd, "--url: bad RedLock node '%s' (expected "
+                                  "redis://[user:password@]host:port[/db]; a ',' in a password "
+                                  "must be written %%2C)", a);
+        len += strlen(rest) + 1;
+    }
+    u = malloc(len);
+    if (!u) {
+        cli_err(cmd, "out of memory");
+        return EXIT_INTERNAL;
+    }
+    p = u + sprintf(u, "redlock://");
+    for (i = 0; i < (size_t)g->nurls; i++)
+        p += sprintf(p, "%s%s", i ? "," : "", g->urls[i] + 8);
+    *out = u;
+    return 0;
+}
+
+int cli_is_redlock(const cli_global *g)
+{
+    const char *url = g->url ? g->url : getenv("DLOCK_URL");
+    return g->nurls > 1 || (url && strncmp(url, "redlock://", 10) == 0);
+}
+
+/* Checks that a file given to a --tls-* option can be read (66 if not). */
+static int check_readable(const char *cmd, const char *opt, const char *path, int dir)
+{
+    if (!path)
+        return 0;
+    if (access(path, dir ? (R_OK | X_OK) : R_OK) != 0) {
+        cli_err(cmd, "%s: cannot read '%s': %s", opt, path, strerror(errno));
+        return EXIT_NOINPUT;
+    }
+    return 0;
+}
+
+/* The checks of the global options that need all of them (done before
+ * connecting). *redlock receives a malloc'd redlock:// URL for several
+ * --url values. */
+static int check_global(const cli_global *g, const char *cmd, char **redlock)
+{
+    const char *url = g->url ? g->url : getenv("DLOCK_URL");
+    int rc = 0, is_redlock;
+
+    *redlock = NULL;
+    if (g->nurls > 1) {
+        if ((rc = build_redlock_url(g, cmd, redlock)))
+            return rc;
+        url = *redlock;
+    }
+    if (!url || !*url)
+        url = "redis://127.0.0.1:6379";
+    is_redlock = strncmp(url, "redlock://", 10) == 0;
+    if (g->fence_url && !is_redlock)
+        rc = cli_usage(cmd, "--fence-url is for RedLock: give several --url values or a "
+                            "redlock:// URL");
+    else if (g->wait_replicas && is_redlock)
+        rc = cli_usage(cmd, "--wait-replicas does not work with RedLock (several --url)");
+    else if (g->wait_replicas_timeout_ms && !g->wait_replicas)
+        rc = cli_usage(cmd, "--wait-replicas-timeout needs --wait-replicas N");
+    else if (g->tls_any && strncmp(url, "rediss://", 9) != 0)
+        rc = cli_usage(cmd, "the --tls-* options need a rediss:// URL (one server)");
+    else if (!g->tls_cert != !g->tls_key)
+        rc = cli_usage(cmd, "--tls-cert and --tls-key go together");
+    else if (!(rc = check_readable(cmd, "--tls-ca-file", g->tls_ca_file, 0)) &&
+             !(rc = check_readable(cmd, "--tls-ca-dir", g->tls_ca_dir, 1)) &&
+             !(rc = check_readable(cmd, "--tls-cert", g->tls_cert, 0)))
+        rc = check_readable(cmd, "--tls-key", g->tls_key, 0);
+    if (rc) {
+        free(*redlock);
+        *redlock = NULL;
+    }
+    return rc;
+}
+
 int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock_client **out)
 {
     dlock_options o;
-    char *password = NULL;
+    char *password = NULL, *redlock = NULL;
     dlock_client *c = NULL;
     int rc;
 
     *out = NULL;
+    if ((rc = check_global(g, cmd, &redlock)))
+        return rc;
     if (g->password_file) {
         rc = read_password(cmd, g->password_file, &password);
-        if (rc)
+        if (rc) {
+            free(redlock);
             return rc;
+        }
     }
     dlock_options_init(&o);
-    o.url = g->url;
+    o.url = redlock ? redlock : g->url;
+    o.fence_url = g->fence_url;
+    o.wait_replicas = g->wait_replicas;
+    o.wait_replicas_timeout_ms = g->wait_replicas_timeout_ms;
+    o.tls_ca_file = g->tls_ca_file;
+    o.tls_ca_dir = g->tls_ca_dir;
+    o.tls_cert_file = g->tls_cert;
+    o.tls_key_file = g->tls_key;
+    o.tls_server_name = g->tls_server_name;
+    o.tls_insecure = g->tls_insecure;
     o.password = password;
     o.connect_timeout_ms = g->connect_timeout_ms ? g->connect_timeout_ms : g->timeout_ms;
     o.command_timeout_ms = g->timeout_ms;
     o.watchdog_lease_ms = watchdog_ms;
     o.max_idle_connections = 2;
     rc = dlock_client_new(&o, &c);
+    free(redlock);
     if (password) {
         explicit_bzero(password, strlen(password));
         free(password);
@@ -299,6 +454,10 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
             cli_err(cmd, "server unavailable: %s", msg);
         else if (rc == DLOCK_EAUTH)
             cli_err(cmd, "authentication refused: %s", msg);
+        else if (rc == DLOCK_ETLS)
+            cli_err(cmd, "TLS failed: %s", msg);
+        else if (rc == DLOCK_ENOTSUP)
+            cli_err(cmd, "not supported: %s", msg);
         else
             cli_err(cmd, "cannot connect: %s", msg);
         dlock_client_free(c);

@@ -18,6 +18,8 @@ enum {
     EXIT_UNAVAILABLE = 69,     /* EX_UNAVAILABLE: server unreachable or refused */
     EXIT_INTERNAL = 70,        /* EX_SOFTWARE: internal or protocol error */
     EXIT_OSERR = 71,           /* EX_OSERR: fork, pipe... failed */
+    EXIT_TEMPFAIL = 75,        /* EX_TEMPFAIL: too few replicas acknowledged (--wait-replicas) */
+    EXIT_PROTOCOL = 76,        /* EX_PROTOCOL: TLS handshake or certificate check failed */
     EXIT_NOPERM = 77,          /* EX_NOPERM: authentication refused */
     EXIT_CONFIG = 78,          /* EX_CONFIG: `doctor` found a FAIL */
     EXIT_LOST = 80,            /* run: the lock was lost while the command ran */
@@ -27,8 +29,17 @@ enum {
 };
 
 /* ---- global options ---- */
+#define CLI_MAX_URLS 32        /* --url given several times: RedLock nodes */
 typedef struct cli_global {
     const char *url;           /* --url, else NULL ($DLOCK_URL / default) */
+    const char *urls[CLI_MAX_URLS]; /* every --url, in order */
+    int nurls;
+    const char *fence_url;     /* --fence-url (RedLock) */
+    int wait_replicas;         /* --wait-replicas N */
+    int64_t wait_replicas_timeout_ms; /* --wait-replicas-timeout, 0: library default */
+    const char *tls_ca_file, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name;
+    int tls_insecure;
+    int tls_any;               /* 1 if any --tls-* option was given */
     const char *password_file; /* --password-file */
     int64_t timeout_ms;        /* --timeout, 0: library defaults */
     int64_t connect_timeout_ms;/* if set, overrides timeout_ms for connecting */
@@ -43,6 +54,15 @@ enum {
     OPT_PASSWORD_FILE,
     OPT_TIMEOUT,
     OPT_JSON,
+    OPT_FENCE_URL,
+    OPT_WAIT_REPLICAS,
+    OPT_WAIT_REPLICAS_TIMEOUT,
+    OPT_TLS_CA_FILE,
+    OPT_TLS_CA_DIR,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_TLS_SERVER_NAME,
+    OPT_TLS_INSECURE,
     OPT_FIRST_LOCAL_ = 1100 /* commands number their own long options from here */
 };
 
@@ -54,6 +74,15 @@ enum {
     {"verbose", no_argument, NULL, 'v'},                      \
     {"quiet", no_argument, NULL, 'q'},                        \
     {"json", no_argument, NULL, OPT_JSON},                    \
+    {"fence-url", required_argument, NULL, OPT_FENCE_URL},    \
+    {"wait-replicas", required_argument, NULL, OPT_WAIT_REPLICAS}, \
+    {"wait-replicas-timeout", required_argument, NULL, OPT_WAIT_REPLICAS_TIMEOUT}, \
+    {"tls-ca-file", required_argument, NULL, OPT_TLS_CA_FILE}, \
+    {"tls-ca-dir", required_argument, NULL, OPT_TLS_CA_DIR},  \
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},      \
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},        \
+    {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME}, \
+    {"tls-insecure", no_argument, NULL, OPT_TLS_INSECURE},    \
     {"help", no_argument, NULL, 'h'}
 #define CLI_GLOBAL_SHORTOPTS "vqh"
 
@@ -94,6 +123,8 @@ const char *cli_kind_name(int kind, int exists);
  * watchdog_ms: the client's watchdog lease (0: default).
  * Returns 0, or an exit code after printing one line. */
 int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock_client **out);
+/* 1 if the client would be a RedLock one (several --url, or redlock://). */
+int cli_is_redlock(const cli_global *g);
 /* Maps a library code to an exit code (conflict: the code for EBUSY/ETIMEDOUT). */
 int cli_exit_code(int code, int conflict);
 

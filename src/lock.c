@@ -133,6 +133,14 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
         return lock_fail(l, &err);
     }
     int reenter = 0;
+    if (l->holds > 0 && dlock_lock_valid_ms(l) == 0) {
+        /* a hold whose release failed (I/O) and whose lease has surely run
+         * out since: nothing is left to re-enter, start afresh */
+        wd_off(l);
+        l->holds = 0;
+        l->token[0] = '\0';
+        l->token_len = 0;
+    }
     if (l->holds > 0) {
         if (!l->ops->reentrant) {
             dl_seterr(&err, DLOCK_EINVAL,

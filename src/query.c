@@ -128,20 +128,24 @@ static void inspect_hash(const redisReply *h, long long queued, dlock_info *info
 static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_t name_len,
                         dlock_info *info, dl_err *err) {
     memset(info, 0, sizeof *info);
-    size_t fkl, chl, qkl, tkl;
+    size_t fkl, chl, qkl, tkl, scl, lcl;
     char *fkey = dl_derive_key("redisson_lock_token:", name, name_len, "", &fkl);
     char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
     char *qkey = dl_derive_key("redisson_lock_queue:", name, name_len, "", &qkl);
     char *tkey = dl_derive_key("", name, name_len, ":timeout", &tkl);
-    int rc = (!fkey || !chan || !qkey || !tkey) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory")
-                                                : DLOCK_OK;
-    enum { N = 8 };
-    const char *cmds[N][3] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
+    char *schan = dl_derive_key("redisson_sc:", name, name_len, "", &scl);
+    char *lchan = dl_derive_key("redisson_countdownlatch__channel__", name, name_len, "", &lcl);
+    int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan)
+                 ? dl_seterr(err, DLOCK_ENOMEM, "out of memory")
+                 : DLOCK_OK;
+    enum { N = 9 };
+    /* the waiters of a semaphore or a latch listen on their own channels */
+    const char *cmds[N][4] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
                               {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name},
-                              {"LLEN", qkey}, {"ZCARD", tkey}};
-    size_t lens[N][3] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
-                         {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}};
-    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2};
+                              {"LLEN", qkey}, {"ZCARD", tkey}, {"PUBSUB", "NUMSUB", schan, lchan}};
+    size_t lens[N][4] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
+                         {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}, {6, 6, scl, lcl}};
+    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2, 4};
     for (int i = 0; i < N && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
     if (!rc) rc = dl_conn_flush(conn, deadline, err);
     redisReply *r[N] = {0};
@@ -160,10 +164,19 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
         if (dl_reply_int(r[7], &leased)) leased = 0;
         if (!strcmp(type, "string") && r[4]->type == REDIS_REPLY_STRING) {
             if (!dl_reply_int(r[4], &v)) {
-                /* a number: a semaphore's permits or a latch's count */
-                info->kind = leased > 0 ? DLOCK_KIND_PERMIT_SEMAPHORE : DLOCK_KIND_SEMAPHORE;
+                /* a number: a semaphore's permits or a latch's count; a latch
+                 * is told apart only while someone awaits it */
+                long long sw = 0, lw = 0;
+                if (r[8]->type == REDIS_REPLY_ARRAY && r[8]->elements == 4) {
+                    if (dl_reply_int(r[8]->element[1], &sw)) sw = 0;
+                    if (dl_reply_int(r[8]->element[3], &lw)) lw = 0;
+                }
+                info->kind = leased > 0   ? DLOCK_KIND_PERMIT_SEMAPHORE
+                             : lw > sw    ? DLOCK_KIND_LATCH
+                                          : DLOCK_KIND_SEMAPHORE;
                 info->permits = v;
                 info->leased = leased;
+                info->waiters = sw + lw;
             } else {
                 info->kind = DLOCK_KIND_PLAIN;
                 info->holders = 1;
@@ -180,6 +193,8 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     free(chan);
     free(qkey);
     free(tkey);
+    free(schan);
+    free(lchan);
     return rc;
 }
 

@@ -168,6 +168,7 @@ int main(void)
     }
     ASSERT_GT(injected, 20);
     redisFree(rc);
+    th_server_stop(s);
     th_log("ok (%ld failures injected)", injected);
     return 0;
 }

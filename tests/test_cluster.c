@@ -335,6 +335,7 @@ int main(void)
     dlock_lock_free(ob);
     dlock_client_free(c);
     dlock_client_free(other);
+    th_server_stop(counter);
     th_log("ok");
     return 0;
 }

@@ -46,7 +46,7 @@ int main(void)
     pid_t pids[4];
     for (int i = 0; i < 4; i++) {
         pids[i] = th_fork();
-        if (pids[i] == 0) exit(child(s, i % 2, DLOCK_KIND_REENTRANT));
+        if (pids[i] == 0) _exit(child(s, i % 2, DLOCK_KIND_REENTRANT));
     }
     for (int i = 0; i < 4; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
     redisContext *rc = th_redis(s);
@@ -91,6 +91,7 @@ int main(void)
     dlock_lock_free(b2);
     dlock_client_free(c);
     redisFree(rc);
+    th_server_stop(s);
     th_log("ok");
     return 0;
 }

@@ -81,7 +81,7 @@ int main(void)
     pid_t pids[NPROC];
     for (int i = 0; i < NPROC; i++) {
         pids[i] = th_fork();
-        if (pids[i] == 0) exit(child(counter, 0));
+        if (pids[i] == 0) _exit(child(counter, 0));
     }
     for (int i = 0; i < NPROC; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
     redisContext *crc = th_redis(counter);
@@ -218,6 +218,8 @@ int main(void)
     redisFree(r1);
     redisFree(r2);
     redisFree(crc);
+    for (int i = 0; i < NODES; i++) th_server_stop(srv[i]);
+    th_server_stop(counter);
     th_log("ok");
     return 0;
 }

@@ -130,6 +130,7 @@ int main(void)
     dlock_client_free(a);
     dlock_client_free(b);
     redisFree(rc);
+    th_server_stop(s);
     th_log("ok");
     return 0;
 }

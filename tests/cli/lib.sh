@@ -34,6 +34,7 @@ REDIS_PID=
 PORT=
 FAILS=0
 BG_PIDS=()
+EXTRA_PIDS=()
 
 free_port() {
     "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -65,6 +66,9 @@ cleanup() {
         kill -CONT "$REDIS_PID" 2>/dev/null
         stop_pid "$REDIS_PID"
     fi
+    for p in "${EXTRA_PIDS[@]}"; do
+        stop_pid "$p"
+    done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -85,6 +89,27 @@ start_redis() {
     done
     echo "lib.sh: cannot start redis-server; log:" >&2
     cat "$TMP/redis.log" >&2
+    exit 1
+}
+
+# start_extra_redis [redis-server options...]: one more private server (for
+# RedLock or TLS tests); sets EXTRA_PORT (with --port 0 --tls-port, pass the
+# port yourself as EXTRA_PORT=... and it is not checked). Stopped on exit.
+start_extra_redis() {
+    local try pid
+    for try in 1 2 3 4 5; do
+        EXTRA_PORT=$(free_port)
+        mkdir -p "$TMP/extra-$EXTRA_PORT"
+        redis-server --port "$EXTRA_PORT" --bind 127.0.0.1 --dir "$TMP/extra-$EXTRA_PORT" \
+            --save '' --logfile "$TMP/extra-$EXTRA_PORT/redis.log" "$@" &
+        pid=$!
+        if wait_until "redis-cli -p $EXTRA_PORT ping | grep -q PONG" 50; then
+            EXTRA_PIDS+=("$pid")
+            return 0
+        fi
+        stop_pid "$pid" KILL
+    done
+    echo "lib.sh: cannot start another redis-server" >&2
     exit 1
 }
 

@@ -1,0 +1,1129 @@
+/*
+ * Fault-injection suite (issue 8).
+ *
+ * Workers (forked processes, each with its own dlock_client) take a lock, then
+ * write to a protected resource. The resource is a private redis-server of its
+ * own, never faulted: every event goes to one list "hist" there, so the list
+ * order is a total order consistent with real time (the resource server runs
+ * one command at a time). Events:
+ *
+ *   B w tok valid wall   worker w entered its critical section with token tok
+ *                        (valid: dlock_lock_valid_ms() right after the acquire,
+ *                        wall: the worker's time(NULL))
+ *   W w tok acc          the write of that section; acc 1 accepted, 0 rejected
+ *   V w tok valid        dlock_lock_valid_ms() after the work, before the write
+ *   S w tok              the write was skipped (validity too short)
+ *   E w tok              the section ended (logged before the release)
+ *   K w                  the parent killed w (ends w's open section)
+ *   X w code msg         an acquire (or client creation) failed with code
+ *   T w                  an acquire timed out (not a failure)
+ *   R w code             a release did not return DLOCK_OK
+ *
+ * The "fenced resource" is a Lua script that accepts a write only if its
+ * token is strictly greater than every token it accepted before (each
+ * critical section writes once, so an equal token is a second holder with the
+ * same token: as stale as a lower one). The unfenced resource accepts all.
+ *
+ * The checker reads the whole history afterwards and reports every pair of
+ * overlapping critical sections ([B, E or K] intervals of list positions) and
+ * every accepted write whose token is not greater than one accepted before.
+ *
+ * Each scenario (argv[1]) has a fixed, bounded schedule and prints
+ *   "<scenario>: ops N, faults F, overlaps O, stale writes accepted S"
+ * followed by a details line. See docs/safety.md.
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOCK_NAME "faults:res"
+#define NODES 5
+
+/* ------------------------------------------------------------------------ */
+/* workers                                                                  */
+
+typedef struct wparams {
+    int id;
+    const char *url;       /* the lock's URL */
+    const char *fence_url; /* RedLock fence server, or NULL */
+    const char *res_sock;  /* the resource server's unix socket */
+    int rounds;            /* critical sections to complete */
+    int fenced;            /* 1: the fenced resource, 0: unfenced */
+    int64_t lease_ms, work_ms, wait_ms, run_ms, gap_ms;
+    int64_t cmd_timeout_ms, conn_timeout_ms, node_timeout_ms;
+} wparams;
+
+/* The fenced / unfenced write: ARGV = worker, token, fenced. */
+static const char *WRITE_LUA =
+    "local max = tonumber(redis.call('GET', 'res:max') or '0') "
+    "local tok = tonumber(ARGV[2]) "
+    "if ARGV[3] == '1' and tok <= max then "
+    "  redis.call('RPUSH', 'hist', 'W ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' 0') return 0 end "
+    "if tok > max then redis.call('SET', 'res:max', ARGV[2]) end "
+    "redis.call('RPUSH', 'hist', 'W ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' 1') return 1";
+
+static redisContext *res_connect(const char *sock)
+{
+    redisContext *rc = redisConnectUnix(sock);
+    if (!rc || rc->err) {
+        fprintf(stderr, "worker: cannot reach the resource at %s\n", sock);
+        exit(2);
+    }
+    return rc;
+}
+
+static void ev(redisContext *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ev(redisContext *rc, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    redisReply *r = redisCommand(rc, "RPUSH hist %s", buf);
+    if (!r) {
+        fprintf(stderr, "worker: resource I/O error\n");
+        exit(2);
+    }
+    freeReplyObject(r);
+}
+
+static int res_write(redisContext *rc, int id, uint64_t tok, int fenced)
+{
+    char w[16], t[32];
+    snprintf(w, sizeof w, "%d", id);
+    snprintf(t, sizeof t, "%llu", (unsigned long long)tok);
+    redisReply *r = redisCommand(rc, "EVAL %s 0 %s %s %s", WRITE_LUA, w, t, fenced ? "1" : "0");
+    if (!r) {
+        fprintf(stderr, "worker: resource I/O error\n");
+        exit(2);
+    }
+    int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    return ok;
+}
+
+static int run_worker(const wparams *p)
+{
+    redisContext *rc = res_connect(p->res_sock);
+    int64_t end = th_now_ms() + p->run_ms;
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = p->url;
+    o.fence_url = p->fence_url;
+    o.command_timeout_ms = p->cmd_timeout_ms;
+    o.connect_timeout_ms = p->conn_timeout_ms;
+    o.node_timeout_ms = p->node_timeout_ms;
+    dlock_client *c = NULL;
+    for (;;) {
+        int r = dlock_client_new(&o, &c);
+        if (r == DLOCK_OK) break;
+        ev(rc, "X %d %d client_new: %s", p->id, r, c ? dlock_errmsg(c) : "");
+        dlock_client_free(c);
+        c = NULL;
+        if (th_now_ms() > end) {
+            redisFree(rc);
+            return 3;
+        }
+        th_sleep_ms(50);
+    }
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(c, LOCK_NAME, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l) != DLOCK_OK) {
+        dlock_client_free(c);
+        redisFree(rc);
+        return 4;
+    }
+    int done = 0;
+    while (done < p->rounds) {
+        int64_t left = end - th_now_ms();
+        if (left <= 0) break;
+        uint64_t tok = 0;
+        int r = dlock_acquire(l, p->wait_ms < left ? p->wait_ms : left, p->lease_ms, &tok);
+        if (r == DLOCK_ETIMEDOUT || r == DLOCK_EBUSY) {
+            ev(rc, "T %d", p->id);
+            continue;
+        }
+        if (r != DLOCK_OK) {
+            ev(rc, "X %d %d %s", p->id, r, dlock_lock_errmsg(l));
+            th_sleep_ms(30);
+            continue;
+        }
+        int64_t valid = dlock_lock_valid_ms(l);
+        ev(rc, "B %d %llu %lld %lld", p->id, (unsigned long long)tok, (long long)valid,
+           (long long)time(NULL));
+        /* a careful client: skip work that could not finish within the lease */
+        if (valid < p->work_ms + 50) {
+            ev(rc, "S %d %llu", p->id, (unsigned long long)tok);
+        } else {
+            th_sleep_ms(p->work_ms);
+            ev(rc, "V %d %llu %lld", p->id, (unsigned long long)tok,
+               (long long)dlock_lock_valid_ms(l));
+            res_write(rc, p->id, tok, p->fenced);
+        }
+        ev(rc, "E %d %llu", p->id, (unsigned long long)tok);
+        r = dlock_release(l);
+        if (r != DLOCK_OK) ev(rc, "R %d %d %s", p->id, r, dlock_lock_errmsg(l));
+        /* DLOCK_EIO leaves the handle holding (a retry is possible, and the
+         * next acquire on it would be DLOCK_EINVAL): retry a little, then
+         * give the handle up (its lease runs out) */
+        for (int k = 0; k < 3 && dlock_lock_holding(l); k++) {
+            th_sleep_ms(50);
+            dlock_release(l);
+        }
+        if (dlock_lock_holding(l)) {
+            dlock_lock_free(l);
+            l = NULL;
+            if (dlock_lock_new(c, LOCK_NAME, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l) != DLOCK_OK) {
+                dlock_client_free(c);
+                redisFree(rc);
+                return 4;
+            }
+        }
+        done++;
+        th_sleep_ms(p->gap_ms);
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    redisFree(rc);
+    return 0;
+}
+
+static pid_t spawn_worker(const wparams *p)
+{
+    pid_t pid = th_fork();
+    if (pid == 0) exit(run_worker(p));
+    return pid;
+}
+
+/* The same worker in a fresh process image (so that LD_PRELOAD applies):
+ * argv "worker" followed by the parameters; env: extra NAME=VALUE strings. */
+static pid_t exec_worker(const wparams *p, char *const *env_extra)
+{
+    char a[14][160];
+    snprintf(a[0], 160, "%d", p->id);
+    snprintf(a[1], 160, "%s", p->url);
+    snprintf(a[2], 160, "%s", p->fence_url ? p->fence_url : "-");
+    snprintf(a[3], 160, "%s", p->res_sock);
+    snprintf(a[4], 160, "%d", p->rounds);
+    snprintf(a[5], 160, "%d", p->fenced);
+    snprintf(a[6], 160, "%lld", (long long)p->lease_ms);
+    snprintf(a[7], 160, "%lld", (long long)p->work_ms);
+    snprintf(a[8], 160, "%lld", (long long)p->wait_ms);
+    snprintf(a[9], 160, "%lld", (long long)p->run_ms);
+    snprintf(a[10], 160, "%lld", (long long)p->gap_ms);
+    snprintf(a[11], 160, "%lld", (long long)p->cmd_timeout_ms);
+    snprintf(a[12], 160, "%lld", (long long)p->conn_timeout_ms);
+    snprintf(a[13], 160, "%lld", (long long)p->node_timeout_ms);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        char *argv[17];
+        argv[0] = "test_fault_inject";
+        argv[1] = "worker";
+        for (int i = 0; i < 14; i++) argv[2 + i] = a[i];
+        argv[16] = NULL;
+        for (char *const *e = env_extra; e && *e; e++) putenv(*e);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int worker_main(int argc, char **argv)
+{
+    if (argc != 16) return 2;
+    wparams p;
+    memset(&p, 0, sizeof p);
+    p.id = atoi(argv[2]);
+    p.url = argv[3];
+    p.fence_url = strcmp(argv[4], "-") ? argv[4] : NULL;
+    p.res_sock = argv[5];
+    p.rounds = atoi(argv[6]);
+    p.fenced = atoi(argv[7]);
+    p.lease_ms = atoll(argv[8]);
+    p.work_ms = atoll(argv[9]);
+    p.wait_ms = atoll(argv[10]);
+    p.run_ms = atoll(argv[11]);
+    p.gap_ms = atoll(argv[12]);
+    p.cmd_timeout_ms = atoll(argv[13]);
+    p.conn_timeout_ms = atoll(argv[14]);
+    p.node_timeout_ms = atoll(argv[15]);
+    return run_worker(&p);
+}
+
+static wparams defaults(int id, const char *url, const th_server *res)
+{
+    wparams p;
+    memset(&p, 0, sizeof p);
+    p.id = id;
+    p.url = url;
+    p.res_sock = th_server_sock(res);
+    p.rounds = 1000;
+    p.fenced = 1;
+    p.lease_ms = 1500;
+    p.work_ms = 30;
+    p.wait_ms = 2000;
+    p.run_ms = 5000;
+    p.gap_ms = 5;
+    p.cmd_timeout_ms = 500;
+    p.conn_timeout_ms = 300;
+    p.node_timeout_ms = 100;
+    return p;
+}
+
+/* Every server a scenario starts, stopped at the end (no leaks under ASan). */
+static th_server *g_srv[16];
+static int g_nsrv;
+
+static th_server *srv_start(const th_server_opts *o)
+{
+    ASSERT(g_nsrv < 16);
+    return g_srv[g_nsrv++] = th_server_start(o);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the checker                                                              */
+
+#define MAX_SECTIONS 4096
+#define MAX_WORKERS 16
+
+typedef struct section {
+    int worker;
+    unsigned long long tok;
+    long b, e;
+    long long valid, wall;
+    long long valid2; /* V: validity after the work; -1 if none */
+} section;
+
+typedef struct result {
+    int ops, faults, overlaps, stale;
+    int accepted, rejected, skipped, errors, timeouts, release_errs;
+    int err_by_code[DLOCK_CODE_LAST_ + 1];
+    char first_err[DLOCK_CODE_LAST_ + 1][200];
+    section s[MAX_SECTIONS];
+} result;
+
+static result g_res;
+
+static void check(redisContext *rrc, const char *scenario, int faults, result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->faults = faults;
+    redisReply *r = th_cmd(rrc, "LRANGE hist 0 -1");
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+    int open[MAX_WORKERS];
+    for (int i = 0; i < MAX_WORKERS; i++) open[i] = -1;
+    int have_max = 0;
+    unsigned long long max = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *e = r->element[i]->str;
+        char kind = e[0];
+        int w = -1;
+        unsigned long long tok = 0;
+        long long a = 0, b = 0;
+        int n = sscanf(e + 1, "%d %llu %lld %lld", &w, &tok, &a, &b);
+        ASSERT_MSG(n >= 1 && w >= 0 && w < MAX_WORKERS, "bad event \"%s\"", e);
+        switch (kind) {
+        case 'B':
+            ASSERT_MSG(open[w] < 0, "worker %d: two open sections", w);
+            ASSERT(out->ops < MAX_SECTIONS);
+            out->s[out->ops] = (section){w, tok, (long)i, -1, a, b, -1};
+            open[w] = out->ops++;
+            break;
+        case 'W': {
+            int acc = (int)a;
+            if (acc) {
+                out->accepted++;
+                if (have_max && tok <= max) {
+                    out->stale++;
+                    printf("  stale write accepted: worker %d token %llu at #%zu (token %llu "
+                           "accepted before)\n", w, tok, i, max);
+                }
+                if (!have_max || tok > max) max = tok;
+                have_max = 1;
+            } else {
+                out->rejected++;
+                printf("  write rejected by the fence: worker %d token %llu at #%zu "
+                       "(highest %llu)\n", w, tok, i, max);
+            }
+            break;
+        }
+        case 'S': out->skipped++; break;
+        case 'V':
+            if (open[w] >= 0) out->s[open[w]].valid2 = a;
+            break;
+        case 'E':
+        case 'K':
+            if (open[w] >= 0) out->s[open[w]].e = (long)i;
+            open[w] = -1;
+            break;
+        case 'X': {
+            int code = (int)tok;
+            out->errors++;
+            if (code < 0 || code > DLOCK_CODE_LAST_) code = DLOCK_CODE_LAST_;
+            if (out->err_by_code[code]++ == 0) {
+                const char *msg = e + 2;
+                for (int k = 0; k < 2 && msg; k++) { /* skip "w code " */
+                    msg = strchr(msg, ' ');
+                    if (msg) msg++;
+                }
+                snprintf(out->first_err[code], sizeof out->first_err[code], "%s",
+                         msg ? msg : "");
+            }
+            break;
+        }
+        case 'T': out->timeouts++; break;
+        case 'R': out->release_errs++; break;
+        default: th_fail(__FILE__, __LINE__, "unknown event \"%s\"", e);
+        }
+    }
+    long n_ev = (long)r->elements;
+    freeReplyObject(r);
+    for (int i = 0; i < out->ops; i++)
+        if (out->s[i].e < 0) out->s[i].e = n_ev; /* still open at the end */
+    for (int i = 0; i < out->ops; i++)
+        for (int j = i + 1; j < out->ops; j++) {
+            const section *x = &out->s[i], *y = &out->s[j];
+            if (x->b < y->e && y->b < x->e) {
+                out->overlaps++;
+                printf("  overlap: worker %d token %llu [#%ld, #%ld] with worker %d token %llu "
+                       "[#%ld, #%ld]\n", x->worker, x->tok, x->b, x->e, y->worker, y->tok,
+                       y->b, y->e);
+            }
+        }
+    printf("%s: ops %d, faults %d, overlaps %d, stale writes accepted %d\n", scenario, out->ops,
+           out->faults, out->overlaps, out->stale);
+    printf("  details: writes accepted %d, rejected %d, skipped %d; acquire errors %d, "
+           "timeouts %d, release errors %d\n", out->accepted, out->rejected, out->skipped,
+           out->errors, out->timeouts, out->release_errs);
+    for (int k = 0; k <= DLOCK_CODE_LAST_; k++)
+        if (out->err_by_code[k])
+            printf("  errors %s (%d): %d, first: %s\n", dlock_strerror(k), k,
+                   out->err_by_code[k], out->first_err[k]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* helpers for the parent                                                   */
+
+/* 1 if some event of the history starts with prefix. */
+static int hist_has(redisContext *rrc, const char *prefix)
+{
+    redisReply *r = th_cmd(rrc, "LRANGE hist 0 -1");
+    int found = 0;
+    for (size_t i = 0; i < r->elements && !found; i++)
+        if (!strncmp(r->element[i]->str, prefix, strlen(prefix))) found = 1;
+    freeReplyObject(r);
+    return found;
+}
+
+static void wait_event(redisContext *rrc, const char *prefix, int64_t timeout_ms)
+{
+    int64_t dl = th_now_ms() + timeout_ms;
+    while (!hist_has(rrc, prefix)) {
+        ASSERT_MSG(th_now_ms() < dl, "no event \"%s\" within %lld ms", prefix,
+                   (long long)timeout_ms);
+        th_sleep_ms(2);
+    }
+}
+
+static void wait_all(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (pids[i] <= 0) continue;
+        int st = th_wait_child(pids[i], 30000);
+        ASSERT_MSG(st == 0, "worker %d exited with status %d", i, st);
+        pids[i] = 0;
+    }
+}
+
+static void kill_worker(redisContext *rrc, pid_t *pid, int id)
+{
+    kill(*pid, SIGKILL);
+    ASSERT_EQ(th_wait_child(*pid, 5000), 128 + SIGKILL);
+    *pid = 0;
+    th_cmd_ok(rrc, "RPUSH hist K%d", id); /* "K<id>": the checker reads " %d" after K */
+}
+
+/* ------------------------------------------------------------------------ */
+/* (a) holder SIGKILLed while holding                                       */
+
+static void sc_kill(void)
+{
+    th_server *ls = srv_start(NULL);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    redisContext *lrc = th_redis(ls);
+    pid_t pids[4] = {0};
+    int faults = 0;
+
+    wparams v = defaults(0, th_server_url(ls), res);
+    v.rounds = 1;
+    v.lease_ms = 1000;
+    v.work_ms = 800;
+    pids[0] = spawn_worker(&v);
+    wait_event(rrc, "B 0 ", 5000);
+    for (int i = 1; i <= 2; i++) {
+        wparams w = defaults(i, th_server_url(ls), res);
+        w.rounds = 3;
+        w.lease_ms = 1000;
+        w.work_ms = 20;
+        w.gap_ms = 80;
+        w.wait_ms = 4000;
+        w.run_ms = 8000;
+        pids[i] = spawn_worker(&w);
+    }
+    th_wait_subscribers(lrc, LOCK_NAME, 2, 5000); /* both blocked on the holder */
+    kill_worker(rrc, &pids[0], 0);
+    faults++;
+    /* a second victim joins the queue and is killed once it holds */
+    v.id = 3;
+    pids[3] = spawn_worker(&v);
+    wait_event(rrc, "B 3 ", 10000);
+    kill_worker(rrc, &pids[3], 3);
+    faults++;
+    wait_all(pids, 4);
+    check(rrc, "kill", faults, &g_res);
+    ASSERT_EQ(g_res.overlaps, 0);
+    ASSERT_EQ(g_res.stale, 0);
+    ASSERT_EQ(g_res.ops, 2 + 6);
+    ASSERT_EQ(g_res.accepted, 6);
+    ASSERT(!hist_has(rrc, "E 0 ") && !hist_has(rrc, "E 3 ")); /* killed inside */
+    redisFree(lrc);
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (b) holder SIGSTOPped longer than its lease, then SIGCONTed              */
+
+static void sc_stop(int fenced)
+{
+    th_server *ls = srv_start(NULL);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    pid_t pids[3] = {0};
+
+    wparams v = defaults(0, th_server_url(ls), res);
+    v.fenced = fenced;
+    v.rounds = 1;
+    v.lease_ms = 1000;
+    v.work_ms = 400;
+    pids[0] = spawn_worker(&v);
+    wait_event(rrc, "B 0 ", 5000);
+    kill(pids[0], SIGSTOP); /* a "GC pause" inside the critical section */
+    int64_t stopped = th_now_ms();
+    for (int i = 1; i <= 2; i++) {
+        wparams w = defaults(i, th_server_url(ls), res);
+        w.fenced = fenced;
+        w.rounds = 2;
+        w.lease_ms = 1000;
+        w.work_ms = 20;
+        w.gap_ms = 20;
+        w.wait_ms = 4000;
+        pids[i] = spawn_worker(&w);
+    }
+    /* the others get the lock once the lease ran out, and write */
+    while (!hist_has(rrc, "W 1 ") && !hist_has(rrc, "W 2 ")) {
+        ASSERT_MSG(th_now_ms() - stopped < 8000, "nobody took over the expired lease");
+        th_sleep_ms(5);
+    }
+    int64_t paused = th_now_ms() - stopped;
+    kill(pids[0], SIGCONT);
+    th_log("holder stopped for %lld ms (lease 1000 ms)", (long long)paused);
+    ASSERT_GE(paused, 900);
+    wait_all(pids, 3);
+    ASSERT(!hist_has(rrc, "W 0 1 1") || !fenced);
+    check(rrc, fenced ? "stop_fenced" : "stop_unfenced", 1, &g_res);
+    ASSERT_GE(g_res.overlaps, 1); /* the stopped holder overlapped its successor */
+    if (fenced) {
+        ASSERT_EQ(g_res.stale, 0);
+        ASSERT_GE(g_res.rejected, 1); /* the late write was refused by its token */
+    } else {
+        ASSERT_GE(g_res.stale, 1); /* the checker finds the violation */
+    }
+    ASSERT(hist_has(rrc, "R 0 10 ")); /* its release said DLOCK_ELOST */
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (c) redis-server SIGKILLed and restarted                                  */
+
+static void sc_restart(int aof)
+{
+    th_server_opts so = {aof, NULL};
+    th_server *ls = srv_start(&so);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    pid_t pids[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        wparams w = defaults(i, th_server_url(ls), res);
+        w.lease_ms = 2000;
+        w.work_ms = 250;
+        w.wait_ms = 2500;
+        w.run_ms = 5500;
+        pids[i] = spawn_worker(&w);
+    }
+    int faults = 0;
+    for (int k = 0; k < 2; k++) {
+        /* crash while somebody is inside: 2 s of run, then the holder's B */
+        th_sleep_ms(k == 0 ? 800 : 1500);
+        long n0 = (long)th_cmd_int(rrc, "LLEN hist");
+        /* wait for a fresh B (a holder inside its 250 ms of work) */
+        int64_t dl = th_now_ms() + 3000;
+        for (;;) {
+            redisReply *r = th_cmd(rrc, "LRANGE hist %ld -1", n0);
+            int got = 0;
+            for (size_t i = 0; i < r->elements; i++)
+                if (r->element[i]->str[0] == 'B') got = 1;
+            freeReplyObject(r);
+            if (got || th_now_ms() > dl) break;
+            th_sleep_ms(2);
+        }
+        th_server_restart(ls, SIGKILL);
+        faults++;
+        th_log("redis-server SIGKILLed and restarted (%s)", aof ? "AOF always" : "no persistence");
+    }
+    wait_all(pids, 3);
+    check(rrc, aof ? "restart_aof" : "restart_nopersist", faults, &g_res);
+    ASSERT_GE(g_res.ops, 6);
+    if (aof) {
+        ASSERT_EQ(g_res.overlaps, 0);
+        ASSERT_EQ(g_res.stale, 0);
+        ASSERT_EQ(g_res.rejected, 0);
+    }
+    /* without persistence: reported, not asserted (see docs/safety.md) */
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (d) connections cut or stalled: a TCP proxy in a child process           */
+
+typedef struct proxy {
+    pid_t pid;
+    int port;
+    int cmd_w, ack_r;
+} proxy;
+
+static ssize_t write_all(int fd, const char *p, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        off += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+#define PROXY_MAX 64
+
+static void proxy_loop(int lfd, int upstream, int cmd_r, int ack_w)
+{
+    int cl[PROXY_MAX], up[PROXY_MAX];
+    int np = 0, frozen = 0;
+    for (;;) {
+        struct pollfd pf[2 + 2 * PROXY_MAX];
+        int n = 0;
+        pf[n++] = (struct pollfd){cmd_r, POLLIN, 0};
+        if (!frozen) {
+            pf[n++] = (struct pollfd){lfd, POLLIN, 0};
+            for (int i = 0; i < np; i++) {
+                pf[n++] = (struct pollfd){cl[i], POLLIN, 0};
+                pf[n++] = (struct pollfd){up[i], POLLIN, 0};
+            }
+        }
+        if (poll(pf, (nfds_t)n, -1) < 0) {
+            if (errno == EINTR) continue;
+            _exit(3);
+        }
+        if (pf[0].revents) {
+            char c;
+            if (read(cmd_r, &c, 1) != 1 || c == 'Q') _exit(0);
+            if (c == 'D') { /* cut: every connection reset */
+                for (int i = 0; i < np; i++) {
+                    struct linger lg = {1, 0};
+                    setsockopt(cl[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+                    close(cl[i]);
+                    close(up[i]);
+                }
+                np = 0;
+            } else if (c == 'F') {
+                frozen = 1;
+            } else if (c == 'U') {
+                frozen = 0;
+            }
+            if (write(ack_w, &c, 1) != 1) _exit(3);
+            continue;
+        }
+        if (frozen) continue;
+        if (pf[1].revents & POLLIN) {
+            int cfd = accept(lfd, NULL, NULL);
+            if (cfd >= 0) {
+                int ufd = np < PROXY_MAX ? tcp_connect(upstream) : -1;
+                if (ufd < 0) {
+                    close(cfd);
+                } else {
+                    cl[np] = cfd;
+                    up[np] = ufd;
+                    np++;
+                }
+            }
+        }
+        int dead[PROXY_MAX] = {0};
+        for (int i = 0, k = 2; k < n; i++, k += 2) {
+            for (int side = 0; side < 2; side++) {
+                if (!(pf[k + side].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+                int from = side ? up[i] : cl[i], to = side ? cl[i] : up[i];
+                char buf[16384];
+                ssize_t r = read(from, buf, sizeof buf);
+                if (r <= 0 || write_all(to, buf, (size_t)r) < 0) dead[i] = 1;
+            }
+        }
+        int m = 0;
+        for (int i = 0; i < np; i++) {
+            if (dead[i]) {
+                close(cl[i]);
+                close(up[i]);
+            } else {
+                cl[m] = cl[i];
+                up[m] = up[i];
+                m++;
+            }
+        }
+        np = m;
+    }
+}
+
+static proxy proxy_start(int upstream)
+{
+    proxy px;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(lfd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ASSERT_EQ(listen(lfd, 64), 0);
+    ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+    px.port = ntohs(a.sin_port);
+    int cmd[2], ack[2];
+    ASSERT_EQ(pipe(cmd), 0);
+    ASSERT_EQ(pipe(ack), 0);
+    px.pid = th_fork();
+    if (px.pid == 0) {
+        close(cmd[1]);
+        close(ack[0]);
+        proxy_loop(lfd, upstream, cmd[0], ack[1]);
+        _exit(0);
+    }
+    close(lfd);
+    close(cmd[0]);
+    close(ack[1]);
+    px.cmd_w = cmd[1];
+    px.ack_r = ack[0];
+    return px;
+}
+
+static void proxy_cmd(proxy *px, char c)
+{
+    ASSERT_EQ(write(px->cmd_w, &c, 1), 1);
+    struct pollfd pf = {px->ack_r, POLLIN, 0};
+    ASSERT_EQ(poll(&pf, 1, 5000), 1);
+    char a;
+    ASSERT_EQ(read(px->ack_r, &a, 1), 1);
+    ASSERT_EQ(a, c);
+}
+
+static void proxy_stop(proxy *px)
+{
+    char c = 'Q';
+    ASSERT_EQ(write(px->cmd_w, &c, 1), 1);
+    ASSERT_EQ(th_wait_child(px->pid, 5000), 0);
+    close(px->cmd_w);
+    close(px->ack_r);
+}
+
+static void sc_proxy(void)
+{
+    th_server *ls = srv_start(NULL);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    proxy px = proxy_start(th_server_port(ls));
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
+    pid_t pids[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        wparams w = defaults(i, url, res);
+        w.lease_ms = 1500;
+        w.work_ms = 40;
+        w.wait_ms = 1500;
+        w.run_ms = 6500;
+        w.cmd_timeout_ms = 300;
+        pids[i] = spawn_worker(&w);
+    }
+    int faults = 0;
+    th_sleep_ms(800);
+    proxy_cmd(&px, 'D'); /* cut every connection */
+    faults++;
+    th_log("proxy: all connections cut");
+    th_sleep_ms(1000);
+    proxy_cmd(&px, 'F'); /* stall: nothing forwarded, nothing accepted */
+    faults++;
+    th_log("proxy: frozen for 1200 ms");
+    th_sleep_ms(1200);
+    proxy_cmd(&px, 'U');
+    th_sleep_ms(800);
+    proxy_cmd(&px, 'F'); /* stall, then cut the stalled connections */
+    faults++;
+    th_sleep_ms(500);
+    proxy_cmd(&px, 'D');
+    faults++;
+    proxy_cmd(&px, 'U');
+    th_log("proxy: frozen 500 ms then cut");
+    wait_all(pids, 3);
+    proxy_stop(&px);
+    check(rrc, "proxy", faults, &g_res);
+    ASSERT_EQ(g_res.overlaps, 0);
+    ASSERT_EQ(g_res.stale, 0);
+    ASSERT_EQ(g_res.rejected, 0);
+    ASSERT_GE(g_res.errors + g_res.release_errs, 1); /* the faults were reported */
+    ASSERT_GE(g_res.ops, 10);                        /* and work went on */
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (e) RedLock over 5 masters                                               */
+
+typedef struct rl {
+    th_server *node[NODES];
+    char url[512];
+} rl;
+
+static void rl_start(rl *r)
+{
+    size_t off = (size_t)snprintf(r->url, sizeof r->url, "redlock://");
+    for (int i = 0; i < NODES; i++) {
+        r->node[i] = srv_start(NULL);
+        off += (size_t)snprintf(r->url + off, sizeof r->url - off, "%s127.0.0.1:%d",
+                                i ? "," : "", th_server_port(r->node[i]));
+    }
+}
+
+static void sc_redlock_minority(void)
+{
+    rl r;
+    rl_start(&r);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    pid_t pids[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        wparams w = defaults(i, r.url, res);
+        w.lease_ms = 1000;
+        w.work_ms = 30;
+        w.wait_ms = 1500;
+        w.run_ms = 6500;
+        pids[i] = spawn_worker(&w);
+    }
+    int faults = 0;
+    th_sleep_ms(700);
+    th_server_halt(r.node[0], SIGKILL);
+    th_server_halt(r.node[1], SIGKILL);
+    faults += 2;
+    th_log("nodes 0 and 1 killed");
+    th_sleep_ms(1600); /* restarted (empty) only after the longest lease: the rule */
+    th_server_resume(r.node[0]);
+    th_server_resume(r.node[1]);
+    th_log("nodes 0 and 1 restarted (empty, after the lease)");
+    th_sleep_ms(600);
+    th_server_pause(r.node[2]);
+    th_server_pause(r.node[3]);
+    faults += 2;
+    th_log("nodes 2 and 3 frozen (SIGSTOP) for 1500 ms");
+    th_sleep_ms(1500);
+    th_server_unpause(r.node[2]);
+    th_server_unpause(r.node[3]);
+    wait_all(pids, 3);
+    check(rrc, "redlock_minority", faults, &g_res);
+    ASSERT_EQ(g_res.overlaps, 0);
+    ASSERT_EQ(g_res.stale, 0);
+    ASSERT_GE(g_res.ops, 10);
+    redisFree(rrc);
+}
+
+static void sc_redlock_majority(void)
+{
+    rl r;
+    rl_start(&r);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    pid_t pids[2] = {0};
+    for (int i = 0; i < 2; i++) {
+        wparams w = defaults(i, r.url, res);
+        w.lease_ms = 1000;
+        w.work_ms = 30;
+        w.wait_ms = 600;
+        w.run_ms = 7000;
+        w.gap_ms = 20;
+        pids[i] = spawn_worker(&w);
+    }
+    int faults = 0;
+    th_sleep_ms(600);
+    for (int i = 0; i < 3; i++) th_server_halt(r.node[i], SIGKILL);
+    faults += 3;
+    th_log("nodes 0, 1, 2 killed (majority lost)");
+    th_sleep_ms(1500);
+    for (int i = 0; i < 3; i++) th_server_resume(r.node[i]);
+    th_log("nodes 0, 1, 2 restarted (empty, after the lease)");
+    th_sleep_ms(2200); /* clients reconnect after their backoff (at most 2 s) */
+    for (int i = 2; i < 5; i++) th_server_pause(r.node[i]);
+    faults += 3;
+    th_log("nodes 2, 3, 4 frozen (majority lost) for 1200 ms");
+    th_sleep_ms(1200);
+    for (int i = 2; i < 5; i++) th_server_unpause(r.node[i]);
+    wait_all(pids, 2);
+    check(rrc, "redlock_majority", faults, &g_res);
+    ASSERT_EQ(g_res.overlaps, 0);
+    ASSERT_EQ(g_res.stale, 0);
+    ASSERT_GE(g_res.err_by_code[DLOCK_ENOQUORUM], 1);
+    /* the only failures are clean "no quorum" errors */
+    ASSERT_EQ(g_res.errors, g_res.err_by_code[DLOCK_ENOQUORUM]);
+    redisFree(rrc);
+}
+
+/* A crafted schedule: A holds on exactly {0, 1, 2} (3 and 4 down); node 2
+ * crashes and comes back empty; 3 and 4 come back empty; B asks. With the
+ * restart inside A's TTL, {2, 3, 4} is a majority that never heard of A.
+ * delayed: node 2 stays down until A's lease has run out. */
+static void sc_redlock_restart(int delayed)
+{
+    rl r;
+    rl_start(&r);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    const char *name = delayed ? "redlock_delayed" : "redlock_restart";
+    pid_t pids[2] = {0};
+    th_server_halt(r.node[3], SIGKILL);
+    th_server_halt(r.node[4], SIGKILL);
+    wparams a = defaults(0, r.url, res);
+    a.rounds = 1;
+    a.lease_ms = 3000;
+    a.work_ms = 1500; /* inside its validity: a careful holder */
+    pids[0] = spawn_worker(&a);
+    wait_event(rrc, "B 0 ", 5000);
+    int64_t t_acq = th_now_ms();
+    th_server_halt(r.node[2], SIGKILL);
+    int faults = 3;
+    if (!delayed) {
+        th_server_resume(r.node[2]); /* restarted at once, without its keys */
+        th_log("node 2 crashed and restarted at once (no persistence)");
+    }
+    th_server_resume(r.node[3]);
+    th_server_resume(r.node[4]);
+    wparams b = defaults(1, r.url, res);
+    b.rounds = 1;
+    b.lease_ms = 3000;
+    b.work_ms = 50;
+    b.wait_ms = 6000;
+    b.run_ms = 8000;
+    pids[1] = spawn_worker(&b);
+    if (delayed) {
+        th_sleep_ms(t_acq + a.lease_ms + 200 - th_now_ms());
+        th_server_resume(r.node[2]);
+        th_log("node 2 restarted %lld ms after A's acquire (lease %lld ms)",
+               (long long)(th_now_ms() - t_acq), (long long)a.lease_ms);
+    }
+    wait_all(pids, 2);
+    check(rrc, name, faults, &g_res);
+    ASSERT_EQ(g_res.ops, 2);
+    if (delayed) {
+        ASSERT_EQ(g_res.overlaps, 0);
+        ASSERT_EQ(g_res.stale, 0);
+    } else {
+        ASSERT_EQ(g_res.overlaps, 1); /* the documented hazard, found by the checker */
+        ASSERT_EQ(g_res.stale, 0);    /* equal tokens: the strict fence refused one */
+    }
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+/* (f) the client's wall clock jumps (libfaketime)                          */
+
+static const char *faketime_lib(void)
+{
+    static const char *cands[] = {
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+        "/usr/local/lib/faketime/libfaketimeMT.so.1",
+    };
+    const char *env = getenv("DLOCK_FAKETIME_LIB");
+    if (env && access(env, R_OK) == 0) return env;
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (access(cands[i], R_OK) == 0) return cands[i];
+    return NULL;
+}
+
+static void write_spec(const char *path, const char *spec)
+{
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    ASSERT_NOT_NULL(f);
+    fprintf(f, "%s\n", spec);
+    ASSERT_EQ(fclose(f), 0);
+    ASSERT_EQ(rename(tmp, path), 0);
+}
+
+/* mono = 0: the real-life case, the wall clock jumps and CLOCK_MONOTONIC does
+ * not (DONT_FAKE_MONOTONIC=1); asserted. mono = 1: libfaketime also moves
+ * CLOCK_MONOTONIC (its default), which no kernel does; reported only. */
+static void sc_clock(int mono)
+{
+    const char *lib = faketime_lib();
+    if (!lib)
+        th_skip("libfaketime not found (apt-get install faketime, or set DLOCK_FAKETIME_LIB)");
+    th_server *ls = srv_start(NULL);
+    th_server *res = srv_start(NULL);
+    redisContext *rrc = th_redis(res);
+    char spec[300];
+    snprintf(spec, sizeof spec, "%s/faketime.spec", th_server_dir(res));
+    write_spec(spec, "+0");
+    static char e_pre[400], e_file[400];
+    snprintf(e_pre, sizeof e_pre, "LD_PRELOAD=%s", lib);
+    snprintf(e_file, sizeof e_file, "FAKETIME_TIMESTAMP_FILE=%s", spec);
+    /* ASan wants to be first in the library list: LD_PRELOAD breaks that */
+    char *env[] = {e_pre, e_file, "FAKETIME_NO_CACHE=1",
+                   "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+                   mono ? NULL : "DONT_FAKE_MONOTONIC=1", NULL};
+    pid_t pids[2] = {0};
+    wparams f = defaults(0, th_server_url(ls), res);
+    f.lease_ms = 1000;
+    f.work_ms = 300;
+    f.wait_ms = 1500;
+    f.run_ms = 4500;
+    f.rounds = 12;
+    /* with a faked CLOCK_MONOTONIC the worker's own run bound jumps too */
+    if (mono) f.run_ms = 4LL * 86400 * 1000;
+    pids[0] = exec_worker(&f, env);
+    wparams n = f;
+    n.id = 1;
+    n.run_ms = 4500;
+    pids[1] = spawn_worker(&n);
+    int faults = 0;
+    const char *jumps[] = {"+1h", "-2d", "+0"};
+    for (int k = 0; k < 3; k++) {
+        /* each jump lands inside one of worker 0's critical sections */
+        th_sleep_ms(300);
+        long n0 = (long)th_cmd_int(rrc, "LLEN hist");
+        int64_t dl = th_now_ms() + 5000;
+        for (int got = 0; !got;) {
+            redisReply *r = th_cmd(rrc, "LRANGE hist %ld -1", n0);
+            for (size_t i = 0; i < r->elements; i++)
+                if (!strncmp(r->element[i]->str, "B 0 ", 4)) got = 1;
+            freeReplyObject(r);
+            ASSERT_MSG(got || th_now_ms() < dl, "worker 0 did not enter a section in 5 s");
+            if (!got) th_sleep_ms(2);
+        }
+        th_sleep_ms(100);
+        write_spec(spec, jumps[k]);
+        faults++;
+        th_log("faked wall clock of worker 0 jumped to %s", jumps[k]);
+    }
+    for (int i = 0; i < 2; i++) {
+        int st = th_wait_child(pids[i], 30000);
+        ASSERT_MSG(mono || st == 0, "worker %d exited with status %d", i, st);
+        if (st != 0) th_log("worker %d exited with status %d", i, st);
+    }
+    check(rrc, mono ? "clock_mono" : "clock", faults, &g_res);
+    long long wmin = 0, wmax = 0, vmin = 0, vmax = 0, v2min = 0, v2max = 0;
+    int n0 = 0;
+    for (int i = 0; i < g_res.ops; i++) {
+        const section *s = &g_res.s[i];
+        if (s->worker != 0) continue;
+        if (!n0++) {
+            wmin = wmax = s->wall;
+            vmin = vmax = s->valid;
+            v2min = v2max = s->valid2;
+        }
+        if (s->valid2 < v2min) v2min = s->valid2;
+        if (s->valid2 > v2max) v2max = s->valid2;
+        if (s->wall < wmin) wmin = s->wall;
+        if (s->wall > wmax) wmax = s->wall;
+        if (s->valid < vmin) vmin = s->valid;
+        if (s->valid > vmax) vmax = s->valid;
+    }
+    printf("  faked worker: %d sections, its wall clock spanned %lld s, validity after "
+           "acquire %lld..%lld ms, after %lld ms of work %lld..%lld ms (lease %lld)\n", n0,
+           wmax - wmin, vmin, vmax, (long long)f.work_ms, v2min, v2max, (long long)f.lease_ms);
+    if (!mono) {
+        ASSERT_GE(wmax - wmin, 3600);      /* the jumps were in effect */
+        ASSERT_GE(n0, 3);
+        ASSERT_GT(vmin, f.lease_ms - 300); /* leases unaffected */
+        ASSERT_LE(vmax, f.lease_ms);
+        ASSERT_GT(v2min, f.lease_ms - f.work_ms - 300); /* across the jumps too */
+        ASSERT_LE(v2max, f.lease_ms - f.work_ms);
+        ASSERT_EQ(g_res.overlaps, 0);
+        ASSERT_EQ(g_res.stale, 0);
+        ASSERT_EQ(g_res.errors, 0);
+    }
+    redisFree(rrc);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "worker")) return worker_main(argc, argv);
+    const char *v = argc >= 2 ? argv[1] : "";
+    th_init(v[0] ? v : "faults");
+    signal(SIGPIPE, SIG_IGN);
+    if (!strcmp(v, "kill")) sc_kill();
+    else if (!strcmp(v, "stop_fenced")) sc_stop(1);
+    else if (!strcmp(v, "stop_unfenced")) sc_stop(0);
+    else if (!strcmp(v, "restart_aof")) sc_restart(1);
+    else if (!strcmp(v, "restart_nopersist")) sc_restart(0);
+    else if (!strcmp(v, "proxy")) sc_proxy();
+    else if (!strcmp(v, "redlock_minority")) sc_redlock_minority();
+    else if (!strcmp(v, "redlock_majority")) sc_redlock_majority();
+    else if (!strcmp(v, "redlock_restart")) sc_redlock_restart(0);
+    else if (!strcmp(v, "redlock_delayed")) sc_redlock_restart(1);
+    else if (!strcmp(v, "clock")) sc_clock(0);
+    else if (!strcmp(v, "clock_mono")) sc_clock(1);
+    else {
+        fprintf(stderr, "usage: %s SCENARIO\n", argv[0]);
+        return 2;
+    }
+    for (int i = 0; i < g_nsrv; i++) th_server_stop(g_srv[i]);
+    return 0;
+}
