@@ -31,6 +31,10 @@
  *   and sets its lost flag.
  * - dlock_errmsg(client) is per thread: it reports the last failure of a
  *   client-level call made by the calling thread (like errno).
+ * - fork(): a client does not cross fork(); make clients in the child. Once
+ *   a client has a watchdog lock its watchdog thread runs, and a fork at that
+ *   point can leave a lock (the allocator's, say) held forever in the child:
+ *   fork before, or exec at once in the child.
  */
 #ifndef DLOCK_H
 #define DLOCK_H

@@ -244,6 +244,11 @@ int main(void)
     }
     th_log("%d locks over %d/%d/%d slots owners kept and released", NLOCKS, per_owner[0],
            per_owner[1], per_owner[2]);
+    /* children are forked below: a process must not fork while a watchdog
+     * thread runs (it may hold a lock, the allocator's included); a fresh
+     * client has none until a watchdog lock is taken */
+    dlock_client_free(c);
+    c = cl_client(600);
 
     /* 2. a waiter is woken by the release through sharded pub/sub */
     dlock_lock *h = th_lock(c, "cl:wake", DLOCK_KIND_REENTRANT);

@@ -121,10 +121,12 @@ int main(void)
     }
     ASSERT_CCODE(c, rc, DLOCK_OK);
 
-    /* locks work over TLS, waiting included */
+    /* locks work over TLS, waiting included (an explicit lease: the child
+     * is forked below, and a process must not fork while its watchdog thread
+     * may hold a lock, the allocator's included) */
     dlock_lock *l = th_lock(c, "tls:lock", DLOCK_KIND_REENTRANT);
     uint64_t fence = 0;
-    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, &fence));
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 20000, &fence));
     ASSERT_U64_GT(fence, 0);
     pid_t w = th_fork();
     if (w == 0) {
