@@ -136,5 +136,12 @@ int bench_rwlock(bench_ctx *ctx);
 int bench_semaphore(bench_ctx *ctx);
 int bench_redlock(bench_ctx *ctx);
 int bench_idworker(bench_ctx *ctx);
+/* issue 7: peers.c and extra.c */
+int bench_peer_pairs(bench_ctx *ctx);
+int bench_peer_handoff(bench_ctx *ctx);
+int bench_peer_contention(bench_ctx *ctx);
+int bench_redis_benchmark(bench_ctx *ctx);
+int bench_watchdog(bench_ctx *ctx);
+int bench_memory(bench_ctx *ctx);
 
 #endif

@@ -25,14 +25,20 @@ typedef struct scenario {
 
 static const scenario scenarios[] = {
     {"ping", bench_ping, "PING round trip, raw hiredis and dlock_ping"},
+    {"redis_benchmark", bench_redis_benchmark, "redis-benchmark SET with 1 and 50 clients"},
     {"pairs", bench_pairs, "uncontended acquire+release pairs per second"},
+    {"peer_pairs", bench_peer_pairs, "uncontended pairs: dlock vs redis-py and node-redlock"},
     {"handoff", bench_handoff, "handoff latency to a blocked waiter in another process"},
     {"fair_handoff", bench_handoff_fair, "the same handoff on the fair lock (direct handoff)"},
+    {"peer_handoff", bench_peer_handoff, "handoff latency and idle-wait cost of the peers"},
     {"contention", bench_contention, "K = 8 and 32 processes on one lock, plain and fair"},
+    {"peer_contention", bench_peer_contention, "K = 2, 8, 32: dlock vs the peers"},
     {"rwlock", bench_rwlock, "8 readers on one read lock vs 8 plain locks"},
     {"semaphore", bench_semaphore, "semaphore acquire+release pairs vs plain-lock pairs"},
     {"redlock", bench_redlock, "RedLock pairs over 3 and 5 masters vs one node"},
     {"idworker", bench_idworker, "ID worker ids/s, single INCR vs batched INCRBY"},
+    {"watchdog", bench_watchdog, "one client holding 10,000 watchdog locks: CPU, commands"},
+    {"memory", bench_memory, "Redis memory per held lock (FLUSHALLs: runs last)"},
 };
 #define NSCENARIOS (sizeof scenarios / sizeof scenarios[0])
 
@@ -62,6 +68,26 @@ static const target targets[] = {
     {"contention", "fair-k32", "counter_ok", NULL, 0, 1, "fair K=32 exact counter", 1},
     {"redlock", "redlock-5", "p50_us", "single", 1, 1.5,
      "RedLock N=5 pair p50 <= 1.5x one node"},
+    /* issue 7: against the peers, same run */
+    {"peer_pairs", "dlock", "ratio_to_raw", NULL, 0, 0.9,
+     "uncontended pairs >= 0.9x raw loop (peer_pairs run)"},
+    {"peer_pairs", "dlock", "ratio_to_best_peer", NULL, 0, 1.3,
+     "uncontended pairs >= 1.3x the faster peer"},
+    {"peer_handoff", "dlock", "wait_cmds_per_s", NULL, 1, 1.0,
+     "no busy polling: blocked dlock waiter < 1 server command/s"},
+    {"peer_contention", "dlock-k32", "ratio_to_best_peer", NULL, 0, 2.0,
+     "contention K=32 (plain) >= 2x the best peer's acq/s"},
+    {"peer_contention", "dlock-fair-k32", "ratio_to_best_peer", NULL, 0, 2.0,
+     "contention K=32 (fair) >= 2x the best peer's acq/s"},
+    {"peer_contention", "dlock-fair-k2", "spread", NULL, 1, 1.5, "fair K=2 spread < 1.5"},
+    {"peer_contention", "dlock-fair-k8", "spread", NULL, 1, 1.5, "fair K=8 spread < 1.5"},
+    {"peer_contention", "dlock-fair-k32", "spread", NULL, 1, 1.5, "fair K=32 spread < 1.5"},
+    {"peer_contention", "dlock-k32", "counter_ok", NULL, 0, 1, "plain K=32 exact counter (peer run)",
+     1},
+    {"peer_contention", "dlock-fair-k32", "counter_ok", NULL, 0, 1,
+     "fair K=32 exact counter (peer run)", 1},
+    {"watchdog", "dlock", "cpu_pct", NULL, 1, 2.0, "watchdog: 10,000 locks with < 2% of one core"},
+    {"watchdog", "dlock", "all_kept", NULL, 0, 1, "watchdog: every lock kept", 1},
 };
 
 static void machine_desc(char *buf, size_t len) {

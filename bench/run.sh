@@ -11,7 +11,8 @@
 # runs dlock_bench, and always stops the servers and removes the directory.
 # Exits 77 (skipped) when redis-server is not installed.
 #   --quick  well under a minute, for CI: timings are printed, never asserted
-#   (full mode: about two minutes)
+#   (full mode: about 7 minutes with issue 7's peer scenarios; bench/suite runs
+#   bench/setup first and writes the docs' tables and charts afterwards)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

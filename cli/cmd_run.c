@@ -465,6 +465,13 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     cs.oldmask = *oldmask;
     cs.oldpipe = *oldpipe;
     cs.parent = getpid();
+#ifdef DLOCK_CLI_FUZZ
+    /* The fuzz target runs the tool in-process against an address where
+     * nothing listens, so no lock is ever held and this is never reached;
+     * should it be, no child is started (forking in a fuzzer is slow). */
+    cli_err(CMD, "fuzz build: no command is started");
+    return EXIT_OSERR;
+#endif
     cs.env = child_env(o->name, lk->fence, lk->permits ? lk->permit_id : NULL);
     if (!cs.env) {
         cli_err(CMD, "out of memory");

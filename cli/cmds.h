@@ -22,6 +22,13 @@ int cmd_latch(int argc, char **argv, cli_global *g);        /* cmd_latch.c */
 extern const char help_run[], help_acquire[], help_release[], help_extend[], help_status[],
     help_list[], help_force_unlock[], help_doctor[], help_id[], help_latch[];
 
+/* The whole tool: parses argv (global options, then the command) and runs
+ * the command; returns the process exit code. main() only returns it: no
+ * path of the tool calls exit() (run's child and run's death by a signal
+ * while it waits for a held lock use _exit(), after connecting). cli_main()
+ * expects getopt's state fresh (optind 1, as at start; optind 0 resets it). */
+int cli_main(int argc, char **argv);
+
 /* Prints the help of cmd (NULL: the overview) on f; 0, or -1 if unknown. */
 int cli_print_help(FILE *f, const char *cmd);
 

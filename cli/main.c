@@ -156,7 +156,7 @@ static int cmd_version(int argc, char **argv, cli_global *g)
     return 0;
 }
 
-int main(int argc, char **argv)
+int cli_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
         CLI_GLOBAL_LONGOPTS, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
@@ -194,3 +194,7 @@ int main(int argc, char **argv)
     }
     return cli_usage(NULL, "unknown command '%s'", name);
 }
+
+#ifndef DLOCK_CLI_FUZZ /* the fuzz target (tests/fuzz/fuzz_cli.c) calls cli_main itself */
+int main(int argc, char **argv) { return cli_main(argc, argv); }
+#endif

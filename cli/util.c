@@ -438,6 +438,9 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
     o.command_timeout_ms = g->timeout_ms;
     o.watchdog_lease_ms = watchdog_ms;
     o.max_idle_connections = 2;
+#ifdef DLOCK_CLI_FUZZ
+    cli_fuzz_redirect(&o); /* the fuzz target points every valid URL at a dead address */
+#endif
     rc = dlock_client_new(&o, &c);
     free(redlock);
     if (password) {

@@ -128,6 +128,13 @@ int cli_is_redlock(const cli_global *g);
 /* Maps a library code to an exit code (conflict: the code for EBUSY/ETIMEDOUT). */
 int cli_exit_code(int code, int conflict);
 
+#ifdef DLOCK_CLI_FUZZ
+/* Fuzz builds only (tests/fuzz/fuzz_cli.c defines it): called by cli_connect()
+ * just before dlock_client_new(), to replace o->url and o->fence_url, when
+ * they parse, by addresses of the same kind where nothing listens. */
+void cli_fuzz_redirect(dlock_options *o);
+#endif
+
 /* ---- output ---- */
 /* Writes bytes as a JSON string (with quotes). Invalid UTF-8 bytes are
  * written as \u00XX so the output is always valid JSON. */

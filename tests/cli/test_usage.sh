@@ -58,6 +58,30 @@ expect_one_line 64 "id: -n 0"                          id next -n 0
 expect_one_line 64 "help: unknown command"             help nosuch
 expect_one_line 64 "version: extra argument"           version now
 
+# ---- bad-input table (docs/safety.md, issue 8): CLI rows not covered above ----
+expect_one_line 64 "table: --url unix:// without a path"          --url unix:// status n
+expect_one_line 64 "table: --url rediss:// with an empty host"    --url rediss://:6380 status n
+expect_one_line 64 "table: --url redlock:// with an empty node"   --url redlock://a:1,,b:2 status n
+expect_one_line 64 "table: --url redis-sentinel:// without master" --url redis-sentinel://127.0.0.1:1 status n
+expect_one_line 64 "table: --url redis-cluster:// without a seed" --url redis-cluster:// status n
+expect_one_line 64 "table: several --url, one not redis://"       --url redis://127.0.0.1:1 --url unix:///x status n
+expect_one_line 64 "table: --fence-url without RedLock"           --fence-url "$DLOCK_URL" status n
+expect_one_line 64 "table: --wait-replicas with RedLock"          --url redis://127.0.0.1:1 --url redis://127.0.0.1:2 --url redis://127.0.0.1:3 --wait-replicas 1 status n
+expect_one_line 64 "table: --wait-replicas not a number"          --wait-replicas x status n
+expect_one_line 64 "table: --wait-replicas-timeout alone"         --wait-replicas-timeout 1s status n
+expect_one_line 64 "table: --tls-cert without --tls-key"          --url rediss://127.0.0.1:1 --tls-cert "$TMP/empty-password" status n
+expect_one_line 66 "table: --tls-ca-file that does not exist"     --url rediss://127.0.0.1:1 --tls-ca-file "$TMP/nope.pem" status n
+expect_one_line 64 "table: --tls-* with a redis:// URL"           --tls-insecure status n
+expect_one_line 64 "table: option given an argument it takes none" --json=yes status n
+expect_one_line 64 "table: release with an empty token"           release n ""
+expect_one_line 81 "table: release with a token never issued"     release n 0123456789abcdef0123456789abcdef
+expect_one_line 64 "table: run --limit 0"                         run --limit 0 n touch "$M"
+expect_one_line 64 "table: id next -n over the limit"             id next -n 99999999999
+expect_one_line 64 "table: latch set not a number"                latch n set x
+expect_one_line 64 "table: latch await bad --wait"                latch n await -w soon
+expect_one_line 64 "table: latch set with -w"                     latch n set 3 -w 1s
+# ---- end bad-input table ----
+
 check "no child was started" "[ ! -e '$M' ]"
 check "nothing was locked" "[ \"\$(rcli dbsize)\" = 0 ]"
 
