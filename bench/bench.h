@@ -31,6 +31,9 @@ typedef struct bench_ctx {
     /* comma-separated ports of 5 further independent redis-servers on host,
      * for the redlock scenario (run.sh starts them); NULL: redlock skipped */
     const char *redlock_ports;
+    /* comma-separated ports of a 3-master Redis Cluster on host, for the
+     * cluster scenario (run.sh creates it); NULL: cluster skipped */
+    const char *cluster_ports;
 } bench_ctx;
 
 /* 1 if series `name` is selected by ctx->series. */
@@ -135,6 +138,7 @@ int bench_contention(bench_ctx *ctx);
 int bench_rwlock(bench_ctx *ctx);
 int bench_semaphore(bench_ctx *ctx);
 int bench_redlock(bench_ctx *ctx);
+int bench_cluster(bench_ctx *ctx);
 int bench_idworker(bench_ctx *ctx);
 /* issue 7: peers.c and extra.c */
 int bench_peer_pairs(bench_ctx *ctx);

@@ -36,6 +36,7 @@ static const scenario scenarios[] = {
     {"rwlock", bench_rwlock, "8 readers on one read lock vs 8 plain locks"},
     {"semaphore", bench_semaphore, "semaphore acquire+release pairs vs plain-lock pairs"},
     {"redlock", bench_redlock, "RedLock pairs over 3 and 5 masters vs one node"},
+    {"cluster", bench_cluster, "pairs on a 3-master Redis Cluster vs one node"},
     {"idworker", bench_idworker, "ID worker ids/s, single INCR vs batched INCRBY"},
     {"watchdog", bench_watchdog, "one client holding 10,000 watchdog locks: CPU, commands"},
     {"memory", bench_memory, "Redis memory per held lock (FLUSHALLs: runs last)"},
@@ -154,6 +155,8 @@ static void usage(FILE *f) {
     fprintf(f, "\n  --series L   only these series (for profiling one side with perf/strace)\n"
                "  --redlock-ports L  5 ports of further redis-servers on the host for the\n"
                "               redlock scenario (skipped without)\n"
+               "  --cluster-ports L  3 ports of a Redis Cluster's masters on the host, for\n"
+               "               the cluster scenario (skipped without)\n"
                "  -v           per-round figures\n");
 }
 
@@ -170,6 +173,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(a, "--series") && i + 1 < argc) ctx.series = argv[++i];
         else if (!strcmp(a, "--redlock-ports") && i + 1 < argc) ctx.redlock_ports = argv[++i];
+        else if (!strcmp(a, "--cluster-ports") && i + 1 < argc) ctx.cluster_ports = argv[++i];
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

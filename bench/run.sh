@@ -77,13 +77,14 @@ ping_ok() {
 # $DIR/NAME; sets PORT (empty on failure, its log then on stderr).
 start_server() {
   local d="$DIR/$1" p pid
+  shift
   mkdir -p "$d"
   PORT=""
   for _ in $(seq 20); do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
     port_busy "$p" && continue
     "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --dir "$d" --save '' --appendonly no \
-        --logfile "$d/log" --daemonize no >/dev/null 2>&1 &
+        --logfile "$d/log" --daemonize no "$@" >/dev/null 2>&1 &
     pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do
@@ -113,6 +114,29 @@ if [ -z "$ONLY" ] || [[ ",$ONLY," == *,redlock,* ]]; then
     RL+=("$PORT")
   done
   ARGS+=(--redlock-ports "$(IFS=,; echo "${RL[*]}")")
+fi
+
+# the cluster scenario's 3 masters (the bus port is given: the default,
+# port + 10000, may not exist)
+if [ -z "$ONLY" ] || [[ ",$ONLY," == *,cluster,* ]]; then
+  CL=()
+  for i in 1 2 3; do
+    start_server "cluster$i" --cluster-enabled yes \
+        --cluster-port $(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 )) || exit 1
+    CL+=("$PORT")
+  done
+  if redis-cli --cluster create "${CL[@]/#/127.0.0.1:}" --cluster-yes >"$DIR/cluster.log" 2>&1; then
+    for p in "${CL[@]}"; do
+      for _ in $(seq 100); do
+        redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && break
+        sleep 0.05
+      done
+    done
+    ARGS+=(--cluster-ports "$(IFS=,; echo "${CL[*]}")")
+  else
+    echo "bench: could not create the cluster (cluster scenario skipped):" >&2
+    cat "$DIR/cluster.log" >&2
+  fi
 fi
 
 set +e
