@@ -283,22 +283,37 @@ int cli_exit_code(int code, int conflict)
 }
 
 /* Reads the first line of path into a malloc'd string. */
+#define PASSWORD_MAX 4096
+
 static int read_password(const char *cmd, const char *path, char **out)
 {
     FILE *f = fopen(path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int saved;
+    char *line;
+    ssize_t n = 0;
+    int saved, ch = EOF;
     if (!f) {
         cli_err(cmd, "cannot read password file '%s': %s", path, strerror(errno));
         return EXIT_NOINPUT;
     }
+    line = malloc(PASSWORD_MAX + 1);
+    if (!line) {
+        fclose(f);
+        cli_err(cmd, "out of memory");
+        return EXIT_INTERNAL;
+    }
+    /* the first line, at most PASSWORD_MAX bytes: an endless file
+     * (/dev/zero) must not take all memory */
     errno = 0;
-    n = getline(&line, &cap, f);
-    saved = errno;
+    while (n <= PASSWORD_MAX && (ch = getc(f)) != EOF && ch != '\n') line[n++] = (char)ch;
+    saved = ferror(f) ? errno : 0;
     fclose(f);
-    if (n < 0) {
+    if (n > PASSWORD_MAX) {
+        free(line);
+        cli_err(cmd, "password file '%s': first line longer than %d bytes", path, PASSWORD_MAX);
+        return EXIT_NOINPUT;
+    }
+    line[n] = '\0';
+    if (n == 0 && (saved || ch == EOF)) {
         free(line);
         if (saved) {
             cli_err(cmd, "cannot read password file '%s': %s", path, strerror(saved));

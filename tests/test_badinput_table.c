@@ -316,6 +316,7 @@ int main(void)
     redisContext *rc = th_redis(srv);
     long long keys = th_cmd_int(rc, "EXISTS bt:lock bt:tok bt:sem bt:permits bt:latch");
     ASSERT_EQ(keys, 0);
+    redisFree(rc);
 
     dlock_latch_free(lt);
     dlock_permits_free(p);
@@ -324,6 +325,8 @@ int main(void)
     dlock_client_free(c);
     free(longname);
     close(g_dead_fd);
+    th_server_stop(auth);
+    th_server_stop(srv);
     th_log("%d rows ok", g_row);
     return 0;
 }
