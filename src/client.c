@@ -223,6 +223,13 @@ int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t
 int dlock_ping(dlock_client *c, int64_t *rtt_us) {
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
+    if (c->backend && !c->unusable) {
+        if (!c->backend->ping) return dl_backend_unsupported(c, "ping");
+        int rc = c->backend->ping(c, rtt_us, &err);
+        if (rc) return dl_client_fail(c, &err);
+        dl_client_ok(c);
+        return DLOCK_OK;
+    }
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     redisReply *r = NULL;
@@ -349,6 +356,19 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
 
     const char *url = o->url ? o->url : getenv("DLOCK_URL");
     if (!url || !*url) url = DL_DEFAULT_URL;
+    const dl_backend *b = dl_backend_for(url);
+    if (b) {
+        /* another server than Redis: the backend does the rest */
+        unsigned char raw[16];
+        int rc0 = dl_random_bytes(raw, sizeof raw, err);
+        if (rc0) return rc0;
+        snprintf(c->id, sizeof c->id,
+                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", raw[0],
+                 raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
+                 raw[11], raw[12], raw[13], raw[14], raw[15]);
+        c->backend = b;
+        return b->open(c, url, o, err);
+    }
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
@@ -448,6 +468,8 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     int rc = client_init(c, opts ? opts : &defaults, &err);
     if (rc) {
         /* keep the message on the handle; drop the connection state */
+        if (c->backend && c->bctx) c->backend->close(c);
+        c->bctx = NULL;
         client_clear(c);
         c->unusable = 1;
         return dl_client_fail(c, &err);
@@ -460,6 +482,7 @@ void dlock_client_free(dlock_client *c) {
     if (!c) return;
     dl_watchdog_free(c->wd);
     c->wd = NULL;
+    if (c->backend && c->bctx) c->backend->close(c);
     client_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
     dl_client_ok(c);

@@ -188,6 +188,7 @@ extern dl_script dl_script_force_unlock;    /* query.c */
 
 /* ---- client and pool (client.c) ---- */
 typedef struct dl_watchdog dl_watchdog;
+typedef struct dl_backend dl_backend;
 
 typedef struct dl_sentinel dl_sentinel;
 typedef struct dl_cluster dl_cluster;
@@ -227,6 +228,9 @@ struct dlock_client {
 
     pthread_mutex_t wd_mu;     /* guards wd creation */
     dl_watchdog *wd;
+
+    const dl_backend *backend; /* NULL: Redis (everything above); else the backend */
+    void *bctx;                /* the backend's client state */
 };
 
 /* ---- Sentinel (sentinel.c) ---- */
@@ -298,6 +302,46 @@ void dl_object_clear(dl_object *o);
 /* Records err on the handle; returns its code. */
 int dl_object_fail(dl_object *o, const dl_err *err);
 int dl_object_ok(dl_object *o);
+
+/* ---- other backends than Redis (backend.c, backend_<name>.c) ----
+ * A backend serves the lock API over another server, chosen by the URL
+ * scheme. Locks there are held by a session (a connection), not by a lease:
+ * a holder that dies loses them when its session ends. What a backend leaves
+ * NULL answers DLOCK_ENOTSUP, "not supported by the <name> backend". */
+typedef struct dl_try dl_try;
+struct dl_backend {
+    const char *name;                  /* "postgres", "mysql" */
+    const char *const *schemes;        /* URL prefixes it serves, NULL-terminated */
+    unsigned kinds;                    /* bit 1 << kind for each lock kind it has */
+    /* client: open sets c->bctx; close frees it */
+    int (*open)(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+    void (*close)(dlock_client *c);
+    int (*ping)(dlock_client *c, int64_t *rtt_us, dl_err *err);
+    /* a lock handle: l->bdata is the backend's (its own connection, say) */
+    int (*lock_init)(dlock_lock *l, dl_err *err);
+    void (*lock_destroy)(dlock_lock *l);
+    /* wait_ms as dlock_acquire; lease_ms > 0 or DLOCK_WATCHDOG (held while
+     * the session lives). Success: t->acquired, t->fence, t->count filled,
+     * l->expires_at set (INT64_MAX for a session-held lock). Not acquired:
+     * DLOCK_EBUSY (try once) or DLOCK_ETIMEDOUT, with a message. Reentry of
+     * a handle that holds: called again, t->count the new hold count. */
+    int (*acquire)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+    /* one hold: *res 1 released fully, 0 still held, -1 was not held (lost) */
+    int (*release)(dlock_lock *l, long long *res, dl_err *err);
+    int (*extend)(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
+    int (*check)(dlock_lock *l, int *held, int64_t *count, dl_err *err);
+    /* queries by name */
+    int (*inspect)(dlock_client *c, const char *name, size_t len, dlock_info *info, dl_err *err);
+    int (*fence_current)(dlock_client *c, const char *name, size_t len, uint64_t *fence,
+                         dl_err *err);
+    int (*force_unlock)(dlock_client *c, const char *name, size_t len, int *existed,
+                        dl_err *err);
+};
+
+/* The backend serving url, or NULL (Redis and its deployments). */
+const dl_backend *dl_backend_for(const char *url);
+/* Records DLOCK_ENOTSUP "<what> is not supported by the <name> backend" on c. */
+int dl_backend_unsupported(dlock_client *c, const char *what);
 
 /* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
 /* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
@@ -406,6 +450,7 @@ struct dlock_lock {
     void *lost_ud;
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
+    void *bdata;               /* another backend's per-lock state */
 };
 
 /* What a lock kind does; one table per kind, one file per kind. */

@@ -44,7 +44,13 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     int rc = dl_check_name(name, &name_len, &err);
     const dl_kind_ops *ops = dl_kind_lookup(kind);
     if (!rc && !ops) rc = dl_seterr(&err, DLOCK_EINVAL, "unknown lock kind %d", (int)kind);
+    if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
+    if (c->backend && !(c->backend->kinds & (1u << kind))) {
+        dl_seterr(&err, DLOCK_ENOTSUP, "%s locks are not supported by the %s backend", ops->name,
+                  c->backend->name);
+        return dl_client_fail(c, &err);
+    }
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l) goto oom;
     l->c = c;
@@ -57,7 +63,8 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     l->name_len = name_len;
     l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
     if (!l->fence_key) goto oom;
-    rc = ops->init(l, &err);
+    rc = c->backend ? (c->backend->lock_init ? c->backend->lock_init(l, &err) : DLOCK_OK)
+                    : ops->init(l, &err);
     if (rc) goto fail;
     l->lease.renew = ops->renew;
     l->lease.key = l->name;
@@ -73,7 +80,11 @@ oom:
     dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
 fail:
     if (l) {
-        if (l->ops && l->ops->destroy) l->ops->destroy(l);
+        if (c->backend) {
+            if (c->backend->lock_destroy) c->backend->lock_destroy(l);
+        } else if (l->ops && l->ops->destroy) {
+            l->ops->destroy(l);
+        }
         free(l->name);
         free(l->fence_key);
         free(l->channel);
@@ -103,7 +114,11 @@ void dlock_lock_free(dlock_lock *l) {
         if (dlock_release(l) != DLOCK_OK) break;
     }
     wd_off(l);
-    if (l->ops->destroy) l->ops->destroy(l);
+    if (l->c->backend) {
+        if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
+    } else if (l->ops->destroy) {
+        l->ops->destroy(l);
+    }
     free(l->name);
     free(l->fence_key);
     free(l->channel);
@@ -162,12 +177,14 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
         }
         reenter = 1;
     } else {
-        int rc = l->ops->owner(l, &err);
+        int rc = l->c->backend ? dl_owner_thread(l, &err) : l->ops->owner(l, &err);
         if (rc) return lock_fail(l, &err);
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
     dl_try t;
-    int rc = dl_lock_wait(l, wait_ms, lease, &t, &err);
+    memset(&t, 0, sizeof t);
+    int rc = l->c->backend ? l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err)
+                           : dl_lock_wait(l, wait_ms, lease, &t, &err);
     if (rc) {
         if (!reenter) {
             l->token[0] = '\0';
@@ -180,6 +197,7 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
     l->lease_ms = lease;
     atomic_store(&l->lease.lost, 0);
     if (fence) *fence = t.fence;
+    if (l->c->backend) return lock_ok(l); /* session-held: no watchdog */
     if (lease_ms == DLOCK_WATCHDOG && !l->watchdog) {
         rc = wd_on(l, &err);
         if (rc) {
@@ -226,7 +244,9 @@ int dlock_release(dlock_lock *l) {
     dl_conn *conn = NULL;
     long long res = 0;
     int rc;
-    if (l->c->mode == DL_MODE_REDLOCK) {
+    if (l->c->backend) {
+        rc = l->c->backend->release(l, &res, &err);
+    } else if (l->c->mode == DL_MODE_REDLOCK) {
         rc = dl_redlock_release(l, &res, &err);
     } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->release(l, conn, &res, &err);
@@ -269,7 +289,13 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
     long long res = 0;
     int64_t t0 = dl_now_ms();
     int rc;
-    if (l->c->mode == DL_MODE_REDLOCK) {
+    if (l->c->backend) {
+        rc = l->c->backend->extend
+                 ? l->c->backend->extend(l, lease_ms, &res, &err)
+                 : dl_seterr(&err, DLOCK_ENOTSUP, "extend is not supported by the %s backend "
+                                                  "(its locks live as long as the session)",
+                             l->c->backend->name);
+    } else if (l->c->mode == DL_MODE_REDLOCK) {
         rc = dl_redlock_extend(l, lease_ms, &res, &err);
     } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->extend(l, conn, lease_ms, &res, &err);
@@ -343,7 +369,9 @@ int dlock_lock_check(dlock_lock *l, int *held, int64_t *count) {
     if (l->holds <= 0) return lock_ok(l);
     dl_conn *conn = NULL;
     int rc;
-    if (l->c->mode == DL_MODE_REDLOCK) {
+    if (l->c->backend) {
+        rc = l->c->backend->check(l, held, &n, &err);
+    } else if (l->c->mode == DL_MODE_REDLOCK) {
         rc = dl_redlock_check(l, held, &n, &err);
     } else if (!(rc = with_conn(l, &conn, &err))) {
         rc = l->ops->check(l, conn, held, &n, &err);

@@ -28,10 +28,35 @@ static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t n
     return rc;
 }
 
+/* Another backend's answer to a query by name (DLOCK_ENOTSUP without one). */
+static int backend_query(dlock_client *c, const char *what, const char *name, size_t name_len,
+                         dlock_info *info, uint64_t *fence, int *existed) {
+    dl_err err = {0};
+    const dl_backend *b = c->backend;
+    int rc = dl_check_name(name, &name_len, &err);
+    if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
+    if (rc) return dl_client_fail(c, &err);
+    if (info && !b->inspect) return dl_backend_unsupported(c, what);
+    if (fence && !b->fence_current) return dl_backend_unsupported(c, what);
+    if (existed && !b->force_unlock) return dl_backend_unsupported(c, what);
+    rc = info ? b->inspect(c, name, name_len, info, &err)
+         : fence ? b->fence_current(c, name, name_len, fence, &err)
+                 : b->force_unlock(c, name, name_len, existed, &err);
+    if (rc) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
 int dlock_is_locked(dlock_client *c, const char *name, size_t name_len, int *locked) {
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!locked) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "locked is NULL"});
+    if (c->backend) {
+        dlock_info info;
+        int rc = backend_query(c, "is_locked", name, name_len, &info, NULL, NULL);
+        if (!rc) *locked = info.exists;
+        return rc;
+    }
     redisReply *r = NULL;
     int rc = name_cmd(c, "EXISTS", name, name_len, &r, &err);
     if (rc) return dl_client_fail(c, &err);
@@ -45,6 +70,12 @@ int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len, int6
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!ttl_ms) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "ttl_ms is NULL"});
+    if (c->backend) {
+        dlock_info info;
+        int rc = backend_query(c, "remaining_ttl", name, name_len, &info, NULL, NULL);
+        if (!rc) *ttl_ms = info.ttl_ms;
+        return rc;
+    }
     redisReply *r = NULL;
     int rc = name_cmd(c, "PTTL", name, name_len, &r, &err);
     if (rc) return dl_client_fail(c, &err);
@@ -61,6 +92,7 @@ int dlock_fence_current(dlock_client *c, const char *name, size_t name_len, uint
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!fence) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "fence is NULL"});
+    if (c->backend) return backend_query(c, "fence_current", name, name_len, NULL, fence, NULL);
     int rc = dl_check_name(name, &name_len, &err);
     if (rc) return dl_client_fail(c, &err);
     size_t kl;
@@ -202,6 +234,7 @@ int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!info) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "info is NULL"});
+    if (c->backend) return backend_query(c, "inspect", name, name_len, info, NULL, NULL);
     int rc = dl_check_name(name, &name_len, &err);
     if (rc) return dl_client_fail(c, &err);
     int64_t deadline = dl_cmd_deadline(c);
@@ -219,6 +252,12 @@ int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info
 int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *existed) {
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
+    if (c->backend) {
+        int e = 0;
+        int rc = backend_query(c, "force_unlock", name, name_len, NULL, NULL, &e);
+        if (!rc && existed) *existed = e;
+        return rc;
+    }
     int rc = dl_check_name(name, &name_len, &err);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
@@ -282,6 +321,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!fn) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "callback is NULL"});
+    if (c->backend) return dl_backend_unsupported(c, "list");
     if (!pattern || !*pattern) pattern = "*";
     int rc = DLOCK_OK, stop = 0;
     /* a cluster's keys are spread over its masters: scan each */
@@ -336,6 +376,7 @@ int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t bufle
     dl_err err = {0};
     if (!what || !*what || !buf || buflen == 0)
         return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: bad arguments"});
+    if (c->backend) return dl_backend_unsupported(c, "server facts");
     buf[0] = '\0';
     redisReply *r = NULL;
     int rc;

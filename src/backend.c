@@ -1,0 +1,38 @@
+/* The table of backends other than Redis, chosen by URL scheme. Each is in
+ * its own file and compiled only when its client library was found
+ * (DLOCK_HAVE_<NAME>, set by CMake). */
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef DLOCK_HAVE_POSTGRES
+extern const dl_backend dl_backend_postgres;
+#endif
+#ifdef DLOCK_HAVE_MYSQL
+extern const dl_backend dl_backend_mysql;
+#endif
+
+static const dl_backend *const backends[] = {
+#ifdef DLOCK_HAVE_POSTGRES
+    &dl_backend_postgres,
+#endif
+#ifdef DLOCK_HAVE_MYSQL
+    &dl_backend_mysql,
+#endif
+    NULL,
+};
+
+const dl_backend *dl_backend_for(const char *url) {
+    if (!url) return NULL;
+    for (size_t i = 0; backends[i]; i++)
+        for (const char *const *s = backends[i]->schemes; *s; s++)
+            if (!strncmp(url, *s, strlen(*s))) return backends[i];
+    return NULL;
+}
+
+int dl_backend_unsupported(dlock_client *c, const char *what) {
+    dl_err err = {0};
+    dl_seterr(&err, DLOCK_ENOTSUP, "%s is not supported by the %s backend", what,
+              c->backend->name);
+    return dl_client_fail(c, &err);
+}
