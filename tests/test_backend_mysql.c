@@ -1,0 +1,591 @@
+/* The MySQL/MariaDB backend (src/backend_mysql.c) against a private mariadbd
+ * started in a temporary directory on a free 127.0.0.1 port (SERVERS.md,
+ * section 4): database testdb, user 'test'@'127.0.0.1'. The server is always
+ * stopped and its directory removed (atexit; the harness SIGKILLs it on a
+ * signal or timeout, and it dies with the test through PR_SET_PDEATHSIG).
+ * Exits 77 when mariadbd is not installed.
+ *
+ * argv[1] (optional): the dlock CLI, run once against the server. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char g_dir[64];
+static char g_sock[128];
+static int g_port;
+static pid_t g_mysqld;
+static pid_t g_owner;
+static char g_url[256];
+static char g_tools[4][256]; /* mariadbd, mariadb-install-db, mariadb-admin, mariadb */
+
+static int find_tool(const char *name, char *out, size_t outlen) {
+    const char *path = getenv("PATH");
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%s:/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin",
+             path ? path : "");
+    for (char *save = NULL, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+        snprintf(out, outlen, "%s/%s", p, name);
+        if (access(out, X_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(s, (struct sockaddr *)&a, &len))
+        th_fail(__FILE__, __LINE__, "free port: %s", strerror(errno));
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* Runs argv (output to g_dir/log); returns its exit status. */
+static int run(char *const argv[], int64_t timeout_ms) {
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        char log[128];
+        snprintf(log, sizeof log, "%s/cmd.log", g_dir);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return th_wait_child(pid, timeout_ms);
+}
+
+static int sql_root(const char *sql) {
+    char sock[160];
+    snprintf(sock, sizeof sock, "--socket=%s", g_sock);
+    char *argv[] = {g_tools[3], "--no-defaults", sock, "-u", "root", "-e", (char *)sql, NULL};
+    return run(argv, 20000);
+}
+
+static void stop_server(void) {
+    if (getpid() != g_owner) return;
+    if (g_mysqld > 0) {
+        kill(g_mysqld, SIGTERM);
+        int64_t dl = th_now_ms() + 20000;
+        while (waitpid(g_mysqld, NULL, WNOHANG) == 0) {
+            if (th_now_ms() > dl) {
+                kill(g_mysqld, SIGKILL);
+                waitpid(g_mysqld, NULL, 0);
+                break;
+            }
+            th_sleep_ms(20);
+        }
+        g_mysqld = 0;
+    }
+    if (g_dir[0]) {
+        pid_t r = fork();
+        if (r == 0) {
+            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
+            _exit(127);
+        }
+        if (r > 0) waitpid(r, NULL, 0);
+        g_dir[0] = '\0';
+    }
+}
+
+static void start_server(void) {
+    const char *names[4] = {"mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb"};
+    for (int i = 0; i < 4; i++)
+        if (!find_tool(names[i], g_tools[i], sizeof g_tools[i]))
+            th_skip("%s is not installed (Debian: mariadb-server, mariadb-client)", names[i]);
+    snprintf(g_dir, sizeof g_dir, "/tmp/dlock-my.XXXXXX");
+    if (!mkdtemp(g_dir)) th_fail(__FILE__, __LINE__, "mkdtemp: %s", strerror(errno));
+    g_owner = getpid();
+    atexit(stop_server);
+    char datadir[128], sock[160], port[32], pidf[128], errl[128];
+    snprintf(datadir, sizeof datadir, "--datadir=%s/data", g_dir);
+    snprintf(g_sock, sizeof g_sock, "%s/sock", g_dir);
+    snprintf(sock, sizeof sock, "--socket=%s", g_sock);
+    snprintf(pidf, sizeof pidf, "--pid-file=%s/pid", g_dir);
+    snprintf(errl, sizeof errl, "--log-error=%s/err.log", g_dir);
+    char *inst[] = {g_tools[1], "--no-defaults", "--user=root", datadir, "--skip-test-db",
+                    "--innodb-log-file-size=16M", NULL};
+    int64_t t0 = th_now_ms();
+    ASSERT_MSG(run(inst, 60000) == 0, "mariadb-install-db failed (see %s/cmd.log)", g_dir);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        g_port = free_port();
+        snprintf(port, sizeof port, "--port=%d", g_port);
+        pid_t pid = th_fork();
+        if (pid == 0) {
+            int nul = open("/dev/null", O_RDWR);
+            if (nul >= 0) {
+                dup2(nul, 0);
+                dup2(nul, 1);
+                dup2(nul, 2);
+            }
+            execl(g_tools[0], g_tools[0], "--no-defaults", "--user=root", datadir, sock, port,
+                  "--bind-address=127.0.0.1", pidf, errl, "--skip-name-resolve",
+                  "--innodb-log-file-size=16M", (char *)NULL);
+            _exit(127);
+        }
+        g_mysqld = pid;
+        char *ping[] = {g_tools[2], "--no-defaults", sock, "-u", "root", "ping", NULL};
+        int up = 0;
+        for (int i = 0; i < 300 && !up; i++) {
+            if (waitpid(pid, NULL, WNOHANG) == pid) {
+                g_mysqld = 0;
+                break;
+            }
+            up = run(ping, 10000) == 0;
+            if (!up) th_sleep_ms(100);
+        }
+        if (up) break;
+        if (g_mysqld) {
+            kill(g_mysqld, SIGKILL);
+            waitpid(g_mysqld, NULL, 0);
+            g_mysqld = 0;
+        }
+    }
+    ASSERT_MSG(g_mysqld > 0, "mariadbd did not start (see %s/err.log)", g_dir);
+    ASSERT_EQ(sql_root("CREATE DATABASE testdb; "
+                       "CREATE USER 'test'@'127.0.0.1' IDENTIFIED BY 'secret'; "
+                       "GRANT ALL ON testdb.* TO 'test'@'127.0.0.1'"),
+              0);
+    snprintf(g_url, sizeof g_url, "mysql://test:secret@127.0.0.1:%d/testdb", g_port);
+    th_log("mariadbd on 127.0.0.1:%d in %s, ready in %lld ms", g_port, g_dir,
+           (long long)(th_now_ms() - t0));
+}
+
+static dlock_client *client_url(const char *url) {
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&o, &c);
+    ASSERT_MSG(rc == DLOCK_OK, "client %s: %s: %s", url, dlock_strerror(rc), dlock_errmsg(c));
+    return c;
+}
+
+static dlock_client *client(void) { return client_url(g_url); }
+
+static dlock_lock *lock_n(dlock_client *c, const char *name, size_t len, dlock_kind kind) {
+    dlock_lock *l = NULL;
+    ASSERT_COK(c, dlock_lock_new(c, name, len, kind, &l));
+    return l;
+}
+
+static dlock_lock *lock(dlock_client *c, const char *name, dlock_kind kind) {
+    return lock_n(c, name, DLOCK_CSTR, kind);
+}
+
+/* ---- try-once, timed, fencing, check, inspect ---- */
+static void test_basic(void) {
+    dlock_client *a = client(), *b = client();
+    dlock_lock *la = lock(a, "basic", DLOCK_KIND_PLAIN), *lb = lock(b, "basic", DLOCK_KIND_PLAIN);
+    uint64_t f1 = 0, f2 = 0, cur = 0;
+    ASSERT_LOK(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f1));
+    ASSERT_U64_GT(f1, 0);
+    ASSERT_COK(a, dlock_fence_current(a, "basic", DLOCK_CSTR, &cur));
+    ASSERT_U64_EQ(cur, f1);
+    ASSERT_GT(dlock_lock_valid_ms(la), 1000000);
+    int held = 0;
+    int64_t count = 0;
+    ASSERT_LOK(la, dlock_lock_check(la, &held, &count));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(count, 1);
+    /* a plain handle does not re-enter */
+    ASSERT_LCODE(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EINVAL);
+
+    ASSERT_LCODE(lb, dlock_acquire(lb, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT(strstr(dlock_lock_errmsg(lb), "basic"));
+    ASSERT_LOK(lb, dlock_lock_check(lb, &held, &count));
+    ASSERT_EQ(held, 0);
+    int64_t t0 = th_now_ms();
+    ASSERT_LCODE(lb, dlock_acquire(lb, 300, DLOCK_WATCHDOG, NULL), DLOCK_ETIMEDOUT);
+    int64_t took = th_now_ms() - t0;
+    th_log("timed acquire of 300 ms gave up after %lld ms", (long long)took);
+    ASSERT_GE(took, 280);
+    ASSERT_LT(took, 1500);
+
+    dlock_info info;
+    ASSERT_COK(b, dlock_inspect(b, "basic", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_EQ(info.holders, 1);
+    ASSERT_EQ(info.ttl_ms, -1);
+    ASSERT_U64_EQ(info.fence, f1);
+    int locked = 0;
+    ASSERT_COK(b, dlock_is_locked(b, "basic", DLOCK_CSTR, &locked));
+    ASSERT_EQ(locked, 1);
+
+    ASSERT_LOK(la, dlock_release(la));
+    ASSERT_LCODE(la, dlock_release(la), DLOCK_ENOTHELD);
+    ASSERT_LOK(lb, dlock_acquire(lb, 2000, DLOCK_WATCHDOG, &f2));
+    ASSERT_U64_GT(f2, f1);
+    ASSERT_LOK(lb, dlock_release(lb));
+    ASSERT_COK(a, dlock_inspect(a, "basic", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 0);
+    ASSERT_EQ(info.ttl_ms, -2);
+    int64_t ttl = 0;
+    ASSERT_COK(a, dlock_remaining_ttl(a, "basic", DLOCK_CSTR, &ttl));
+    ASSERT_EQ(ttl, -2);
+    ASSERT_COK(a, dlock_fence_current(a, "never-locked", DLOCK_CSTR, &cur));
+    ASSERT_U64_EQ(cur, 0);
+    int64_t rtt = -1;
+    ASSERT_COK(a, dlock_ping(a, &rtt));
+    ASSERT_GE(rtt, 0);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    th_log("basic: ok (fences %llu < %llu)", (unsigned long long)f1, (unsigned long long)f2);
+}
+
+/* ---- a timed waiter is woken by the release ---- */
+static void test_handoff(void) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        dlock_client *c = client();
+        dlock_lock *l = lock(c, "handoff", DLOCK_KIND_PLAIN);
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        ASSERT_EQ(write(p[1], "a", 1), 1);
+        th_sleep_ms(300);
+        ASSERT_LOK(l, dlock_release(l));
+        dlock_lock_free(l);
+        dlock_client_free(c);
+        _exit(0);
+    }
+    char ch;
+    ASSERT_EQ(read(p[0], &ch, 1), 1);
+    dlock_client *c = client();
+    dlock_lock *l = lock(c, "handoff", DLOCK_KIND_PLAIN);
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(l, dlock_acquire(l, 10000, DLOCK_WATCHDOG, NULL));
+    int64_t took = th_now_ms() - t0;
+    ASSERT_LT(took, 2000);
+    ASSERT_EQ(th_wait_child(pid, 5000), 0);
+    dlock_lock_free(l); /* releases */
+    l = lock(c, "handoff", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    close(p[0]);
+    close(p[1]);
+    th_log("handoff: ok (waited %lld ms for a 300 ms hold)", (long long)took);
+}
+
+/* ---- reentrant ---- */
+static void test_reentrant(void) {
+    dlock_client *a = client(), *b = client();
+    dlock_lock *la = lock(a, "re", DLOCK_KIND_REENTRANT), *lb = lock(b, "re", DLOCK_KIND_REENTRANT);
+    uint64_t f1, f2;
+    ASSERT_LOK(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f1));
+    ASSERT_LOK(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f2));
+    ASSERT_U64_GT(f2, f1);
+    int held;
+    int64_t count;
+    ASSERT_LOK(la, dlock_lock_check(la, &held, &count));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(count, 2);
+    ASSERT_LOK(la, dlock_release(la));
+    ASSERT_EQ(dlock_lock_holding(la), 1);
+    ASSERT_LCODE(lb, dlock_acquire(lb, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(la, dlock_release(la));
+    ASSERT_EQ(dlock_lock_holding(la), 0);
+    ASSERT_LOK(lb, dlock_acquire(lb, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    dlock_lock_free(lb); /* releases */
+    ASSERT_LOK(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    dlock_lock_free(la);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    th_log("reentrant: ok");
+}
+
+/* ---- names over 64 bytes, and binary names ---- */
+static void test_long_names(void) {
+    char n1[300], n2[300];
+    memset(n1, 'x', sizeof n1);
+    memcpy(n2, n1, sizeof n2);
+    n2[299] = 'y'; /* differs in the last byte only */
+    const char bin[] = {'a', 0, (char)0xff, '\n', 'b'};
+    dlock_client *a = client(), *b = client();
+    dlock_lock *a1 = lock_n(a, n1, sizeof n1, DLOCK_KIND_PLAIN);
+    dlock_lock *b1 = lock_n(b, n1, sizeof n1, DLOCK_KIND_PLAIN);
+    dlock_lock *b2 = lock_n(b, n2, sizeof n2, DLOCK_KIND_PLAIN);
+    dlock_lock *a3 = lock_n(a, bin, sizeof bin, DLOCK_KIND_PLAIN);
+    dlock_lock *b3 = lock_n(b, bin, sizeof bin, DLOCK_KIND_PLAIN);
+    uint64_t f1, f2;
+    ASSERT_LOK(a1, dlock_acquire(a1, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f1));
+    ASSERT_LCODE(b1, dlock_acquire(b1, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(b2, dlock_acquire(b2, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f2));
+    ASSERT_U64_EQ(f2, 1); /* its own counter */
+    ASSERT_LOK(a3, dlock_acquire(a3, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LCODE(b3, dlock_acquire(b3, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    int locked = 0;
+    ASSERT_COK(a, dlock_is_locked(a, n2, sizeof n2, &locked));
+    ASSERT_EQ(locked, 1);
+    uint64_t cur;
+    ASSERT_COK(a, dlock_fence_current(a, n1, sizeof n1, &cur));
+    ASSERT_U64_EQ(cur, f1);
+    ASSERT_LOK(a1, dlock_release(a1));
+    ASSERT_LOK(b1, dlock_acquire(b1, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    dlock_lock_free(a1);
+    dlock_lock_free(b1);
+    dlock_lock_free(b2);
+    dlock_lock_free(a3);
+    dlock_lock_free(b3);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    th_log("long and binary names: ok");
+}
+
+/* ---- what the backend does not have ---- */
+static void assert_notsup(int rc, const char *msg) {
+    ASSERT_MSG(rc == DLOCK_ENOTSUP, "want DLOCK_ENOTSUP, got %d (%s): %s", rc,
+               dlock_strerror(rc), msg);
+    ASSERT_MSG(strstr(msg, "mysql") != NULL, "message does not name the backend: %s", msg);
+}
+
+static void test_unsupported(void) {
+    dlock_client *c = client();
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_READ, &l);
+    assert_notsup(rc, dlock_errmsg(c));
+    rc = dlock_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_FAIR, &l);
+    assert_notsup(rc, dlock_errmsg(c));
+    ASSERT_NULL(l);
+    l = lock(c, "x", DLOCK_KIND_PLAIN);
+    rc = dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL);
+    assert_notsup(rc, dlock_lock_errmsg(l));
+    th_log("explicit lease: %s", dlock_lock_errmsg(l));
+    ASSERT_EQ(dlock_lock_holding(l), 0);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    rc = dlock_extend(l, 5000);
+    assert_notsup(rc, dlock_lock_errmsg(l));
+    int e = 0;
+    rc = dlock_force_unlock(c, "x", DLOCK_CSTR, &e);
+    assert_notsup(rc, dlock_errmsg(c));
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_log("unsupported: ok");
+}
+
+/* ---- bad URLs and credentials ---- */
+static void test_bad_url(void) {
+    const char *bad[] = {"mysql://test:pw-in-url@127.0.0.1:notaport/testdb",
+                         "mysql://test:pw-in-url@127.0.0.1:3306",
+                         "mariadb://test:pw-in-url@/testdb"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = bad[i];
+        dlock_client *c = NULL;
+        int rc = dlock_client_new(&o, &c);
+        ASSERT_MSG(rc == DLOCK_EINVAL, "%s: got %d: %s", bad[i], rc, dlock_errmsg(c));
+        ASSERT_MSG(!strstr(dlock_errmsg(c), "pw-in-url"), "password in: %s", dlock_errmsg(c));
+        dlock_client_free(c);
+    }
+    char url[256];
+    snprintf(url, sizeof url, "mariadb://test:Wrong-Secret@127.0.0.1:%d/testdb", g_port);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&o, &c);
+    const char *m = dlock_errmsg(c);
+    th_log("wrong password: %s", m);
+    ASSERT_MSG(rc == DLOCK_EAUTH, "wrong password: got %d: %s", rc, m);
+    ASSERT_MSG(!strstr(m, "Wrong-Secret"), "password in: %s", m);
+    ASSERT(strstr(m, "***"));
+    dlock_client_free(c);
+    /* the password option wins over the URL's */
+    o.password = "secret";
+    ASSERT_COK(c, dlock_client_new(&o, &c));
+    dlock_client_free(c);
+    /* nothing listening */
+    snprintf(url, sizeof url, "mysql://test:secret@127.0.0.1:%d/testdb", free_port());
+    o.url = url;
+    o.password = NULL;
+    o.connect_timeout_ms = 2000;
+    rc = dlock_client_new(&o, &c);
+    th_log("refused: %s", dlock_errmsg(c));
+    ASSERT_MSG(rc == DLOCK_EIO, "refused: got %d: %s", rc, dlock_errmsg(c));
+    ASSERT(!strstr(dlock_errmsg(c), "secret"));
+    dlock_client_free(c);
+    th_log("bad URL and credentials: ok");
+}
+
+/* ---- the holder's connection is killed: its lock is lost ---- */
+static void test_conn_lost(void) {
+    dlock_client *c = client(), *d = client();
+    dlock_lock *l = lock(c, "lost", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    dlock_info info;
+    ASSERT_COK(d, dlock_inspect(d, "lost", DLOCK_CSTR, &info));
+    long long id = 0;
+    ASSERT_EQ(sscanf(info.holder, "connection %lld", &id), 1);
+    char sql[64];
+    snprintf(sql, sizeof sql, "KILL %lld", id);
+    ASSERT_EQ(sql_root(sql), 0);
+    int held = 1;
+    ASSERT_LCODE(l, dlock_lock_check(l, &held, NULL), DLOCK_ELOST);
+    ASSERT_EQ(held, 0);
+    ASSERT_EQ(dlock_lock_is_lost(l), 1);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+    dlock_lock *m = lock(d, "lost", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(m, dlock_acquire(m, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(m, dlock_release(m));
+    /* the handle connects again */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(m);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    dlock_client_free(d);
+    th_log("connection lost: ok");
+}
+
+/* ---- a holder killed with SIGKILL ---- */
+static void test_holder_killed(void) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        dlock_client *c = client();
+        dlock_lock *l = lock(c, "crash", DLOCK_KIND_PLAIN);
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        ASSERT_EQ(write(p[1], "a", 1), 1);
+        for (;;) pause();
+    }
+    char ch;
+    ASSERT_EQ(read(p[0], &ch, 1), 1);
+    dlock_client *c = client();
+    dlock_lock *l = lock(c, "crash", DLOCK_KIND_PLAIN);
+    ASSERT_LCODE(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    kill(pid, SIGKILL);
+    ASSERT_EQ(th_wait_child(pid, 5000), 128 + SIGKILL);
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(l, dlock_acquire(l, 10000, DLOCK_WATCHDOG, NULL));
+    int64_t took = th_now_ms() - t0;
+    th_log("holder killed: lock taken over %lld ms after its death", (long long)took);
+    ASSERT_LT(took, 2000);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* ---- 8 processes x 50 rounds: exact counter, increasing fences ---- */
+#define PROCS 8
+#define ROUNDS 50
+
+static long long read_num(const char *path) {
+    FILE *f = fopen(path, "r");
+    long long v = 0;
+    if (f) {
+        if (fscanf(f, "%lld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static void write_num(const char *path, long long v) {
+    FILE *f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fprintf(f, "%lld\n", v);
+    fclose(f);
+}
+
+static void test_mutex(void) {
+    char counter[128], fences[128];
+    snprintf(counter, sizeof counter, "%s/counter", g_dir);
+    snprintf(fences, sizeof fences, "%s/fence", g_dir);
+    write_num(counter, 0);
+    write_num(fences, 0);
+    pid_t pids[PROCS];
+    int64_t t0 = th_now_ms();
+    for (int i = 0; i < PROCS; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) {
+            dlock_client *c = client();
+            dlock_lock *l = lock(c, "counter", i % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN);
+            for (int r = 0; r < ROUNDS; r++) {
+                uint64_t f = 0;
+                ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, &f));
+                long long last = read_num(fences);
+                ASSERT_MSG((long long)f > last, "fence %llu not above the last %lld",
+                           (unsigned long long)f, last);
+                write_num(fences, (long long)f);
+                long long v = read_num(counter);
+                if (r % 7 == 0) th_sleep_ms(1); /* widen the race window */
+                write_num(counter, v + 1);
+                ASSERT_LOK(l, dlock_release(l));
+            }
+            dlock_lock_free(l);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < PROCS; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
+    ASSERT_EQ(read_num(counter), PROCS * ROUNDS);
+    dlock_client *c = client();
+    uint64_t cur;
+    ASSERT_COK(c, dlock_fence_current(c, "counter", DLOCK_CSTR, &cur));
+    ASSERT_U64_EQ(cur, (uint64_t)read_num(fences));
+    ASSERT_U64_EQ(cur, PROCS * ROUNDS);
+    dlock_client_free(c);
+    th_log("mutex: %d processes x %d rounds exact in %lld ms", PROCS, ROUNDS,
+           (long long)(th_now_ms() - t0));
+}
+
+/* ---- the CLI ---- */
+static int run_cli(const char *dlock, const char *wait, const char *name) {
+    char *argv[] = {(char *)dlock, "--url", g_url, "run", "--wait", (char *)wait,
+                    (char *)name, "--", "true", NULL};
+    return run(argv, 20000);
+}
+
+static void test_cli(const char *dlock) {
+    if (!dlock || access(dlock, X_OK) != 0) {
+        th_log("cli: no dlock binary given, not run");
+        return;
+    }
+    ASSERT_EQ(run_cli(dlock, "0", "cli-lock"), 0);
+    dlock_client *c = client();
+    dlock_lock *l = lock(c, "cli-lock", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    int st = run_cli(dlock, "0", "cli-lock");
+    ASSERT_NE(st, 0); /* busy */
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(run_cli(dlock, "0", "cli-lock"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_log("cli: ok (busy lock: exit %d)", st);
+}
+
+int main(int argc, char **argv) {
+    th_init("backend_mysql");
+    start_server();
+    test_basic();
+    test_handoff();
+    test_reentrant();
+    test_long_names();
+    test_unsupported();
+    test_bad_url();
+    test_conn_lost();
+    test_holder_killed();
+    test_mutex();
+    test_cli(argc > 1 ? argv[1] : NULL);
+    th_log("all passed");
+    return 0;
+}
