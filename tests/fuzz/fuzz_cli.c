@@ -78,6 +78,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* The replacement of a URL that parses; NULL leaves it as it is. */
 static const char *redirect(const char *url, char *buf, size_t len)
 {
+    /* another backend (postgres://, mysql://): the same scheme, refused port */
+    const dl_backend *b = dl_backend_for(url);
+    if (b) {
+        snprintf(buf, len, "%s127.0.0.1:%d/db", b->schemes[0], g_port);
+        return buf;
+    }
     dl_target t;
     dl_err err;
     memset(&err, 0, sizeof err);
