@@ -77,7 +77,7 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
         g->fence_url = optarg;
         return 0;
     case OPT_WAIT_REPLICAS: {
-        long n;
+        long n = 0;
         int rc = cli_integer(cmd, "--wait-replicas", optarg, 0, 1000, &n);
         if (!rc)
             g->wait_replicas = (int)n;
