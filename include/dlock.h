@@ -117,6 +117,13 @@ typedef struct dlock_options {
      * redis-sentinel://[password@]host:port,host:port/MASTER_NAME[/db]
      *                           sentinels to ask for the master MASTER_NAME; the
      *                           password is the master's (sentinels may use none)
+     * redis-cluster://host:port,host:port   any reachable nodes of a Redis Cluster
+     * postgres://user:password@host:port/db  PostgreSQL advisory locks
+     * mysql://user:password@host:port/db     MySQL/MariaDB GET_LOCK
+     *                           (built when libpq / libmariadb were found). Their
+     *                           locks are held while the session lives: pass
+     *                           DLOCK_WATCHDOG; what they lack is DLOCK_ENOTSUP
+     *                           (docs/backends.md).
      * NULL means $DLOCK_URL, else redis://127.0.0.1:6379. User and password
      * may be percent-encoded (a ',' in a redlock password must be). */
     const char *url;
