@@ -384,9 +384,13 @@ DLOCK_EXPORT int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn 
 
 /* ---- server facts (for `dlock doctor`) ---- */
 
-/* Reads CONFIG GET / INFO field `what` (e.g. "maxmemory-policy", or
- * "info:replication:role") into buf. Returns DLOCK_OK, DLOCK_ESERVER when the
- * server refuses (CONFIG disabled by ACL), or a failure code. */
+/* Reads one fact about the server into buf (truncated to buflen - 1 bytes).
+ * "backend" works on every client: "redis", "postgres", "mysql", ...
+ * Redis: CONFIG GET / INFO field `what` (e.g. "maxmemory-policy", or
+ * "info:replication:role"). Other backends: "version" (the server's version)
+ * and "session" (what keeps a lock held there), plus the ones docs/backends.md
+ * lists. Returns DLOCK_OK, DLOCK_ESERVER when the server refuses (CONFIG
+ * disabled by ACL) or has no such fact, or a failure code. */
 DLOCK_EXPORT int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen);
 
 /* ---- multi-lock ---- */

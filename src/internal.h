@@ -336,6 +336,12 @@ struct dl_backend {
                          dl_err *err);
     int (*force_unlock)(dlock_client *c, const char *name, size_t len, int *existed,
                         dl_err *err);
+    /* dlock_server_fact for this backend: at least "version" (the server's
+     * version) and "session" (one line: what keeps a lock held, e.g. "the
+     * connection" or "a session with a 10000 ms timeout"); DLOCK_ESERVER
+     * "no such fact" for others. */
+    int (*server_fact)(dlock_client *c, const char *what, char *buf, size_t buflen,
+                       dl_err *err);
 };
 
 /* The backend serving url, or NULL (Redis and its deployments). */

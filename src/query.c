@@ -376,8 +376,18 @@ int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t bufle
     dl_err err = {0};
     if (!what || !*what || !buf || buflen == 0)
         return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: bad arguments"});
-    if (c->backend) return dl_backend_unsupported(c, "server facts");
     buf[0] = '\0';
+    if (!strcmp(what, "backend")) {
+        snprintf(buf, buflen, "%s", c->backend ? c->backend->name : "redis");
+        dl_client_ok(c);
+        return DLOCK_OK;
+    }
+    if (c->backend) {
+        if (!c->backend->server_fact) return dl_backend_unsupported(c, "server facts");
+        if (c->backend->server_fact(c, what, buf, buflen, &err)) return dl_client_fail(c, &err);
+        dl_client_ok(c);
+        return DLOCK_OK;
+    }
     redisReply *r = NULL;
     int rc;
     if (!strncmp(what, "info:", 5)) {
