@@ -15,6 +15,10 @@
  *                    script makes the queue head the owner and publishes
  *                    "granted:<fence>" on the head's own channel: B holds on
  *                    receipt, with no further round trip. Target: below raw.
+ *   raw-notify       (fair_handoff only) the floor of any handoff: as raw, but
+ *                    B records the time when the release's message arrives,
+ *                    without taking anything. No lock can be handed over
+ *                    faster than this; no target.
  *
  * A is this process; each series has its own waiter B, a child forked per
  * block. Both read CLOCK_MONOTONIC (one clock for every process on the
@@ -48,13 +52,17 @@ static const char release_pub_lua[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]); "
     "redis.call('publish', KEYS[2], '0'); return 1 end return 0";
 
-enum { S_RAW, S_DLOCK, S_REENTRANT, S_FAIR, S_COUNT };
+enum { S_RAW, S_DLOCK, S_REENTRANT, S_FAIR, S_NOTIFY, S_COUNT };
 static const char *const series_name[S_COUNT] = {"raw", "dlock", "dlock-reentrant",
-                                                 "dlock-fair"};
+                                                 "dlock-fair", "raw-notify"};
 static const char *const lock_name[S_COUNT] = {"bench:handoff:raw", "bench:handoff:dlock",
-                                               "bench:handoff:reentrant", "bench:handoff:fair"};
+                                               "bench:handoff:reentrant", "bench:handoff:fair",
+                                               "bench:handoff:notify"};
 static const dlock_kind lock_kind[S_COUNT] = {DLOCK_KIND_PLAIN, DLOCK_KIND_PLAIN,
-                                              DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR};
+                                              DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR,
+                                              DLOCK_KIND_PLAIN};
+/* The series A drives with hiredis (raw commands, no dlock handle). */
+#define RAW_SERIES(s) ((s) == S_RAW || (s) == S_NOTIFY)
 
 /* The channel B sleeps on. A fair-lock waiter has its own channel,
  * "redisson_lock__channel:{name}:<uuid>:<tid>": a PUBSUB CHANNELS pattern. */
@@ -107,7 +115,7 @@ static int make_client(const bench_ctx *ctx, dlock_client **out) {
 
 /* Raw waiter: one handoff. Returns the time it held the lock, or -1. */
 static int64_t raw_wait_once(redisContext *sub, redisContext *cmd, const char *key,
-                             const char *chan) {
+                             const char *chan, int notify_only) {
     char token[33];
     bench_fast_hex(token, 16);
     redisReply *r = redisCommand(sub, "SUBSCRIBE %s", chan);
@@ -115,10 +123,14 @@ static int64_t raw_wait_once(redisContext *sub, redisContext *cmd, const char *k
     freeReplyObject(r);
     int64_t held = -1;
     for (int tries = 0; held < 0 && tries < 1000; tries++) {
-        if (tries > 0) { /* wait for the unlock message */
+        if (tries > 0 || notify_only) { /* wait for the unlock message */
             void *msg = NULL;
             if (redisGetReply(sub, &msg) != REDIS_OK) return -1;
             freeReplyObject(msg);
+            if (notify_only) {
+                held = bench_now_ns();
+                break;
+            }
         }
         r = redisCommand(cmd, "SET %s %s NX PX %d", key, token, LEASE_MS);
         if (!r) return -1;
@@ -129,9 +141,11 @@ static int64_t raw_wait_once(redisContext *sub, redisContext *cmd, const char *k
     r = redisCommand(sub, "UNSUBSCRIBE %s", chan);
     if (!r) return -1;
     freeReplyObject(r);
-    r = redisCommand(cmd, "DEL %s", key);
-    if (!r) return -1;
-    freeReplyObject(r);
+    if (!notify_only) {
+        r = redisCommand(cmd, "DEL %s", key);
+        if (!r) return -1;
+        freeReplyObject(r);
+    }
     return held;
 }
 
@@ -142,7 +156,7 @@ static int waiter_main(const bench_ctx *ctx, int s, int cmd_fd, int res_fd) {
     int failed = 0;
     char chan[128];
     channel_of(s, chan, sizeof chan);
-    if (s == S_RAW) {
+    if (RAW_SERIES(s)) {
         sub = bench_redis_connect(ctx);
         cmd = bench_redis_connect(ctx);
         failed = !sub || !cmd;
@@ -154,8 +168,8 @@ static int waiter_main(const bench_ctx *ctx, int s, int cmd_fd, int res_fd) {
         char op;
         if (read_full(cmd_fd, &op, 1, PIPE_TIMEOUT_MS) || op != 'g') break;
         int64_t held = -1;
-        if (!failed && s == S_RAW) {
-            held = raw_wait_once(sub, cmd, lock_name[s], chan);
+        if (!failed && RAW_SERIES(s)) {
+            held = raw_wait_once(sub, cmd, lock_name[s], chan, s == S_NOTIFY);
             if (held < 0)
                 fprintf(stderr, "dlock_bench: raw waiter: %s\n",
                         sub->err ? sub->errstr : cmd->err ? cmd->errstr : "never acquired");
@@ -266,7 +280,7 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
     char chan[128], token[33];
     channel_of(s, chan, sizeof chan);
     /* A takes the lock (B released it before answering last time) */
-    if (s == S_RAW) {
+    if (RAW_SERIES(s)) {
         bench_fast_hex(token, 16);
         redisReply *r = redisCommand(h->ctl, "SET %s %s NX PX %d", lock_name[s], token, LEASE_MS);
         int ok = r && r->type == REDIS_REPLY_STATUS;
@@ -283,7 +297,7 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
     if (write_full(w->wfd, "g", 1) || await_subscriber(h, s, chan)) return -1;
     bench_sleep_us(SETTLE_US);
     int64_t t0 = bench_now_ns();
-    if (s == S_RAW) {
+    if (RAW_SERIES(s)) {
         redisReply *r =
             redisCommand(h->ctl, "EVALSHA %s 2 %s %s %s", h->sha, lock_name[s], chan, token);
         int ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
@@ -328,7 +342,7 @@ static int run_block(const bench_ctx *ctx, holder *h, int n, bench_samples *out)
             failed = -1;
         }
         /* a failed block may leave the lock held: free it for the next one */
-        if (failed && s == S_RAW) {
+        if (failed && RAW_SERIES(s)) {
             redisReply *r = redisCommand(h->ctl, "DEL %s", lock_name[s]);
             if (r) freeReplyObject(r);
         } else if (failed && h->locks[s] && dlock_lock_holding(h->locks[s])) {
@@ -360,7 +374,7 @@ static int handoff_run(bench_ctx *ctx, const char *scenario, unsigned mask) {
     }
     if (!failed) failed = make_client(ctx, &h.client);
     for (int s = S_DLOCK; !failed && s < S_COUNT; s++)
-        if (mask & 1u << s)
+        if ((mask & 1u << s) && !RAW_SERIES(s))
             failed = dlock_lock_new(h.client, lock_name[s], DLOCK_CSTR, lock_kind[s],
                                     &h.locks[s]) != DLOCK_OK;
 
@@ -407,5 +421,6 @@ int bench_handoff(bench_ctx *ctx) {
 }
 
 int bench_handoff_fair(bench_ctx *ctx) {
-    return handoff_run(ctx, "fair_handoff", 1u << S_RAW | 1u << S_DLOCK | 1u << S_FAIR);
+    return handoff_run(ctx, "fair_handoff",
+                       1u << S_RAW | 1u << S_DLOCK | 1u << S_FAIR | 1u << S_NOTIFY);
 }

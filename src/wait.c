@@ -80,8 +80,11 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
                 return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
             }
             if (n == 0) continue;
-            int rc = dl_conn_read(sub, dl_cmd_deadline(l->c), (redisReply **)&reply, err);
+            /* readable: read what is there (no second poll); a message
+             * that arrived in part is completed on the next round */
+            int rc = dl_conn_poll_reply(sub, (redisReply **)&reply, err);
             if (rc) return rc;
+            if (!reply) continue;
         }
         redisReply *m = reply;
         if (l->ops->message && m->type == REDIS_REPLY_ARRAY && m->elements == 3)
