@@ -826,7 +826,7 @@ static int table_registered(my_client *mc, my_lock *ml) {
 
 /* Is the hold still ours (row with our token, not expired)? */
 static int table_held(my_client *mc, my_lock *ml, int *held, dl_err *err) {
-    char sql[256 + sizeof ml->hex + sizeof ml->tokhex];
+    char sql[512 + sizeof ml->hex + sizeof ml->tokhex];
     snprintf(sql, sizeof sql,
              "SELECT COUNT(*) FROM dlock_locks WHERE name = x'%s' AND token = x'%s' AND "
              "expires_at >= " MY_NOW_US,
@@ -880,9 +880,13 @@ static int table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_tr
         pthread_mutex_lock(&mc->mu);
         int tr = 0;
         int rc = table_try(mc, ml, lease, &got, &fence, &tr, err);
-        int again = rc && tr && retries++ < MY_TRY_RETRIES;
         pthread_mutex_unlock(&mc->mu);
-        if (again) continue;
+        if (rc && tr) { /* deadlock between acquirers: again, then count it as busy */
+            if (retries++ < MY_TRY_RETRIES) continue;
+            if (reenter) return rc;
+            rc = DLOCK_OK;
+            got = 0;
+        }
         if (rc) return rc;
         if (got) break;
         if (reenter) {
@@ -914,7 +918,7 @@ static int table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_tr
         int rc = renew_on(mc, ml, lease, t0, err);
         if (rc) {
             if (!reenter) { /* give the row back; best effort */
-                char sql[256 + sizeof ml->hex + sizeof ml->tokhex];
+                char sql[512 + sizeof ml->hex + sizeof ml->tokhex];
                 snprintf(sql, sizeof sql, "DELETE FROM dlock_locks WHERE name = x'%s' AND token = x'%s'",
                          ml->hex, ml->tokhex);
                 dl_err e2 = {0};
@@ -948,7 +952,7 @@ static int table_release(dlock_lock *l, long long *res, dl_err *err) {
     }
     int was = table_registered(mc, ml);
     renew_off(mc, ml); /* else a renewal after the delete would call it lost */
-    char sql[256 + sizeof ml->hex + sizeof ml->tokhex];
+    char sql[512 + sizeof ml->hex + sizeof ml->tokhex];
     snprintf(sql, sizeof sql,
              "DELETE FROM dlock_locks WHERE name = x'%s' AND token = x'%s' AND expires_at >= "
              MY_NOW_US,
@@ -1012,7 +1016,7 @@ static int table_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
 }
 
 static int table_inspect(dlock_client *c, const char *hex, dlock_info *info, dl_err *err) {
-    char sql[400 + 2 * MY_KEY_MAX];
+    char sql[1024 + 4 * MY_KEY_MAX];
     snprintf(sql, sizeof sql,
              "SELECT l.token, l.expires_at - " MY_NOW_US ", (SELECT n FROM dlock_fence f WHERE "
              "f.name = x'%s') FROM (SELECT 1) AS one LEFT JOIN dlock_locks l ON l.name = x'%s' "

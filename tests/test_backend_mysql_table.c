@@ -168,6 +168,35 @@ static void test_basic(void) {
     th_log("basic: ok (fences %llu < %llu)", (unsigned long long)f1, (unsigned long long)f2);
 }
 
+/* ---- names over 64 bytes (hashed keys) and binary names ---- */
+static void test_long_names(void) {
+    char n1[300], n2[300];
+    memset(n1, 'x', sizeof n1);
+    memcpy(n2, n1, sizeof n2);
+    n2[299] = 'y';
+    dlock_client *a = client(), *b = client();
+    dlock_lock *a1 = NULL, *b1 = NULL, *b2 = NULL;
+    ASSERT_COK(a, dlock_lock_new(a, n1, sizeof n1, DLOCK_KIND_PLAIN, &a1));
+    ASSERT_COK(b, dlock_lock_new(b, n1, sizeof n1, DLOCK_KIND_PLAIN, &b1));
+    ASSERT_COK(b, dlock_lock_new(b, n2, sizeof n2, DLOCK_KIND_PLAIN, &b2));
+    ASSERT_LOK(a1, dlock_acquire(a1, DLOCK_NOWAIT, 20000, NULL));
+    ASSERT_LCODE(b1, dlock_acquire(b1, DLOCK_NOWAIT, 20000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(b2, dlock_acquire(b2, DLOCK_NOWAIT, 20000, NULL));
+    dlock_info info;
+    ASSERT_COK(b, dlock_inspect(b, n1, sizeof n1, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_STR_EQ(info.holder, dlock_lock_token(a1));
+    ASSERT_LOK(a1, dlock_extend(a1, 30000));
+    ASSERT_LOK(a1, dlock_release(a1));
+    ASSERT_LOK(b1, dlock_acquire(b1, DLOCK_NOWAIT, 20000, NULL));
+    dlock_lock_free(a1);
+    dlock_lock_free(b1);
+    dlock_lock_free(b2);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    th_log("long names: ok");
+}
+
 /* ---- reentrant: counted by the handle, one row ---- */
 static void test_reentrant(void) {
     dlock_client *a = client(), *b = client();
@@ -499,6 +528,7 @@ int main(int argc, char **argv) {
     start_server();
     snprintf(g_turl, sizeof g_turl, "%s?lock=table", g_url);
     test_basic();
+    test_long_names();
     test_reentrant();
     test_expired_holder();
     test_holder_killed();
