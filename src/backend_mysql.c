@@ -1,13 +1,19 @@
-/* The MySQL / MariaDB backend: mysql://[user[:password]@]host[:port]/database
+/* The MySQL / MariaDB backend:
+ *   mysql://[user[:password]@]host[:port]/database[?lock=get_lock|table]
  * (also mariadb://; port 3306; user, password and database may be
  * percent-encoded), over libmariadb, always TCP (also for host "localhost",
- * which libmariadb would otherwise take for the local unix socket).
+ * which libmariadb would otherwise take for the local unix socket). The
+ * lock= parameter picks one of two modes; any other parameter is
+ * DLOCK_EINVAL. The two modes are different locks: one name locked in both
+ * modes is two locks that do not exclude each other (they share only the
+ * fence counter), so every user of a name must use the same mode.
  *
- * Locks are the server's named user locks, GET_LOCK / RELEASE_LOCK, held by a
- * connection (a session) while it lives: each lock handle has its own
- * connection, opened by dlock_lock_new. A holder that dies or loses its
- * connection loses the lock at once (the server frees it when the connection
- * ends); nothing expires while the connection lives.
+ * GET_LOCK mode (the default, ?lock=get_lock): locks are the server's named
+ * user locks, GET_LOCK / RELEASE_LOCK, held by a connection (a session)
+ * while it lives: each lock handle has its own connection, opened by
+ * dlock_lock_new. A holder that dies or loses its connection loses the lock
+ * at once (the server frees it when the connection ends); nothing expires
+ * while the connection lives.
  *  - Kinds: DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT (MariaDB >= 10.0.2 and
  *    MySQL >= 5.7 count nested GET_LOCKs per connection). GET_LOCK has no
  *    shared mode: no read/write or fair locks.
@@ -17,17 +23,19 @@
  *    not pretend it does. dlock_extend is DLOCK_ENOTSUP too.
  *  - Waits are the server's: GET_LOCK(name, seconds) with fractional seconds
  *    (0 for try-once, 1-year chunks for DLOCK_WAIT_FOREVER); no polling.
- *  - Lock names: a name of at most 64 bytes of printable ASCII is used as
- *    is, as a binary string (MySQL's limit is 64 characters; MariaDB 10.11
- *    compares binary names byte for byte; a server that folds case would make
- *    "A" and "a" one lock: safe, only less parallel). Any other name (longer, or with other bytes) is
- *    replaced by "dlock:" + the hex of the first 24 bytes of its SHA-256 (54
- *    characters), so names starting "dlock:" are best avoided.
- *  - Fencing tokens: table dlock_fence (name VARBINARY(255) PRIMARY KEY,
- *    n BIGINT), InnoDB, created if missing when the client opens (the user
- *    needs CREATE on the database once). Each successful acquire, re-entry
- *    included, increments the name's row on the lock's connection; the new n
- *    is the token, strictly increasing per name.
+ *  - Lock names (both modes): a name of at most 64 bytes of printable ASCII
+ *    is used as is, as a binary string (MySQL's limit is 64 characters;
+ *    MariaDB 10.11 compares binary names byte for byte; a server that folds
+ *    case would make "A" and "a" one lock: safe, only less parallel). Any
+ *    other name (longer, or with other bytes) is replaced by "dlock:" + the
+ *    hex of the first 24 bytes of its SHA-256 (54 characters), so names
+ *    starting "dlock:" are best avoided. The table mode keys its rows the
+ *    same way.
+ *  - Fencing tokens (both modes): table dlock_fence (name VARBINARY(255)
+ *    PRIMARY KEY, n BIGINT), InnoDB, created if missing when the client
+ *    opens (the user needs CREATE on the database once). Each successful
+ *    acquire, re-entry included, increments the name's row; the new n is the
+ *    token, strictly increasing per name.
  *  - A lost connection: release answers DLOCK_ELOST and check DLOCK_ELOST
  *    with *held 0 (the lock went with the connection); the next acquire
  *    connects again. The connection never reconnects by itself (that would
@@ -41,6 +49,66 @@
  *    IS_USED_LOCK, ttl -1 while held (no expiry) and -2 when free, holder
  *    "connection <id>". dlock_force_unlock is not supported (only KILL of the
  *    holder's connection could do it).
+ *
+ * Table mode (?lock=table): the seeds' unique-key lock, made a lease. Table
+ * dlock_locks (name VARBINARY(255) PRIMARY KEY, token VARBINARY(128), fence
+ * BIGINT, expires_at BIGINT), InnoDB, created if missing when the client
+ * opens: one row per held lock, inserted to acquire, deleted to release.
+ *  - Clock: expires_at is microseconds since the Unix epoch by the server's
+ *    clock (UNIX_TIMESTAMP(NOW(6)); the mode's connections set time_zone
+ *    '+00:00', so no DST step), so every client compares against one clock
+ *    and client clocks never matter. A step of the server's clock moves every
+ *    lease with it. On the client, a lease is counted from before the
+ *    statement was sent (monotonic), so dlock_lock_valid_ms never outlasts
+ *    the server's view.
+ *  - Acquire: one transaction: increment the fence row (dlock_fence; its row
+ *    lock orders the acquirers of a name), then INSERT ... ON DUPLICATE KEY
+ *    UPDATE that takes the existing row only if it has expired or already
+ *    carries our token (re-entry) and else leaves it untouched (0 rows
+ *    affected: busy, ROLLBACK, fence increment undone). The row lock makes
+ *    the check and the takeover one step: two clients never both get it.
+ *    The row keeps the holder's fence. A deadlock between acquirers (InnoDB
+ *    may report one on concurrent first inserts) is tried again, 3 times,
+ *    then counts as busy.
+ *  - Owner token: "<client id>:<thread id>:<32 hex>", 128 bits from
+ *    getrandom per hold (dlock_lock_token shows it; inspect's holder).
+ *  - Waiting: there is no notification: a poll, every 4 ms at first,
+ *    doubling to 100 ms at most, each nap a random half to whole of the
+ *    interval, never past the deadline. Try once: DLOCK_EBUSY; timed:
+ *    DLOCK_ETIMEDOUT.
+ *  - Lease: lease_ms > 0 is the row's expiry; DLOCK_WATCHDOG is the client's
+ *    watchdog_lease_ms, renewed every third of it by one renewal thread per
+ *    client (started at the first such hold, joined by dlock_client_free),
+ *    on the client's connection. A renewal that finds the row gone or not
+ *    ours marks the hold lost (DLOCK_LOST_TAKEN); one without an answer for
+ *    a whole lease, DLOCK_LOST_UNREACHABLE; the lost callback then runs on
+ *    the renewal thread (set it before acquiring). dlock_lock_valid_ms of a
+ *    renewed hold is very large until it is found lost, then 0.
+ *  - extend: UPDATE ... WHERE name, token and not expired: no row matched
+ *    (mysql_info's "Rows matched") is DLOCK_ELOST; a renewed hold becomes a
+ *    fixed lease, as on Redis. Release: DELETE WHERE name, token and not
+ *    expired: no row is DLOCK_ELOST (our own expired row, if nobody took it,
+ *    is deleted too). A new holder's row is never touched: every statement
+ *    names our token.
+ *  - Kinds: plain and reentrant; re-entry is counted by the handle (the row
+ *    is taken again with the same token: a new fence and lease); inspect's
+ *    hold_count is 1.
+ *  - Connections: the handles of a client share its one connection (no
+ *    session state is needed), statement by statement. A broken connection
+ *    is reopened by the next statement; a statement without an answer makes
+ *    the call fail (DLOCK_EIO) and a hold it was taking may stay in the table
+ *    until its lease runs out.
+ *  - Queries: inspect / is_locked / remaining_ttl read the row (an expired
+ *    row counts as free; ttl from the server's clock; holder the token;
+ *    fence the name's counter); force_unlock deletes the row (existed: a
+ *    live row was there); the holder finds out at its next renewal, extend,
+ *    check or release.
+ *
+ * dlock_server_fact (both modes): "version" (SELECT VERSION()), "session"
+ * ("the connection (GET_LOCK)" or "a lease in table dlock_locks, N ms ..."),
+ * "mode" (get_lock / table), "wait_timeout" (seconds; an idle GET_LOCK holder
+ * loses its lock with its connection), "server_time_ms" (the server's clock,
+ * Unix ms), "connection_id" (of the client's query connection).
  * Messages name the server as mysql://user:***@host:port/database. */
 #include <ctype.h>
 #include <errno.h>
