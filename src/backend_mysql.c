@@ -158,6 +158,7 @@ typedef struct my_client {
     pthread_cond_t rcv;    /* wakes the thread: new hold, stop */
     pthread_cond_t rdone;  /* a renewal round ended */
     pthread_t rth;
+    MYSQL *rdb;            /* the renewal thread's own connection (only it uses it) */
     int rstarted, rstop, rrunning;
     my_lock *rhead;        /* registered holds */
     uint64_t rseq;
@@ -316,7 +317,9 @@ static int my_fail(MYSQL *db, const char *what, dl_err *err) {
     return dl_seterr(err, code_for(mysql_errno(db)), "%s: %s", what, m);
 }
 
-static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
+/* Connects with the given timeouts (whole seconds). */
+static int my_connect_t(my_client *mc, unsigned connect_s, unsigned rw_s, MYSQL **out,
+                        dl_err *err) {
     *out = NULL;
     pthread_once(&lib_once, lib_init);
     if (lib_failed) return dl_seterr(err, DLOCK_ESYS, "cannot initialise libmariadb");
@@ -325,9 +328,9 @@ static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
     unsigned proto = MYSQL_PROTOCOL_TCP;
     my_bool no = 0;
     mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
-    mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &mc->connect_s);
-    mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &mc->rw_s);
-    mysql_options(m, MYSQL_OPT_WRITE_TIMEOUT, &mc->rw_s);
+    mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+    mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &rw_s);
+    mysql_options(m, MYSQL_OPT_WRITE_TIMEOUT, &rw_s);
     mysql_options(m, MYSQL_OPT_RECONNECT, &no); /* a reconnect would drop our locks */
     mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     if (mc->u.mode == MY_MODE_TABLE) /* expiry times in UTC: no DST jumps */
@@ -348,6 +351,10 @@ static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
 static void close_db(MYSQL **db) {
     if (*db) mysql_close(*db);
     *db = NULL;
+}
+
+static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
+    return my_connect_t(mc, mc->connect_s, mc->rw_s, out, err);
 }
 
 /* Runs sql on db and waits for its answer until `until` (monotonic ms;
@@ -580,6 +587,7 @@ static void my_close(dlock_client *c) {
     pthread_cond_broadcast(&mc->rcv);
     pthread_mutex_unlock(&mc->rmu);
     if (started) pthread_join(mc->rth, NULL);
+    close_db(&mc->rdb);
     close_db(&mc->db);
     memset(mc->u.password, 0, sizeof mc->u.password);
     pthread_cond_destroy(&mc->rcv);
@@ -745,11 +753,19 @@ static int renew_one(my_client *mc, renew_snap *s) {
              "AND token = x'%s' AND expires_at >= " MY_NOW_US,
              (long long)s->lease_ms * 1000, s->hex, s->tokhex);
     int64_t limit = s->lease_ms / 3 < mc->cmd_ms ? s->lease_ms / 3 : mc->cmd_ms;
+    if (limit < 10) limit = 10;
     long long matched = 0;
     dl_err err = {0};
-    pthread_mutex_lock(&mc->mu);
-    int rc = cdb_exec(mc, sql, dl_deadline(limit < 10 ? 10 : limit), NULL, &matched, &err);
-    pthread_mutex_unlock(&mc->mu);
+    int broken = 0, rc = DLOCK_OK;
+    if (!mc->rdb) {
+        /* timeouts from the renewal period, so that a server that stopped
+         * answering is found out about when the lease runs out (the
+         * connector counts them in whole seconds: 1 s at least) */
+        unsigned sec = (unsigned)((limit + 999) / 1000);
+        rc = my_connect_t(mc, sec, sec, &mc->rdb, &err);
+    }
+    if (!rc) rc = my_exec(mc->rdb, sql, dl_deadline(limit), NULL, &matched, &broken, &err);
+    if (rc && broken) close_db(&mc->rdb);
     if (rc) return -1;
     return matched > 0 ? 1 : 0;
 }

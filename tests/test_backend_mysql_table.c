@@ -523,6 +523,33 @@ static void test_threads(void) {
     th_log("threads: %d x %d exact", THREADS, TROUNDS);
 }
 
+/* ---- the server stops answering: a renewed hold is lost as unreachable
+ * (about when its lease runs out: the renewal's connect timeout is counted
+ * in whole seconds) ---- */
+static void test_unreachable(void) {
+    atomic_store(&g_lost_reason, 0);
+    dlock_client *a = client_opts(g_turl, 1500);
+    dlock_lock *l = lock(a, "unreach", DLOCK_KIND_PLAIN);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    th_sleep_ms(600); /* one renewal on the renewal thread's connection */
+    ASSERT_EQ(dlock_lock_is_lost(l), 0);
+    ASSERT_EQ(kill(g_mysqld, SIGSTOP), 0);
+    int64_t t0 = th_now_ms();
+    int64_t dl = t0 + 6000;
+    while (!dlock_lock_is_lost(l) && th_now_ms() < dl) th_sleep_ms(10);
+    int64_t took = th_now_ms() - t0;
+    ASSERT_EQ(kill(g_mysqld, SIGCONT), 0);
+    th_log("unreachable: found lost %lld ms after the server stopped (lease 1500 ms)",
+           (long long)took);
+    ASSERT_EQ(dlock_lock_is_lost(l), 1);
+    ASSERT_EQ(atomic_load(&g_lost_reason), DLOCK_LOST_UNREACHABLE);
+    ASSERT_EQ(dlock_lock_valid_ms(l), 0);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_free(a);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_mysql_table");
     start_server();
@@ -537,6 +564,7 @@ int main(int argc, char **argv) {
     /* from here on this process has renewal threads: no more forks */
     test_watchdog();
     test_threads();
+    test_unreachable();
     th_log("all passed");
     return 0;
 }
