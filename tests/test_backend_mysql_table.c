@@ -301,7 +301,7 @@ static void test_holder_killed(void) {
     th_log("holder killed: taken over %lld ms after its acquire began (lease 1000 ms), fence "
            "%llu > %llu",
            (long long)after, (unsigned long long)f, (unsigned long long)msg[1]);
-    ASSERT_GE(after, 1000);
+    ASSERT_GE(after, 998); /* 2 ms for the monotonic and wall clocks' rates */
     ASSERT_LT(after, 2500);
     ASSERT_U64_GT(f, (uint64_t)msg[1]);
     dlock_lock_free(l);
@@ -435,21 +435,21 @@ static void on_lost(dlock_lock *l, int reason, void *ud) {
 }
 
 static void test_watchdog(void) {
-    dlock_client *a = client_opts(g_turl, 600), *b = client();
+    dlock_client *a = client_opts(g_turl, 900), *b = client();
     char buf[200];
     ASSERT_COK(a, dlock_server_fact(a, "session", buf, sizeof buf));
-    ASSERT(strstr(buf, "600 ms"));
+    ASSERT(strstr(buf, "900 ms"));
     dlock_lock *la = lock(a, "wd", DLOCK_KIND_REENTRANT), *lb = lock(b, "wd", DLOCK_KIND_PLAIN);
     dlock_lock_on_lost(la, on_lost, NULL);
     uint64_t f1 = 0, f2 = 0;
     ASSERT_LOK(la, dlock_acquire(la, DLOCK_NOWAIT, DLOCK_WATCHDOG, &f1));
     int64_t t0 = th_now_ms();
     /* three leases long, another client never gets it */
-    while (th_now_ms() - t0 < 1800) {
+    while (th_now_ms() - t0 < 2700) {
         ASSERT_LCODE(lb, dlock_acquire(lb, DLOCK_NOWAIT, 20000, NULL), DLOCK_EBUSY);
         int64_t ttl = ttl_of(b, "wd");
         ASSERT_GT(ttl, 0);
-        ASSERT_LE(ttl, 600);
+        ASSERT_LE(ttl, 900);
         th_sleep_ms(50);
     }
     ASSERT_GT(dlock_lock_valid_ms(la), 0);
@@ -514,7 +514,7 @@ static void *thread_main(void *arg) {
 }
 
 static void test_threads(void) {
-    g_tc = client_opts(g_turl, 300);
+    g_tc = client_opts(g_turl, 1000);
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) ASSERT_EQ(pthread_create(&th[i], NULL, thread_main, NULL), 0);
     for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
