@@ -79,11 +79,13 @@
  *  - Lease: lease_ms > 0 is the row's expiry; DLOCK_WATCHDOG is the client's
  *    watchdog_lease_ms, renewed every third of it by one renewal thread per
  *    client (started at the first such hold, joined by dlock_client_free),
- *    on the client's connection. A renewal that finds the row gone or not
+ *    on a connection of its own whose timeouts come from the renewal period
+ *    (whole seconds, 1 at least). A renewal that finds the row gone or not
  *    ours marks the hold lost (DLOCK_LOST_TAKEN); one without an answer for
- *    a whole lease, DLOCK_LOST_UNREACHABLE; the lost callback then runs on
- *    the renewal thread (set it before acquiring). dlock_lock_valid_ms of a
- *    renewed hold is very large until it is found lost, then 0.
+ *    a whole lease, DLOCK_LOST_UNREACHABLE (up to about a second late while
+ *    a reconnect hangs); the lost callback then runs on the renewal thread
+ *    (set it before acquiring). dlock_lock_valid_ms of a renewed hold is very
+ *    large until it is found lost, then 0.
  *  - extend: UPDATE ... WHERE name, token and not expired: no row matched
  *    (mysql_info's "Rows matched") is DLOCK_ELOST; a renewed hold becomes a
  *    fixed lease, as on Redis. Release: DELETE WHERE name, token and not
@@ -94,7 +96,8 @@
  *    is taken again with the same token: a new fence and lease); inspect's
  *    hold_count is 1.
  *  - Connections: the handles of a client share its one connection (no
- *    session state is needed), statement by statement. A broken connection
+ *    session state is needed), statement by statement, plus the renewal
+ *    thread's. A broken connection
  *    is reopened by the next statement; a statement without an answer makes
  *    the call fail (DLOCK_EIO) and a hold it was taking may stay in the table
  *    until its lease runs out.
