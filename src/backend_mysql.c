@@ -52,7 +52,7 @@
  *
  * Table mode (?lock=table): the seeds' unique-key lock, made a lease. Table
  * dlock_locks (name VARBINARY(255) PRIMARY KEY, token VARBINARY(128), fence
- * BIGINT, expires_at BIGINT), InnoDB, created if missing when the client
+ * BIGINT, expires_at BIGINT, kind TINYINT: the dlock_kind), InnoDB, created if missing when the client
  * opens: one row per held lock, inserted to acquire, deleted to release.
  *  - Clock: expires_at is microseconds since the Unix epoch by the server's
  *    clock (UNIX_TIMESTAMP(NOW(6)); the mode's connections set time_zone
@@ -569,7 +569,8 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
         rc = my_query(mc->db,
                       "CREATE TABLE IF NOT EXISTS dlock_locks (name VARBINARY(255) NOT NULL "
                       "PRIMARY KEY, token VARBINARY(128) NOT NULL, fence BIGINT NOT NULL, "
-                      "expires_at BIGINT NOT NULL) ENGINE=InnoDB",
+                      "expires_at BIGINT NOT NULL, kind TINYINT NOT NULL DEFAULT 0) "
+                      "ENGINE=InnoDB",
                       dl_deadline(mc->cmd_ms), 0, NULL, NULL, &broken, err);
         if (rc) {
             char m[DL_ERRMSG_MAX];
@@ -690,14 +691,16 @@ static int table_try(my_client *mc, my_lock *ml, int64_t lease_ms, int *got, uin
     unsigned long long f = (unsigned long long)mysql_insert_id(mc->db);
     long long lease_us = (long long)lease_ms * 1000;
     /* assignments run left to right: after the first, token is the new one */
+    int kind = (int)ml->l->kind;
     snprintf(sql, sizeof sql,
-             "INSERT INTO dlock_locks (name, token, fence, expires_at) VALUES "
-             "(x'%s', x'%s', %llu, " MY_NOW_US " + %lld) ON DUPLICATE KEY UPDATE "
+             "INSERT INTO dlock_locks (name, token, fence, expires_at, kind) VALUES "
+             "(x'%s', x'%s', %llu, " MY_NOW_US " + %lld, %d) ON DUPLICATE KEY UPDATE "
              "token = IF(token = x'%s' OR expires_at < " MY_NOW_US ", x'%s', token), "
              "fence = IF(token = x'%s', %llu, fence), "
+             "kind = IF(token = x'%s', %d, kind), "
              "expires_at = IF(token = x'%s', " MY_NOW_US " + %lld, expires_at)",
-             ml->hex, ml->tokhex, f, lease_us, ml->tokhex, ml->tokhex, ml->tokhex, f,
-             ml->tokhex, lease_us);
+             ml->hex, ml->tokhex, f, lease_us, kind, ml->tokhex, ml->tokhex, ml->tokhex, f,
+             ml->tokhex, kind, ml->tokhex, lease_us);
     rc = cdb_exec(mc, sql, until, &n, NULL, err);
     if (rc) goto rollback;
     if (n == 0) { /* held by another: give the fence back */
@@ -1106,7 +1109,7 @@ static int table_inspect(dlock_client *c, const char *hex, dlock_info *info, dl_
     char sql[1024 + 4 * MY_KEY_MAX];
     snprintf(sql, sizeof sql,
              "SELECT l.token, l.expires_at - " MY_NOW_US ", (SELECT n FROM dlock_fence f WHERE "
-             "f.name = x'%s') FROM (SELECT 1) AS one LEFT JOIN dlock_locks l ON l.name = x'%s' "
+             "f.name = x'%s'), l.kind FROM (SELECT 1) AS one LEFT JOIN dlock_locks l ON l.name = x'%s' "
              "AND l.expires_at >= " MY_NOW_US,
              hex, hex);
     my_row row;
@@ -1120,6 +1123,7 @@ static int table_inspect(dlock_client *c, const char *hex, dlock_info *info, dl_
         info->ttl_ms = us <= 0 ? 0 : (us + 999) / 1000;
         info->holders = 1;
         info->hold_count = 1; /* re-entries are counted by the holder's handle */
+        info->kind = row.isnull[3] ? 0 : atoi(row.v[3]);
         snprintf(info->holder, sizeof info->holder, "%.159s", row.v[0]);
     } else {
         info->ttl_ms = -2;

@@ -124,6 +124,7 @@ static void test_basic(void) {
     ASSERT_GT(info.ttl_ms, 15000);
     ASSERT_LE(info.ttl_ms, 20000);
     ASSERT_U64_EQ(info.fence, f1);
+    ASSERT_EQ(info.kind, DLOCK_KIND_PLAIN);
     th_log("holder %s, ttl %lld ms", info.holder, (long long)info.ttl_ms);
     /* the token: "<client id>:<thread id>:<32 hex random>" */
     const char *tok = dlock_lock_token(la), *last = strrchr(tok, ':');
@@ -210,6 +211,10 @@ static void test_reentrant(void) {
     ASSERT_LOK(la, dlock_lock_check(la, &held, &count));
     ASSERT_EQ(held, 1);
     ASSERT_EQ(count, 2);
+    dlock_info info;
+    ASSERT_COK(b, dlock_inspect(b, "re", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.kind, DLOCK_KIND_REENTRANT);
+    ASSERT_U64_EQ(info.fence, f2);
     ASSERT_LOK(la, dlock_release(la));
     ASSERT_EQ(dlock_lock_holding(la), 1);
     ASSERT_LCODE(lb, dlock_acquire(lb, DLOCK_NOWAIT, 20000, NULL), DLOCK_EBUSY);
@@ -407,6 +412,7 @@ static void test_cli(const char *dlock) {
     ASSERT_EQ(st, 0);
     ASSERT(strstr(out, "state:      held"));
     ASSERT(strstr(out, "holder:     "));
+    ASSERT(strstr(out, "kind:       plain"));
     dlock_client *c = client();
     ASSERT_EQ(ttl_of(c, "cli-lock"), -2); /* released after the command */
     dlock_lock *l = lock(c, "cli-lock", DLOCK_KIND_PLAIN);
