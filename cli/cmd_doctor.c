@@ -23,6 +23,12 @@ const char help_doctor[] =
     "               failover can lose a held lock); a replica FAIL\n"
     "  latency      round trip (worst of 5 PINGs) against the lease: below 1/100\n"
     "               PASS, below 1/3 (the renewal period) WARN, else FAIL\n"
+    "Against another backend (postgres://, mysql://, ...) it checks instead:\n"
+    "  version      the server's version\n"
+    "  session      what keeps a lock held there (a connection, a session, a lease)\n"
+    "  lock         acquires and releases the test lock 'dlock:doctor'\n"
+    "  timeouts     server settings that end idle sessions, and their locks\n"
+    "  latency      as above\n"
     "Exits 0 when nothing FAILs, 78 otherwise.\n"
     "\n"
     "Options:\n"
@@ -195,6 +201,74 @@ static void check_latency(doctor *d, dlock_client *c, int64_t lease_ms)
                 worst / 1000.0, (long long)lease_ms);
 }
 
+/* ---- other backends than Redis ---- */
+
+static void check_backend_version(doctor *d, dlock_client *c, const char *backend)
+{
+    char v[128];
+    if (fact(d, c, "version", "version", v, sizeof v))
+        return;
+    finding(d, PASS, "version", "%s %s", backend, v);
+}
+
+static void check_session(doctor *d, dlock_client *c)
+{
+    char v[256];
+    if (fact(d, c, "session", "session", v, sizeof v))
+        return;
+    finding(d, PASS, "session", "a lock is held by %s", v);
+}
+
+static void check_lock(doctor *d, dlock_client *c)
+{
+    static const char name[] = "dlock:doctor";
+    dlock_lock *l = NULL;
+    uint64_t fence = 0;
+    int rc = dlock_lock_new(c, name, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l);
+    if (rc == DLOCK_OK)
+        rc = dlock_acquire(l, 2000, DLOCK_WATCHDOG, &fence);
+    if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
+        finding(d, WARN, "lock", "the test lock '%s' stayed busy (another doctor?)", name);
+    } else if (rc != DLOCK_OK) {
+        finding(d, FAIL, "lock", "cannot acquire the test lock '%s': %s", name,
+                l && dlock_lock_errmsg(l)[0] ? dlock_lock_errmsg(l) : dlock_strerror(rc));
+    } else if ((rc = dlock_release(l)) != DLOCK_OK) {
+        finding(d, FAIL, "lock", "cannot release the test lock '%s': %s", name,
+                dlock_lock_errmsg(l)[0] ? dlock_lock_errmsg(l) : dlock_strerror(rc));
+    } else {
+        finding(d, PASS, "lock", "acquired and released the test lock '%s' (fence %" PRIu64 ")",
+                name, fence);
+    }
+    dlock_lock_free(l);
+}
+
+/* Settings after which the server ends an idle session: a session-held lock
+ * goes with it. Each is asked only of the backend that has it. */
+static void check_idle_timeouts(doctor *d, dlock_client *c, const char *backend)
+{
+    char v[64];
+    const char *what = !strcmp(backend, "postgres") ? "idle_session_timeout"
+                       : !strcmp(backend, "mysql")  ? "wait_timeout"
+                                                    : NULL;
+    if (!what)
+        return;
+    char mode[32];
+    if (!strcmp(backend, "mysql") &&
+        dlock_server_fact(c, "mode", mode, sizeof mode) == DLOCK_OK && !strcmp(mode, "table")) {
+        finding(d, PASS, "timeouts", "table mode: a lock is a lease in a row, not tied to an "
+                "idle connection");
+        return;
+    }
+    if (fact(d, c, "timeouts", what, v, sizeof v))
+        return;
+    long long n = strtoll(v, NULL, 10);
+    if (n == 0 && strcmp(backend, "postgres") == 0)
+        finding(d, PASS, "timeouts", "%s %s: idle sessions are kept", what, v);
+    else
+        finding(d, WARN, "timeouts", "%s %s: the server ends a session idle that long, and "
+                "the locks it holds with it; keep held locks busy or raise it", what, v);
+}
+
 int cmd_doctor(int argc, char **argv, cli_global *g)
 {
     static const char *const cmd = "doctor";
@@ -224,11 +298,20 @@ int cmd_doctor(int argc, char **argv, cli_global *g)
     d.g = g;
     if (g->json)
         fputs("{\"checks\":[", stdout);
-    check_version(&d, c);
-    check_scripts(&d, c);
-    check_eviction(&d, c);
-    check_persistence(&d, c);
-    check_replication(&d, c);
+    char backend[32] = "redis";
+    dlock_server_fact(c, "backend", backend, sizeof backend);
+    if (strcmp(backend, "redis") != 0) {
+        check_backend_version(&d, c, backend);
+        check_session(&d, c);
+        check_lock(&d, c);
+        check_idle_timeouts(&d, c, backend);
+    } else {
+        check_version(&d, c);
+        check_scripts(&d, c);
+        check_eviction(&d, c);
+        check_persistence(&d, c);
+        check_replication(&d, c);
+    }
     check_latency(&d, c, lease_ms);
     if (g->json)
         printf("\n],\"pass\":%d,\"warn\":%d,\"fail\":%d}\n", d.counts[PASS], d.counts[WARN],

@@ -31,6 +31,8 @@
  *   statement_timeout = command_timeout_ms on the server and the same bound
  *   on the client (a client-side timeout closes the connection, and with it
  *   the session's locks).
+ * - dlock_server_fact: "version", "session", or any setting by name
+ *   (current_setting), for `dlock doctor`.
  * - force_unlock, list, semaphores, token operations: not supported (ending
  *   the holder's session with pg_terminate_backend would be the only way to
  *   take its lock, which is too brutal for a library call).
@@ -652,6 +654,28 @@ static int pg_fence_current(dlock_client *c, const char *name, size_t len, uint6
     return DLOCK_OK;
 }
 
+/* dlock_server_fact: "version" (server_version), "session" (what holds a
+ * lock), and any run-time setting by name through current_setting() (e.g.
+ * "idle_session_timeout", "tcp_keepalives_idle", "max_connections"). */
+static int pg_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
+                          dl_err *err) {
+    if (!strcmp(what, "session")) {
+        snprintf(buf, buflen, "the connection (session-level advisory locks)");
+        return DLOCK_OK;
+    }
+    const char *name = !strcmp(what, "version") ? "server_version" : what;
+    const char *vals[1] = {name};
+    int lens[1] = {(int)strlen(name)};
+    PGresult *r = NULL;
+    int rc = client_query(c, "SELECT current_setting($1, true)", 1, vals, lens, &r, err);
+    if (rc) return rc;
+    const char *v = one_value(r);
+    if (v) snprintf(buf, buflen, "%s", v);
+    else rc = dl_seterr(err, DLOCK_ESERVER, "postgres: no such setting '%.60s'", what);
+    PQclear(r);
+    return rc;
+}
+
 static const char *const pg_schemes[] = {"postgres://", "postgresql://", NULL};
 
 const dl_backend dl_backend_postgres = {
@@ -671,4 +695,5 @@ const dl_backend dl_backend_postgres = {
     .inspect = pg_inspect,
     .fence_current = pg_fence_current,
     .force_unlock = NULL,
+    .server_fact = pg_server_fact,
 };

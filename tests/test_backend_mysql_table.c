@@ -428,6 +428,27 @@ static void test_cli(const char *dlock) {
     ASSERT(strstr(out, "state:      free"));
     dlock_lock_free(l);
     dlock_client_free(c);
+
+    /* dlock doctor asks each mode what it has, and no Redis questions */
+    char *doc_t[] = {(char *)dlock, "--url", g_turl, "doctor", NULL};
+    st = run_logged(doc_t, out, sizeof out);
+    th_log("cli: dlock doctor (table mode): exit %d:\n%s", st, out);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(out, "PASS  version      mysql "));
+    ASSERT(strstr(out, "PASS  session      a lock is held by a lease in table dlock_locks"));
+    ASSERT(strstr(out, "PASS  lock "));
+    ASSERT(strstr(out, "PASS  timeouts     table mode"));
+    ASSERT(strstr(out, "latency"));
+    ASSERT(!strstr(out, "FAIL  "));
+    ASSERT(!strstr(out, "maxmemory"));
+    char *doc_g[] = {(char *)dlock, "--url", g_url, "doctor", NULL};
+    st = run_logged(doc_g, out, sizeof out);
+    th_log("cli: dlock doctor (GET_LOCK mode): exit %d:\n%s", st, out);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(out, "PASS  session      a lock is held by the connection (GET_LOCK)"));
+    ASSERT(strstr(out, "PASS  lock "));
+    ASSERT(strstr(out, "WARN  timeouts     wait_timeout "));
+    ASSERT(!strstr(out, "FAIL  "));
     th_log("cli: ok");
 }
 

@@ -555,12 +555,27 @@ static void test_unsupported_and_errors(void) {
     dlock_client_free(oc);
 }
 
+/* ---- server facts ---- */
+static void test_facts(void) {
+    dlock_client *c = client();
+    char v[128];
+    ASSERT_COK(c, dlock_server_fact(c, "backend", v, sizeof v));
+    ASSERT_STR_EQ(v, "postgres");
+    ASSERT_COK(c, dlock_server_fact(c, "version", v, sizeof v));
+    th_log("version fact: %s", v);
+    ASSERT(v[0] >= '1' && v[0] <= '9');
+    ASSERT_COK(c, dlock_server_fact(c, "session", v, sizeof v));
+    ASSERT(strstr(v, "connection") != NULL);
+    ASSERT_COK(c, dlock_server_fact(c, "idle_session_timeout", v, sizeof v));
+    ASSERT_STR_EQ(v, "0");
+    ASSERT_CCODE(c, dlock_server_fact(c, "no_such_setting_x", v, sizeof v), DLOCK_ESERVER);
+    ASSERT(strstr(dlock_errmsg(c), "no_such_setting_x") != NULL);
+    dlock_client_free(c);
+}
+
 /* ---- the CLI ---- */
-static void test_cli(const char *cli) {
-    if (!cli || access(cli, X_OK)) {
-        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
-        return;
-    }
+/* Runs the CLI with args after --url; its exit status, output in buf. */
+static int run_cli(const char *cli, const char *const *args, char *buf, size_t len) {
     char out[300];
     snprintf(out, sizeof out, "%s/cli.out", g_dir);
     pid_t pid = th_fork();
@@ -570,22 +585,48 @@ static void test_cli(const char *cli) {
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        execl(cli, cli, "--url", g_url, "run", "cli-lock", "--", "sh", "-c",
-              "echo fence=$DLOCK_FENCE", (char *)NULL);
+        const char *argv[16] = {cli, "--url", g_url};
+        int n = 3;
+        for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(cli, (char *const *)argv);
         _exit(127);
     }
     int st = th_wait_child(pid, 20000);
-    char buf[512] = "";
+    buf[0] = '\0';
     FILE *f = fopen(out, "r");
     if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        size_t n = fread(buf, 1, len - 1, f);
         buf[n] = '\0';
         fclose(f);
     }
+    return st;
+}
+
+static void test_cli(const char *cli) {
+    if (!cli || access(cli, X_OK)) {
+        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
+        return;
+    }
+    char buf[2048];
+    const char *run[] = {"run", "cli-lock", "--", "sh", "-c", "echo fence=$DLOCK_FENCE", NULL};
+    int st = run_cli(cli, run, buf, sizeof buf);
     th_log("dlock run: exit %d, output: %s", st, buf);
     ASSERT_EQ(st, 0);
     ASSERT(strstr(buf, "fence=1") != NULL);
     ASSERT(strstr(buf, "secret") == NULL);
+
+    const char *doctor[] = {"doctor", NULL};
+    st = run_cli(cli, doctor, buf, sizeof buf);
+    th_log("dlock doctor: exit %d, output:\n%s", st, buf);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(buf, "PASS  version      postgres ") != NULL);
+    ASSERT(strstr(buf, "PASS  session") != NULL);
+    ASSERT(strstr(buf, "PASS  lock") != NULL);
+    ASSERT(strstr(buf, "PASS  timeouts     idle_session_timeout 0") != NULL);
+    ASSERT(strstr(buf, "latency") != NULL);
+    ASSERT(strstr(buf, "FAIL  ") == NULL);
+    ASSERT(strstr(buf, "maxmemory") == NULL); /* no Redis questions */
 }
 
 int main(int argc, char **argv) {
@@ -604,6 +645,7 @@ int main(int argc, char **argv) {
     test_session_loss();
     test_unsupported_and_errors();
     test_counter();
+    test_facts();
     test_cli(argc > 1 ? argv[1] : NULL);
     th_log("all passed");
     return 0;
