@@ -124,6 +124,9 @@ typedef struct dlock_options {
      *                           locks are held while the session lives: pass
      *                           DLOCK_WATCHDOG; what they lack is DLOCK_ENOTSUP
      *                           (docs/backends.md).
+     * mysql://...?lock=table    MySQL/MariaDB table lock: a row with an expiry
+     *                           (server clock) in dlock_locks: leases, extend
+     *                           and force-unlock work
      * NULL means $DLOCK_URL, else redis://127.0.0.1:6379. User and password
      * may be percent-encoded (a ',' in a redlock password must be). */
     const char *url;
