@@ -64,10 +64,11 @@ static const dlock_kind lock_kind[S_COUNT] = {DLOCK_KIND_PLAIN, DLOCK_KIND_PLAIN
 /* The series A drives with hiredis (raw commands, no dlock handle). */
 #define RAW_SERIES(s) ((s) == S_RAW || (s) == S_NOTIFY)
 
-/* The channel B sleeps on. A fair-lock waiter has its own channel,
- * "redisson_lock__channel:{name}:<uuid>:<tid>": a PUBSUB CHANNELS pattern. */
+/* The channel B sleeps on. Fair and plain waiters have their own channel,
+ * "redisson_lock__channel:{name}:<owner>": a PUBSUB CHANNELS pattern. */
 static void channel_of(int s, char *buf, size_t len) {
-    snprintf(buf, len, "redisson_lock__channel:{%s}%s", lock_name[s], s == S_FAIR ? ":*" : "");
+    snprintf(buf, len, "redisson_lock__channel:{%s}%s", lock_name[s],
+             s == S_FAIR || s == S_DLOCK ? ":*" : "");
 }
 
 /* ---- pipe helpers ---- */
@@ -208,11 +209,12 @@ typedef struct holder {
 static int await_subscriber(holder *h, int s, const char *chan) {
     int64_t give_up = bench_now_ns() + (int64_t)PIPE_TIMEOUT_MS * 1000000;
     while (bench_now_ns() < give_up) {
-        redisReply *r = s == S_FAIR ? redisCommand(h->ctl, "PUBSUB CHANNELS %s", chan)
-                                    : redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
+        int own = s == S_FAIR || s == S_DLOCK; /* a channel per waiter */
+        redisReply *r = own ? redisCommand(h->ctl, "PUBSUB CHANNELS %s", chan)
+                            : redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
         if (!r) return -1;
         long long n = -1;
-        if (s == S_FAIR && r->type == REDIS_REPLY_ARRAY)
+        if (own && r->type == REDIS_REPLY_ARRAY)
             n = (long long)r->elements;
         else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                  r->element[1]->type == REDIS_REPLY_INTEGER)

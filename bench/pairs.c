@@ -98,8 +98,9 @@ static int raw_fenced_pair(pair_state *st, int64_t *acq_ns, int64_t *pair_ns) {
     }
     freeReplyObject(r);
     int64_t t1 = bench_now_ns();
-    r = redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s", st->fr_sha,
-                     "redisson_lock__channel:{bench:pairs:fenced}", token);
+    r = redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s %s", st->fr_sha,
+                     "dlock_waiters:{bench:pairs:fenced}", token,
+                     "redisson_lock__channel:{bench:pairs:fenced}:");
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
         fprintf(stderr, "dlock_bench: raw fenced release failed: %s\n",
                 r ? (r->str ? r->str : "not released") : st->rc->errstr);

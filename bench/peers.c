@@ -566,13 +566,12 @@ static int dlock_idle(const bench_ctx *ctx, redisContext *rc, int64_t wait_us, d
         char ch;
         failed = read(fds[0], &ch, 1) != 1;
         char chan[128];
-        snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", name);
-        /* until the child sleeps on the channel */
+        /* a plain-lock waiter has a channel of its own */
+        snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}:*", name);
+        /* until the child sleeps on its channel */
         for (int i = 0; !failed && i < 20000; i++) {
-            redisReply *r = redisCommand(rc, "PUBSUB NUMSUB %s", chan);
-            long long n = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2
-                              ? r->element[1]->integer
-                              : -1;
+            redisReply *r = redisCommand(rc, "PUBSUB CHANNELS %s", chan);
+            long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
             if (r) freeReplyObject(r);
             if (n >= 1) break;
             bench_sleep_us(100);

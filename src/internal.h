@@ -153,6 +153,22 @@ typedef struct dl_script {
 
 #define DL_SCRIPT(name, text) {name, text, "", 0}
 
+/* Lua: wake_one(z, prefix) pops waiters from the ZSET z (lowest score
+ * first) until a PUBLISH on prefix .. member reaches a subscriber: one live
+ * waiter is told, dead ones are dropped on the way. The plain lock's waiters
+ * register there (lock_plain.c). */
+#define DL_LUA_WAKE_ONE                                                                \
+    "local function wake_one(z, prefix) while true do "                                \
+    "local w = redis.call('zpopmin', z) "                                              \
+    "if not w[1] then return end "                                                     \
+    "if redis.call('publish', prefix .. w[1], '0') > 0 then return end end end "
+
+#define DL_XSTR_(x) #x
+#define DL_STR(x) DL_XSTR_(x)
+
+/* The plain lock's waiter registry and its channel prefix. */
+#define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"
+
 /* Runs a script by EVALSHA, falling back to EVAL on NOSCRIPT.
  * keys/args are binary-safe (lens). */
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
@@ -424,10 +440,10 @@ enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
 typedef struct dl_call {
     dl_script *script;
     int nkeys, nargs;
-    const char *keys[2];
-    size_t keylens[2];
-    const char *args[2];
-    size_t arglens[2];
+    const char *keys[3];
+    size_t keylens[3];
+    const char *args[3];
+    size_t arglens[3];
     char num[24];              /* the lease, in decimal, when an argument */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */

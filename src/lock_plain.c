@@ -1,21 +1,64 @@
 /* The plain lock: one STRING key holding the owner's random token, the
- * layout of redis-py's Lock, redsync and node-redlock. Not reentrant. */
+ * layout of redis-py's Lock, redsync and node-redlock. Not reentrant.
+ *
+ * Waiting wakes one waiter per release, not all of them:
+ *
+ *   ZSET    dlock_waiters:{name}                   waiting token -> 1 + the highest
+ *                                                  score when it registered (FIFO)
+ *   channel redisson_lock__channel:{name}:<token>  one per waiter
+ *
+ * A waiter subscribes to its own channel, then registers with each attempt
+ * that fails (ZADD NX: it keeps its place). A release pops registered waiters
+ * until a PUBLISH reaches a subscriber, so one live waiter tries again; a
+ * waiter that died is dropped on the way (PUBLISH reached nobody). A woken
+ * waiter that loses the race (a newcomer took the lock first) registers
+ * again, at the back. One that gives up after being woken passes the wake on
+ * (abandon). A waiter that was woken and hung, or whose host died with its
+ * connection open, swallows one wake: every registered waiter therefore
+ * tries again at least every DL_PLAIN_RECHECK_MS, which also bounds the wait
+ * after a release by a client that publishes nothing (redis-py, redsync).
+ * The registry expires DL_PLAIN_REGISTRY_TTL_MS after the last attempt of
+ * any waiter, so the waiters of a lock nobody releases leave nothing behind.
+ * Before this, every release told every waiter (Redisson's single channel),
+ * and with 32 waiters each acquisition cost 32 acquire scripts. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-/* KEYS: lock, fence counter. ARGV: token, lease ms.
- * -> {1, fence} acquired | {0, pttl} held by another */
+#define DL_PLAIN_RECHECK_MS 2000
+#define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)
+
+/* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':
+ * not waiting: try once, or a RedLock node).
+ * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "if ARGV[3] ~= '0' then redis.call('zrem', KEYS[3], ARGV[1]) end "
     "return {1, redis.call('incr', KEYS[2])} end "
-    "return {0, redis.call('pttl', KEYS[1])}");
+    "local p = redis.call('pttl', KEYS[1]) "
+    "if ARGV[3] ~= '0' then "
+    "local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES') "
+    "redis.call('zadd', KEYS[3], 'NX', (tonumber(last[2]) or 0) + 1, ARGV[1]) "
+    "redis.call('pexpire', KEYS[3], 3 * tonumber(ARGV[3])) "
+    "if p > tonumber(ARGV[3]) then p = tonumber(ARGV[3]) end end "
+    "return {0, p}");
 
-/* KEYS: lock, channel. ARGV: token. -> 1 released | 0 not ours */
+/* KEYS: lock, waiters. ARGV: token, waiter channel prefix.
+ * -> 1 released (one waiter told) | 0 not ours */
 dl_script dl_script_plain_release = DL_SCRIPT("plain_release",
+    DL_LUA_WAKE_ONE
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1 end "
+    "redis.call('del', KEYS[1]); wake_one(KEYS[2], ARGV[2]); return 1 end "
     "return 0");
+
+/* A waiter gives up. KEYS: lock, waiters. ARGV: token, channel prefix.
+ * Not registered any more while the lock is free: it was woken and must pass
+ * the wake on. -> 1 passed on | 0 */
+static dl_script abandon_script = DL_SCRIPT("plain_abandon",
+    DL_LUA_WAKE_ONE
+    "if redis.call('zrem', KEYS[2], ARGV[1]) == 0 and redis.call('exists', KEYS[1]) == 0 then "
+    "wake_one(KEYS[2], ARGV[2]); return 1 end return 0");
 
 /* KEYS: lock. ARGV: token, lease ms. -> 1 extended | 0 not ours */
 dl_script dl_script_plain_extend = DL_SCRIPT("plain_extend",
@@ -30,18 +73,54 @@ static dl_script renew_script = DL_SCRIPT("plain_renew",
     "redis.call('pexpire', key, ARGV[1]); res[i] = 1 else res[i] = 0 end end "
     "return res");
 
-static int plain_init(dlock_lock *l, dl_err *err) {
-    l->channel = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
-    return l->channel ? DLOCK_OK : dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+typedef struct plain_data {
+    char *waiters;     /* dlock_waiters:{name} */
+    size_t waiters_len;
+    char *prefix;      /* redisson_lock__channel:{name}: */
+    size_t prefix_len;
+    int waiting;       /* the current attempt registers (the caller waits) */
+} plain_data;
+
+static void plain_destroy(dlock_lock *l) {
+    plain_data *d = l->kdata;
+    if (!d) return;
+    free(d->waiters);
+    free(d->prefix);
+    free(d);
+    l->kdata = NULL;
 }
 
+static int plain_init(dlock_lock *l, dl_err *err) {
+    plain_data *d = calloc(1, sizeof *d);
+    if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    l->kdata = d;
+    d->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, l->name, l->name_len, "", &d->waiters_len);
+    d->prefix = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, ":", &d->prefix_len);
+    /* until a hold has a token: the waiter channel is set by plain_owner */
+    l->channel = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
+    if (!d->waiters || !d->prefix || !l->channel) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+/* A new random token, and the waiter channel named after it. */
 static int plain_owner(dlock_lock *l, dl_err *err) {
+    plain_data *d = l->kdata;
     int rc = dl_random_hex(l->token, DLOCK_TOKEN_LEN / 2, err);
-    if (!rc) l->token_len = DLOCK_TOKEN_LEN;
-    return rc;
+    if (rc) return rc;
+    l->token_len = DLOCK_TOKEN_LEN;
+    char *ch = malloc(d->prefix_len + l->token_len + 1);
+    if (!ch) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    memcpy(ch, d->prefix, d->prefix_len);
+    memcpy(ch + d->prefix_len, l->token, l->token_len);
+    ch[d->prefix_len + l->token_len] = '\0';
+    free(l->channel);
+    l->channel = ch;
+    l->channel_len = d->prefix_len + l->token_len;
+    return DLOCK_OK;
 }
 
 static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
+    plain_data *d = l->kdata;
     memset(call, 0, sizeof *call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     call->keys[0] = l->name, call->keylens[0] = l->name_len;
@@ -50,22 +129,49 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     call->nargs = 2;
     call->args[1] = call->num, call->arglens[1] = ll;
     switch (op) {
-    case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV token, lease */
+    case DL_OP_ACQUIRE: /* KEYS lock, fence, waiters; ARGV token, lease, recheck */
         call->script = &acquire_script;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
-        call->nkeys = 2;
+        call->keys[2] = d->waiters, call->keylens[2] = d->waiters_len;
+        call->nkeys = 3;
+        call->args[2] = d->waiting ? DL_STR(DL_PLAIN_RECHECK_MS) : "0";
+        call->arglens[2] = strlen(call->args[2]);
+        call->nargs = 3;
         break;
-    case DL_OP_RELEASE: /* KEYS lock, channel; ARGV token */
+    case DL_OP_RELEASE: /* KEYS lock, waiters; ARGV token, channel prefix */
         call->script = &dl_script_plain_release;
-        call->keys[1] = l->channel, call->keylens[1] = l->channel_len;
+        call->keys[1] = d->waiters, call->keylens[1] = d->waiters_len;
         call->nkeys = 2;
-        call->nargs = 1;
+        call->args[1] = d->prefix, call->arglens[1] = d->prefix_len;
         call->binary_release = 1;
         break;
     default: /* extend: KEYS lock; ARGV token, lease */
         call->script = &dl_script_plain_extend;
         break;
     }
+}
+
+/* One attempt: a waiting caller (wait_ms != 0) registers as a waiter. */
+static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
+                         dl_try *t, dl_err *err) {
+    plain_data *d = l->kdata;
+    d->waiting = wait_ms != 0;
+    int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
+    d->waiting = 0;
+    return rc;
+}
+
+static void plain_abandon(dlock_lock *l, dl_conn *conn) {
+    plain_data *d = l->kdata;
+    const char *keys[2] = {l->name, d->waiters};
+    size_t keylens[2] = {l->name_len, d->waiters_len};
+    const char *args[2] = {l->token, d->prefix};
+    size_t arglens[2] = {l->token_len, d->prefix_len};
+    redisReply *r = NULL;
+    dl_err ignored = {0};
+    dl_eval(conn, dl_cmd_deadline(l->c), &abandon_script, 2, keys, keylens, 2, args, arglens, &r,
+            &ignored);
+    if (r) freeReplyObject(r);
 }
 
 static int plain_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
@@ -86,8 +192,10 @@ const dl_kind_ops dl_plain_ops = {
     .name = "plain",
     .reentrant = 0,
     .init = plain_init,
+    .destroy = plain_destroy,
     .owner = plain_owner,
-    .attempt = dl_call_attempt,
+    .attempt = plain_attempt,
+    .abandon = plain_abandon,
     .release = dl_call_release,
     .extend = dl_call_extend,
     .check = plain_check,

@@ -45,8 +45,6 @@
 /* ... and it re-attempts (refreshing it) at least this often. */
 #define DL_RW_REFRESH_MS 2000
 
-#define DL_STR_(x) #x
-#define DL_STR(x) DL_STR_(x)
 
 /* Largest PTTL of any reader's timeout keys: h the hash, bp "{N}". */
 #define LUA_MAXREAD                                                                      \

@@ -7,10 +7,12 @@
 
 #include "internal.h"
 
-/* KEYS: lock, channel. -> 1 deleted (waiters told) | 0 was free */
+/* KEYS: lock, channel, plain waiters. ARGV: plain waiter channel prefix.
+ * -> 1 deleted (waiters told: the channel's, and one plain waiter) | 0 was free */
 dl_script dl_script_force_unlock = DL_SCRIPT("force_unlock",
+    DL_LUA_WAKE_ONE
     "if redis.call('del', KEYS[1]) == 1 then "
-    "redis.call('publish', KEYS[2], '0'); return 1 end return 0");
+    "redis.call('publish', KEYS[2], '0'); wake_one(KEYS[3], ARGV[1]); return 1 end return 0");
 
 /* Runs one command on `name` (and optional extra argument) and returns the reply. */
 static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t name_len,
@@ -261,11 +263,18 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
     int rc = dl_check_name(name, &name_len, &err);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
-    size_t chl;
+    size_t chl, wl, pl;
     char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
-    if (!chan) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    const char *keys[2] = {name, chan};
-    size_t keylens[2] = {name_len, chl};
+    char *waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &wl);
+    char *prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &pl);
+    if (!chan || !waiters || !prefix) {
+        free(chan), free(waiters), free(prefix);
+        return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    }
+    const char *keys[3] = {name, chan, waiters};
+    size_t keylens[3] = {name_len, chl, wl};
+    const char *args[1] = {prefix};
+    size_t arglens[1] = {pl};
     int any = 0;
     size_t answered = 0;
     dl_err first = {0};
@@ -281,8 +290,8 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
         dl_err e = {0};
         rc = dl_node_get(node, deadline, &conn, &e);
         if (!rc) {
-            rc = dl_eval(conn, deadline, &dl_script_force_unlock, 2, keys, keylens, 0, NULL, NULL,
-                         &r, &e);
+            rc = dl_eval(conn, deadline, &dl_script_force_unlock, 3, keys, keylens, 1, args,
+                         arglens, &r, &e);
             dl_node_put(conn);
         }
         if (!rc) rc = dl_reply_expect_int(r, "force-unlock", &v, &e);
@@ -294,6 +303,8 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
         }
     }
     free(chan);
+    free(waiters);
+    free(prefix);
     if (answered == 0 || (c->mode == DL_MODE_REDLOCK && answered < c->quorum))
         return dl_client_fail(c, &first);
     if (existed) *existed = any;
@@ -305,7 +316,7 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
 static int derived_key(const char *k, size_t n) {
     static const char *const prefixes[] = {"redisson_lock_token:", "redisson_lock_queue:",
                                            "redisson_lock_timeout:", "redisson_lock_lease:",
-                                           "icr:"};
+                                           DL_PLAIN_WAITERS_PREFIX, "icr:"};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         size_t pl = strlen(prefixes[i]);
         if (n >= pl && !memcmp(k, prefixes[i], pl)) return 1;

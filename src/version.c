@@ -1,8 +1,6 @@
 /* The runtime version call; the numbers live in include/dlock.h. */
 #include "internal.h"
 
-#define DL_STR2(x) #x
-#define DL_STR(x) DL_STR2(x)
 
 const char *dlock_version(void) {
     return DL_STR(DLOCK_VERSION_MAJOR) "." DL_STR(DLOCK_VERSION_MINOR) "." DL_STR(

@@ -572,6 +572,8 @@ void th_cmd_ok(redisContext *rc, const char *fmt, ...)
     freeReplyObject(r);
 }
 
+/* Waiters on the lock's channel (reentrant, Redisson) plus those on a
+ * channel of their own "redisson_lock__channel:{name}:<id>" (plain, fair). */
 long long th_subscribers(redisContext *rc, const char *name)
 {
     redisReply *r = th_cmd(rc, "PUBSUB NUMSUB redisson_lock__channel:{%s}", name);
@@ -579,6 +581,9 @@ long long th_subscribers(redisContext *rc, const char *name)
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_INTEGER)
         n = r->element[1]->integer;
+    freeReplyObject(r);
+    r = th_cmd(rc, "PUBSUB CHANNELS redisson_lock__channel:{%s}:*", name);
+    if (r->type == REDIS_REPLY_ARRAY) n += (long long)r->elements;
     freeReplyObject(r);
     return n;
 }

@@ -29,7 +29,7 @@ int main(void)
     /* ---- ACL: the rules a user needs for the locks named "app:*" ---- */
     th_cmd_ok(rc, "ACL SETUSER app on >appSecret42 resetkeys resetchannels"
                   " ~app:* ~redisson_lock_token:{app:* ~redisson_lock__channel:{app:*"
-                  " &redisson_lock__channel:{app:*"
+                  " ~dlock_waiters:{app:* &redisson_lock__channel:{app:*"
                   " -@all +@connection +@read +@write +@scripting +@pubsub -@dangerous");
     char url[256];
     snprintf(url, sizeof url, "redis://app:appSecret42@127.0.0.1:%d", th_server_port(s));

@@ -115,6 +115,15 @@ start_extra_redis() {
 
 rcli() { redis-cli -p "$PORT" "$@"; }
 
+# waiters NAME: processes blocked on lock NAME: subscribers of its channel
+# (reentrant) plus channels of their own "...{NAME}:<id>" (plain, fair)
+waiters() {
+    local common own
+    common=$(rcli pubsub numsub "redisson_lock__channel:{$1}" | tail -1)
+    own=$(rcli pubsub channels "redisson_lock__channel:{$1}:*" | grep -c .)
+    echo $((common + own))
+}
+
 ok() { echo "ok   - $*"; }
 fail() {
     echo "FAIL - $*"

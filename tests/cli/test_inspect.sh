@@ -25,7 +25,7 @@ wait_until "[ -e '$TMP/re-ready' ]"
 "$DLOCK" run -w 20s --kind reentrant relock true &
 waiter=$!
 BG_PIDS+=("$waiter")
-wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{relock}" | tail -1)" -ge 1 ]'
+wait_until '[ "$(waiters relock)" -ge 1 ]'
 expect 0 "status --json of a reentrant lock" status --json relock
 json_check "reentrant lock json" 'd["held"] is True and d["kind"] == "reentrant" and ":" in d["holder"] and d["holders"] == 1 and d["hold_count"] == 1 and 0 < d["ttl_ms"] <= 10000 and d["waiters"] >= 1' "$TMP/out"
 
@@ -54,7 +54,7 @@ check "reentrant holder and waiter both ran ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc
 "$DLOCK" run -w 20s plainlock touch "$TMP/woken" &
 waiter=$!
 BG_PIDS+=("$waiter")
-wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{plainlock}" | tail -1)" -ge 1 ]'
+wait_until '[ "$(waiters plainlock)" -ge 1 ]'
 expect 0 "force-unlock (stdin not a terminal)" force-unlock plainlock
 check "force-unlock says it deleted" "grep -q 'deleted' '$TMP/err'"
 wait "$waiter"

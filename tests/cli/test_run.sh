@@ -97,7 +97,7 @@ check "the holder's lock is untouched" "[ \"\$(rcli get busy)\" = '$token' ]"
 "$DLOCK" run -w 20s busy sh -c "echo \$DLOCK_FENCE > '$TMP/waited'" &
 waiter=$!
 BG_PIDS+=("$waiter")
-check "waiter subscribed" "wait_until '[ \"\$(rcli pubsub numsub \"redisson_lock__channel:{busy}\" | tail -1)\" -ge 1 ]'"
+check "waiter subscribed" "wait_until '[ \"\$(waiters busy)\" -ge 1 ]'"
 check "waiter did not run yet" "[ ! -e '$TMP/waited' ]"
 start=$(date +%s%N)
 "$DLOCK" release busy "$token"
@@ -114,7 +114,7 @@ wait_until "[ -e '$TMP/first-in' ]"
 "$DLOCK" run -w 20s seq sh -c "[ ! -e '$TMP/first-in' ]" &
 second=$!
 BG_PIDS+=("$second")
-wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{seq}" | tail -1)" -ge 1 ]'
+wait_until '[ "$(waiters seq)" -ge 1 ]'
 touch "$TMP/go"
 wait "$first"; rc1=$?
 wait "$second"; rc2=$?

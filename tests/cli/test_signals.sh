@@ -137,7 +137,7 @@ rm -f "$TMP/marker"
 "$DLOCK" run waited touch "$TMP/marker" &
 DPID=$!
 BG_PIDS+=("$DPID")
-wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{waited}" | tail -1)" -ge 1 ]'
+wait_until '[ "$(waiters waited)" -ge 1 ]'
 kill -TERM "$DPID"
 wait "$DPID"
 rc=$?

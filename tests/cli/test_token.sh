@@ -58,7 +58,7 @@ tok=$("$DLOCK" acquire --ttl 30s handoff)
 "$DLOCK" acquire -w 20s --ttl 30s handoff >"$TMP/waiter.out" &
 waiter=$!
 BG_PIDS+=("$waiter")
-wait_until '[ "$(rcli pubsub numsub "redisson_lock__channel:{handoff}" | tail -1)" -ge 1 ]'
+wait_until '[ "$(waiters handoff)" -ge 1 ]'
 "$DLOCK" release handoff "$tok"
 wait "$waiter"
 rc=$?

@@ -1,0 +1,252 @@
+/* The plain lock wakes one waiter per release (lock_plain.c), never all:
+ *   count    8 blocked waiter processes; one release costs the release
+ *            script and the one woken waiter's attempt, not 8 attempts
+ *   chain    the 8 then hand the lock on to each other by wake-ups alone:
+ *            all done far sooner than the 2 s re-check would allow
+ *   dead     a SIGKILLed registered waiter is skipped (its PUBLISH reaches
+ *            nobody): the next live one wakes at once
+ *   hung     a woken waiter that never acts (SIGSTOP, connection open)
+ *            swallows the wake: another takes the lock within the re-check
+ *            bound, not after the holder's 20 s lease
+ *   giveup   waiters with short random bounds against a busy lock: the
+ *            registry ends empty and the lock free, nothing left waiting
+ * Waiters are processes forked before the parent makes any client. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NW 8
+#define RECHECK_MS 2000 /* DL_PLAIN_RECHECK_MS */
+
+static char g_name[64];
+
+static long long evalsha_calls(redisContext *rc)
+{
+    char *info = th_cmd_str(rc, "INFO commandstats");
+    long long n = 0;
+    static const char *const stats[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (size_t i = 0; info && i < 2; i++) {
+        const char *p = strstr(info, stats[i]);
+        if (p) n += atoll(p + strlen(stats[i]));
+    }
+    free(info);
+    return n;
+}
+
+static long long registered(redisContext *rc)
+{
+    return th_cmd_int(rc, "ZCARD dlock_waiters:{%s}", g_name);
+}
+
+/* A waiter process: once told (a byte on go), acquires (waiting), records
+ * its index and time in "<name>:order" / "<name>:at:<idx>", holds hold_ms,
+ * releases; hold_ms < 0: holds until killed. */
+static int waiter_child(const th_server *s, int idx, int64_t hold_ms, int go)
+{
+    char b;
+    if (read(go, &b, 1) != 1) _exit(2);
+    close(go);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    redisContext *rc = th_redis(s);
+    ASSERT_LOK(l, dlock_acquire(l, 60000, 30000, NULL));
+    th_cmd_int(rc, "RPUSH %s:order %d", g_name, idx);
+    th_cmd_ok(rc, "SET %s:at:%d %lld", g_name, idx, (long long)th_now_ms());
+    if (hold_ms < 0) pause();
+    th_sleep_ms(hold_ms);
+    ASSERT_LOK(l, dlock_release(l));
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return 0;
+}
+
+static pid_t fork_waiter(const th_server *s, int idx, int64_t hold_ms, int *go)
+{
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        close(p[1]);
+        _exit(waiter_child(s, idx, hold_ms, p[0]));
+    }
+    close(p[0]);
+    *go = p[1];
+    return pid;
+}
+
+static void go(int fd)
+{
+    ASSERT_EQ(write(fd, "g", 1), 1);
+    close(fd);
+}
+
+/* Starts waiters one by one, each registered before the next (so that the
+ * registry's order is idx order). */
+static void start_in_order(redisContext *rc, int n, const int *fds)
+{
+    for (int i = 0; i < n; i++) {
+        go(fds[i]);
+        ASSERT_EVENTUALLY(registered(rc) == i + 1, 5000);
+    }
+}
+
+static long long order_len(redisContext *rc)
+{
+    return th_cmd_int(rc, "LLEN %s:order", g_name);
+}
+
+static void part_count_and_chain(const th_server *s)
+{
+    snprintf(g_name, sizeof g_name, "wake1:count");
+    pid_t pids[NW];
+    int fds[NW];
+    for (int i = 0; i < NW; i++) pids[i] = fork_waiter(s, i, 50, &fds[i]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));
+    start_in_order(rc, NW, fds);
+    th_sleep_ms(100);
+
+    long long ev0 = evalsha_calls(rc);
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EVENTUALLY(order_len(rc) >= 1, 5000);
+    long long ev1 = evalsha_calls(rc);
+    th_log("one release with %d waiters: %lld scripts until the first held", NW, ev1 - ev0);
+    /* release + the woken waiter's attempt (+1 for a re-check that may fall
+     * in the window); a broadcast would cost 1 + 8 */
+    ASSERT_LE(ev1 - ev0, 3);
+    char *first = th_cmd_str(rc, "LINDEX %s:order 0", g_name);
+    ASSERT_STR_EQ(first, "0"); /* the earliest registered */
+    free(first);
+
+    /* the chain: each holds 50 ms and its release wakes the next */
+    ASSERT_EVENTUALLY(order_len(rc) == NW, 10000);
+    int64_t took = 0;
+    for (int i = 0; i < NW; i++) {
+        char *at = th_cmd_str(rc, "GET %s:at:%d", g_name, i);
+        int64_t v = atoll(at) - t_rel;
+        if (v > took) took = v;
+        free(at);
+    }
+    th_log("%d waiters, 50 ms holds: all had it within %lld ms of the first release", NW,
+           (long long)took);
+    ASSERT_LT(took, NW * 50 + RECHECK_MS - 500);
+    for (int i = 0; i < NW; i++) {
+        char *v = th_cmd_str(rc, "LINDEX %s:order %d", g_name, i);
+        th_log("  order[%d] = %s", i, v);
+        free(v);
+    }
+    for (int i = 0; i < NW; i++) ASSERT_EQ(th_wait_child(pids[i], 10000), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS dlock_waiters:{%s} %s", g_name, g_name), 0);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* Waiter 0 registered first is SIGKILLed (dead) or SIGSTOPped (hung); the
+ * holder releases; waiter 1 must get the lock: at once when 0 is dead,
+ * within the re-check bound when 0 swallowed the wake. */
+static void part_bad_first(const th_server *s, int sig)
+{
+    snprintf(g_name, sizeof g_name, "wake1:%s", sig == SIGKILL ? "dead" : "hung");
+    pid_t pids[2];
+    int fds[2];
+    for (int i = 0; i < 2; i++) pids[i] = fork_waiter(s, i, -1, &fds[i]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));
+    start_in_order(rc, 2, fds);
+    ASSERT_EQ(kill(pids[0], sig), 0);
+    if (sig == SIGKILL) {
+        ASSERT_NE(th_wait_child(pids[0], 5000), 0);
+        /* its connections are gone: its channel has no subscriber */
+        ASSERT_EVENTUALLY(th_subscribers(rc, g_name) == 1, 5000);
+    }
+    ASSERT_EQ(registered(rc), 2);
+    th_sleep_ms(50);
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EVENTUALLY(order_len(rc) == 1, 20000);
+    char *at = th_cmd_str(rc, "GET %s:at:1", g_name);
+    ASSERT(at != NULL);
+    int64_t took = atoll(at) - t_rel;
+    free(at);
+    th_log("first registered waiter %s: the next one had the lock %lld ms after the release",
+           sig == SIGKILL ? "killed" : "stopped", (long long)took);
+    if (sig == SIGKILL)
+        ASSERT_LT(took, 1000);
+    else
+        ASSERT_LT(took, RECHECK_MS + 1500); /* not the holder's 20 s lease */
+    for (int i = 0; i < 2; i++) {
+        if (sig == SIGKILL && i == 0) continue;
+        kill(pids[i], SIGKILL);
+        if (i == 0) kill(pids[i], SIGCONT);
+        th_wait_child(pids[i], 5000);
+    }
+    th_cmd_int(rc, "DEL %s dlock_waiters:{%s}", g_name, g_name);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* Waiters giving up after short random bounds (some of them just after a
+ * wake) while the lock changes hands: nothing is left registered, the lock
+ * ends free, and every process got it at least once. */
+static int giveup_child(const th_server *s, int idx)
+{
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    unsigned seed = (unsigned)getpid() * 2654435761u + (unsigned)idx;
+    int got = 0;
+    for (int i = 0; i < 60; i++) {
+        int rc = dlock_acquire(l, 1 + rand_r(&seed) % 15, 30000, NULL);
+        if (rc == DLOCK_OK) {
+            got++;
+            usleep(500 + rand_r(&seed) % 2000);
+            ASSERT_LOK(l, dlock_release(l));
+        } else {
+            ASSERT_LCODE(l, rc, DLOCK_ETIMEDOUT);
+        }
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return got > 0 ? 0 : 3;
+}
+
+static void part_giveup(const th_server *s)
+{
+    snprintf(g_name, sizeof g_name, "wake1:giveup");
+    pid_t pids[6];
+    for (int i = 0; i < 6; i++) {
+        pids[i] = th_fork();
+        if (pids[i] == 0) _exit(giveup_child(s, i));
+    }
+    for (int i = 0; i < 6; i++) ASSERT_EQ(th_wait_child(pids[i], 60000), 0);
+    redisContext *rc = th_redis(s);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", g_name), 0);
+    ASSERT_EQ(registered(rc), 0);
+    redisFree(rc);
+}
+
+int main(int argc, char **argv)
+{
+    th_init("wakeone");
+    const char *part = argc > 1 ? argv[1] : "all";
+    th_server *s = th_server_start(NULL);
+    int all = !strcmp(part, "all");
+    if (all || !strcmp(part, "count")) part_count_and_chain(s);
+    if (all || !strcmp(part, "dead")) part_bad_first(s, SIGKILL);
+    if (all || !strcmp(part, "hung")) part_bad_first(s, SIGSTOP);
+    if (all || !strcmp(part, "giveup")) part_giveup(s);
+    th_server_stop(s);
+    th_log("ok");
+    return 0;
+}
