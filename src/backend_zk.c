@@ -829,7 +829,7 @@ static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
         }
         if (wait_ms == 0) {
             free(pp);
-            rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another session", nm);
+            rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another handle", nm);
             break;
         }
         if (dl_now_ms() >= deadline) {

@@ -506,10 +506,21 @@ static void test_cli(const char *cli) {
     th_log("dlock run: exit %d, output: %s", st, buf);
     ASSERT_EQ(st, 0);
     ASSERT(strstr(buf, "fence=") != NULL && strstr(buf, "fence=0") == NULL);
-    char *ttl[] = {(char *)cli, "--url", g_url, "run", "--ttl", "5s", "cli-lock", "--", "true",
+    /* run's --ttl is the watchdog lease: here, the session timeout asked for */
+    char *ttl[] = {(char *)cli, "--url", g_url, "run", "--ttl", "2s", "cli-lock", "--", "true",
                    NULL};
     st = run_cli(cli, ttl, buf, sizeof buf);
-    th_log("dlock run --ttl: exit %d: %s", st, buf);
+    ASSERT_MSG(st == 0, "dlock run --ttl 2s: exit %d: %s", st, buf);
+    /* unsupported: a semaphore (--limit), a lease by token, the ID worker */
+    char *sem[] = {(char *)cli, "--url", g_url, "run", "--limit", "2", "cli-sem", "--", "true",
+                   NULL};
+    st = run_cli(cli, sem, buf, sizeof buf);
+    th_log("dlock run --limit: exit %d: %s", st, buf);
+    ASSERT(st != 0);
+    ASSERT(strstr(buf, "not supported by the zookeeper backend") != NULL);
+    char *tok[] = {(char *)cli, "--url", g_url, "acquire", "--ttl", "5s", "cli-tok", NULL};
+    st = run_cli(cli, tok, buf, sizeof buf);
+    th_log("dlock acquire --ttl: exit %d: %s", st, buf);
     ASSERT(st != 0);
     ASSERT(strstr(buf, "not supported by the zookeeper backend") != NULL);
     char *id[] = {(char *)cli, "--url", g_url, "id", "next", NULL};
