@@ -72,6 +72,7 @@
 #define ZK_GUID_BYTES 16
 
 typedef struct zk_lock zk_lock;
+typedef struct zk_orphan zk_orphan;
 
 /* One ZooKeeper session. Freed (and closed) when the last reference goes:
  * the client's, and one per handle holding a node on it. */
@@ -83,8 +84,19 @@ typedef struct zk_sess {
     int dead;                  /* expired or auth failed: never usable again */
     uint64_t events;           /* watch events seen */
     zk_lock *held;             /* handles holding a node on this session */
+    zk_orphan *orphans;        /* our nodes to delete (sent again on reconnect) */
     int refs;
 } zk_sess;
+
+/* A node of ours that no one waits for any more and whose delete did not get
+ * through yet: deleted in the background, again after each reconnection,
+ * until the server confirms (or the session ends, taking it along). */
+struct zk_orphan {
+    zk_sess *s;
+    char *path;
+    int inflight;
+    zk_orphan *next;
+};
 
 typedef struct zk_client {
     char *hosts;
@@ -158,6 +170,7 @@ static char *join3(const char *a, const char *b, const char *c) {
 /* ---- sessions ---- */
 
 static void mark_lost_locked(zk_sess *s);
+static void orphans_send_locked(zk_sess *s);
 
 static void sess_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
     (void)zh;
@@ -168,6 +181,7 @@ static void sess_watcher(zhandle_t *zh, int type, int state, const char *path, v
     if (type == ZOO_SESSION_EVENT) {
         if (state == ZOO_CONNECTED_STATE || state == ZOO_READONLY_STATE) {
             s->connected = 1;
+            orphans_send_locked(s);
         } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
             s->connected = 0;
             if (!s->dead) {
@@ -192,6 +206,12 @@ static void sess_unref(zk_sess *s) {
     /* ends the session: its ephemeral nodes go; pending completions are
      * called (ZCLOSING) before this returns */
     if (s->zh) zookeeper_close(s->zh);
+    while (s->orphans) {
+        zk_orphan *o = s->orphans;
+        s->orphans = o->next;
+        free(o->path);
+        free(o);
+    }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -379,6 +399,56 @@ static int op_started(zk_op *op, int sent) {
         pthread_mutex_unlock(&op->mu);
     }
     return sent;
+}
+
+/* ---- orphans ---- */
+
+static void c_orphan(int rc, const void *data) {
+    zk_orphan *o = (zk_orphan *)data;
+    zk_sess *s = o->s;
+    pthread_mutex_lock(&s->mu);
+    o->inflight = 0;
+    if (rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED || rc == ZCLOSING ||
+        rc == ZINVALIDSTATE) {
+        for (zk_orphan **pp = &s->orphans; *pp; pp = &(*pp)->next)
+            if (*pp == o) {
+                *pp = o->next;
+                break;
+            }
+        free(o->path);
+        free(o);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Sends a delete for every orphan not in flight (s->mu held). */
+static void orphans_send_locked(zk_sess *s) {
+    for (zk_orphan *o = s->orphans; o; o = o->next) {
+        if (o->inflight || !s->zh) continue;
+        o->inflight = 1;
+        if (zoo_adelete(s->zh, o->path, -1, c_orphan, o) != ZOK) o->inflight = 0;
+    }
+}
+
+/* Deletes path in the background until the server confirms. */
+static void orphan_add(zk_sess *s, const char *path) {
+    zk_orphan *o = calloc(1, sizeof *o);
+    char *p = strdup(path);
+    pthread_mutex_lock(&s->mu);
+    if (o && p && !s->dead) {
+        o->s = s;
+        o->path = p;
+        o->next = s->orphans;
+        s->orphans = o;
+        if (s->connected) orphans_send_locked(s);
+        o = NULL;
+        p = NULL;
+    } else if (!s->dead) {
+        zoo_adelete(s->zh, path, -1, noop_void, NULL); /* out of memory: once */
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(o);
+    free(p);
 }
 
 enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS };
@@ -707,9 +777,8 @@ static void drop_node(zk_lock *zl, int del) {
     else if (s->held == zl) s->held = zl->next;
     if (zl->next) zl->next->prev = zl->prev;
     zl->next = zl->prev = NULL;
-    int dead = s->dead;
     pthread_mutex_unlock(&s->mu);
-    if (del && !dead && zl->node) zoo_adelete(s->zh, zl->node, -1, noop_void, NULL);
+    if (del && zl->node) orphan_add(s, zl->node);
     free(zl->node);
     zl->node = NULL;
     zl->sess = NULL;
@@ -725,6 +794,13 @@ static void zk_lock_destroy(dlock_lock *l) {
     l->bdata = NULL;
 }
 
+static int sess_dead(zk_sess *s) {
+    pthread_mutex_lock(&s->mu);
+    int dead = s->dead;
+    pthread_mutex_unlock(&s->mu);
+    return dead;
+}
+
 static int is_lost(zk_lock *zl) {
     pthread_mutex_lock(&zl->sess->mu);
     int lost = zl->lost || zl->sess->dead;
@@ -732,11 +808,11 @@ static int is_lost(zk_lock *zl) {
     return lost;
 }
 
-/* Deletes a node we gave up on (waiting until the answer, bounded); an
- * unanswered delete is sent again without waiting. */
+/* Deletes a node we gave up on (waiting for the answer, bounded); one that
+ * did not get through is left to the background (orphan_add). */
 static void give_up_node(zk_client *zc, zk_sess *s, const char *path) {
     int zrc = zk_req(zc, s, OP_DELETE, path, 0, NULL);
-    if (zrc != ZOK && zrc != ZNONODE) zoo_adelete(s->zh, path, -1, noop_void, NULL);
+    if (zrc != ZOK && zrc != ZNONODE && zrc != ZSESSIONEXPIRED) orphan_add(s, path);
 }
 
 static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
@@ -794,6 +870,10 @@ static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
         zk_child *v = NULL;
         int n = 0;
         rc = list_queue(zc, s, zl->parent, &op, &v, &n, err);
+        if (rc == DLOCK_EIO && !sess_dead(s) && dl_now_ms() < deadline && wait_ms != 0) {
+            dl_sleep_ms(50); /* disconnected: the session may come back */
+            continue;
+        }
         if (rc) break;
         int me = -1;
         for (int i = 0; i < n; i++)
