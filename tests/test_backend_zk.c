@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -371,11 +372,11 @@ static void test_killed_holder(void) {
     dlock_client_free(c);
 }
 
-static volatile sig_atomic_t g_lost_reason;
+static atomic_int g_lost_reason; /* set on ZooKeeper's completion thread */
 static void on_lost(dlock_lock *l, int reason, void *ud) {
     (void)l;
     (void)ud;
-    g_lost_reason = reason;
+    atomic_store(&g_lost_reason, reason);
 }
 
 static void test_session_expiry(void) {
@@ -393,9 +394,9 @@ static void test_session_expiry(void) {
         (void)!write(up[1], "x", 1);
         char b;
         if (read(down[0], &b, 1) != 1) _exit(4); /* frozen (SIGSTOP) meanwhile */
-        for (int i = 0; i < 500 && !dlock_lock_is_lost(l); i++) usleep(10000);
+        for (int i = 0; i < 500 && !atomic_load(&g_lost_reason); i++) usleep(10000);
         if (!dlock_lock_is_lost(l)) _exit(5);
-        if (g_lost_reason != DLOCK_LOST_UNREACHABLE) _exit(6);
+        if (atomic_load(&g_lost_reason) != DLOCK_LOST_UNREACHABLE) _exit(6);
         int held = 1;
         if (dlock_lock_check(l, &held, NULL) || held) _exit(7);
         if (dlock_release(l) != DLOCK_ELOST) _exit(8);
