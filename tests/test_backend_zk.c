@@ -14,6 +14,7 @@
  * they run can leave the allocator's lock held in the child. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -470,6 +471,139 @@ static void test_rw_procs(void) {
     th_log("read/write across processes: writers exact (50), readers saw no change");
 }
 
+/* ---- connection loss during create: our node is found, not made twice ----
+ * A proxy (a child process) between one client and the server passes bytes
+ * through, except that once armed it forwards the create of a node of the
+ * lock "lossy" and then cuts the connection before the answer: the server
+ * made the node, the client saw ZCONNECTIONLOSS. The client reconnects on
+ * the same session and must find its node by its guid. */
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int send_all(int fd, const unsigned char *b, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w <= 0) return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void proxy_relay(int cfd, const char *arm, const char *dropped) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int sfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (sfd < 0 || connect(sfd, (struct sockaddr *)&a, sizeof a)) {
+        if (sfd >= 0) close(sfd);
+        return;
+    }
+    static unsigned char in[1 << 20];
+    size_t have = 0;
+    int first = 1;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = cfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) continue;
+        if (pf[1].revents) {
+            unsigned char b[65536];
+            ssize_t r = read(sfd, b, sizeof b);
+            if (r <= 0 || send_all(cfd, b, (size_t)r)) break;
+        }
+        if (pf[0].revents) {
+            ssize_t r = read(cfd, in + have, sizeof in - have);
+            if (r <= 0) break;
+            have += (size_t)r;
+            int cut = 0;
+            while (have >= 4 && have >= 4 + be32(in)) {
+                size_t len = 4 + be32(in);
+                /* request header: xid, type (15: create2); the first frame
+                 * is the session handshake */
+                int create = !first && len >= 16 && be32(in + 8) == 15;
+                first = 0;
+                if (send_all(sfd, in, len)) {
+                    cut = 1;
+                    break;
+                }
+                if (create && !access(arm, F_OK) &&
+                    memmem(in, len, "6c6f737379", 10) /* hex("lossy") */) {
+                    unlink(arm);
+                    usleep(300000); /* the server applies it; the answer is dropped */
+                    int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
+                    if (fd >= 0) close(fd);
+                    cut = 1;
+                    break;
+                }
+                memmove(in, in + len, have - len);
+                have -= len;
+            }
+            if (cut) break;
+        }
+    }
+    close(sfd);
+}
+
+static void test_create_connection_loss(void) {
+    char arm[200], dropped[200];
+    snprintf(arm, sizeof arm, "%s/arm", g_dir);
+    snprintf(dropped, sizeof dropped, "%s/dropped", g_dir);
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT(lfd >= 0);
+    ASSERT(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(lfd, (struct sockaddr *)&a, &al) == 0);
+    ASSERT(listen(lfd, 8) == 0);
+    int pport = ntohs(a.sin_port);
+    pid_t proxy = th_fork();
+    if (proxy == 0) {
+        for (;;) {
+            int cfd = accept(lfd, NULL, NULL);
+            if (cfd < 0) continue;
+            proxy_relay(cfd, arm, dropped);
+            close(cfd);
+        }
+    }
+    close(lfd);
+    dlock_options o;
+    dlock_options_init(&o);
+    char url[128];
+    snprintf(url, sizeof url, "zk://127.0.0.1:%d/dltest", pport);
+    o.url = url;
+    o.watchdog_lease_ms = 4000; /* the session outlives the cut */
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    char sid[64], sid2[64];
+    ASSERT_COK(c, dlock_server_fact(c, "session_id", sid, sizeof sid));
+    dlock_lock *l = lock(c, "lossy", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)); /* parents made */
+    ASSERT_LOK(l, dlock_release(l));
+    int fd = open(arm, O_WRONLY | O_CREAT, 0644);
+    ASSERT(fd >= 0);
+    close(fd);
+    int64_t t0 = th_now_ms();
+    uint64_t fence = 0;
+    ASSERT_LOK(l, dlock_acquire(l, 8000, DLOCK_WATCHDOG, &fence));
+    int64_t el = th_now_ms() - t0;
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the create");
+    ASSERT_COK(c, dlock_server_fact(c, "session_id", sid2, sizeof sid2));
+    ASSERT_STR_EQ(sid, sid2); /* the same session, reconnected */
+    dlock_info info;
+    ASSERT_COK(c, dlock_inspect(c, "lossy", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.holders, 1);
+    ASSERT_EQ(info.queued, 0); /* one node: ours, found; no second one */
+    ASSERT_U64_EQ(info.fence, fence);
+    th_log("connection cut after the create was sent: our node found by its guid, acquired in "
+           "%lld ms, no second node", (long long)el);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_COK(c, dlock_inspect(c, "lossy", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    kill(proxy, SIGKILL);
+    ASSERT_EQ(th_wait_child(proxy, 5000), 128 + SIGKILL);
+}
+
 /* ---- the CLI ---- */
 static int run_cli(const char *cli, char *const args[], char *buf, size_t len) {
     char out[300];
@@ -750,6 +884,7 @@ int main(int argc, char **argv) {
     test_killed_holder();
     test_session_expiry();
     test_rw_procs();
+    test_create_connection_loss();
     test_cli(argc > 1 ? argv[1] : NULL);
     test_rw_reentrant();
     test_waits_leave_no_node();
