@@ -496,6 +496,58 @@ static void zk_close(dlock_client *c) {
     c->bctx = NULL;
 }
 
+/* Connects to each host of the list in turn (TCP only) until one accepts,
+ * within the connect timeout: the C client itself retries refused hosts
+ * forever, so without this a wrong address would only show as a timeout. */
+static int probe_hosts(zk_client *zc, dl_err *err) {
+    char *list = strdup(zc->hosts);
+    if (!list) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    int64_t deadline = dl_deadline(zc->connect_timeout_ms);
+    int rc = DLOCK_EIO;
+    dl_err last = {0};
+    char *save = NULL;
+    for (char *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(h, ':');
+        char *host = h;
+        long port = 2181;
+        if (colon && (h[0] != '[' || colon > strchr(h, ']'))) {
+            char *end = NULL;
+            port = strtol(colon + 1, &end, 10);
+            if (!colon[1] || *end || port <= 0 || port > 65535) {
+                rc = dl_seterr(err, DLOCK_EINVAL, "bad zookeeper host list '%s' (host:port,...)",
+                               zc->hosts);
+                break;
+            }
+            *colon = '\0';
+        }
+        if (host[0] == '[') {
+            host++;
+            char *rb = strchr(host, ']');
+            if (rb) *rb = '\0';
+        }
+        if (!*host) {
+            rc = dl_seterr(err, DLOCK_EINVAL, "bad zookeeper host list '%s' (host:port,...)",
+                           zc->hosts);
+            break;
+        }
+        dl_endpoint ep;
+        memset(&ep, 0, sizeof ep);
+        ep.host = host;
+        ep.port = (int)port;
+        int fd = -1;
+        rc = dl_transport_connect(&ep, deadline, &fd, &last);
+        if (!rc) {
+            close(fd);
+            break;
+        }
+    }
+    free(list);
+    if (rc == DLOCK_EIO || rc == DLOCK_ENOMEM)
+        return dl_seterr(err, rc, "zookeeper: no server of %s reachable: %s", zc->hosts,
+                         last.msg[0] ? last.msg : "connect failed");
+    return rc;
+}
+
 static int zk_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err) {
     (void)o;
     zk_client *zc = calloc(1, sizeof *zc);
@@ -527,8 +579,10 @@ static int zk_open(dlock_client *c, const char *url, const dlock_options *o, dl_
         return dl_seterr(err, DLOCK_EINVAL, "zookeeper URL: bad chroot path '%s'", p + hl);
     zc->root = join3(chroot, "/dlock", "/locks");
     if (!zc->root) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    int rc = probe_hosts(zc, err);
+    if (rc) return rc;
     zk_sess *s = NULL;
-    int rc = sess_get(zc, &s, err); /* connect now: a bad address is reported here */
+    rc = sess_get(zc, &s, err); /* connect now: a bad address is reported here */
     sess_unref(s);
     return rc;
 }

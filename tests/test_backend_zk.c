@@ -849,7 +849,9 @@ static void test_facts_unsupported_errors(void) {
         {"zk:///chroot", DLOCK_EINVAL},
         {"zk://user:pw@127.0.0.1:2181", DLOCK_EINVAL},
         {"zk://127.0.0.1:2181/a//b", DLOCK_EINVAL},
-        {"zk://127.0.0.1:1", DLOCK_EIO},
+        {"zk://127.0.0.1:2181:x", DLOCK_EINVAL},
+        {"zk://127.0.0.1:1", DLOCK_EIO},          /* refused: said at once */
+        {"zk://127.0.0.1:1,127.0.0.1:2/x", DLOCK_EIO},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dlock_options o;
@@ -865,6 +867,29 @@ static void test_facts_unsupported_errors(void) {
         ASSERT(th_now_ms() - t0 < 3000);
         dlock_client_free(bc);
     }
+    /* a port that accepts but never answers: the connect timeout bounds it */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(lfd, (struct sockaddr *)&a, &al) == 0 && listen(lfd, 8) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "zk://127.0.0.1:%d", ntohs(a.sin_port));
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.connect_timeout_ms = 500;
+    dlock_client *bc = NULL;
+    int64_t t0 = th_now_ms();
+    int rc = dlock_client_new(&o, &bc);
+    int64_t el = th_now_ms() - t0;
+    th_log("silent server -> %s in %lld ms: %s", dlock_strerror(rc), (long long)el,
+           dlock_errmsg(bc));
+    ASSERT_CCODE(bc, rc, DLOCK_EIO);
+    ASSERT_GE(el, 450);
+    ASSERT_LT(el, 2500);
+    dlock_client_free(bc);
+    close(lfd);
 }
 
 int main(int argc, char **argv) {
