@@ -269,7 +269,9 @@ static int sess_get(zk_client *zc, zk_sess **out, dl_err *err) {
         rc = sess_open(zc, &zc->sess, err);
         if (!rc) {
             s = zc->sess;
+            pthread_mutex_lock(&s->mu);
             s->refs++;
+            pthread_mutex_unlock(&s->mu);
         }
     }
     pthread_mutex_unlock(&zc->mu);
