@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -892,6 +893,51 @@ static void test_facts_unsupported_errors(void) {
     close(lfd);
 }
 
+/* ---- threads sharing one client (one session), a handle each ---- */
+#define NTHREADS 4
+#define TROUNDS 40
+static dlock_client *g_shared;
+static atomic_llong g_tcount; /* relaxed load, then store: not an atomic increment */
+static atomic_int g_tfail;
+
+static void *counter_thread(void *arg) {
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(g_shared, "threads", DLOCK_CSTR,
+                       (intptr_t)arg % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN, &l)) {
+        atomic_store(&g_tfail, 1);
+        return NULL;
+    }
+    for (int i = 0; i < TROUNDS; i++) {
+        if (dlock_acquire(l, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, NULL)) {
+            atomic_store(&g_tfail, 2);
+            break;
+        }
+        long long v = atomic_load_explicit(&g_tcount, memory_order_relaxed);
+        if (i % 8 == 0) usleep(1000);
+        atomic_store_explicit(&g_tcount, v + 1, memory_order_relaxed);
+        if (dlock_release(l)) {
+            atomic_store(&g_tfail, 3);
+            break;
+        }
+    }
+    dlock_lock_free(l);
+    return NULL;
+}
+
+static void test_threads(void) {
+    g_shared = client();
+    pthread_t t[NTHREADS];
+    int64_t t0 = th_now_ms();
+    for (intptr_t i = 0; i < NTHREADS; i++)
+        ASSERT(pthread_create(&t[i], NULL, counter_thread, (void *)i) == 0);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+    th_log("%d threads on one client: counter %lld (want %d) in %lld ms", NTHREADS,
+           (long long)atomic_load(&g_tcount), NTHREADS * TROUNDS, (long long)(th_now_ms() - t0));
+    ASSERT_EQ(atomic_load(&g_tfail), 0);
+    ASSERT_EQ(atomic_load(&g_tcount), NTHREADS * TROUNDS);
+    dlock_client_free(g_shared);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_zk");
     g_owner = getpid();
@@ -914,6 +960,7 @@ int main(int argc, char **argv) {
     test_rw_reentrant();
     test_waits_leave_no_node();
     test_facts_unsupported_errors();
+    test_threads();
     th_log("all passed");
     return 0;
 }
