@@ -70,6 +70,8 @@
 #include "internal.h"
 
 #define ZK_GUID_BYTES 16
+/* not a ZooKeeper code: our own deadline passed with the request unanswered */
+#define ZK_NOANSWER (-10000)
 
 typedef struct zk_lock zk_lock;
 typedef struct zk_orphan zk_orphan;
@@ -93,7 +95,9 @@ typedef struct zk_sess {
  * until the server confirms (or the session ends, taking it along). */
 struct zk_orphan {
     zk_sess *s;
-    char *path;
+    char *path;                /* the node; or NULL and: */
+    char *parent;              /* search parent for a child named match* */
+    char *match;               /* "write-<guid>-" of a create whose outcome is unknown */
     int inflight;
     zk_orphan *next;
 };
@@ -121,7 +125,16 @@ struct zk_lock {
 
 static void no_log(const char *msg) { (void)msg; }
 
+/* The request may or may not have been applied: the connection went (the C
+ * client fails pending requests with one of these), or no answer came. */
+static int zk_unknown(int zrc) {
+    return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZK_NOANSWER;
+}
+
 static int zk_fail(int zrc, const char *what, dl_err *err) {
+    if (zrc == ZK_NOANSWER)
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: %s: no answer within the command timeout",
+                         what);
     if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
         return dl_seterr(err, DLOCK_EIO, "zookeeper: %s: connection lost (%s)", what,
                          zerror(zrc));
@@ -210,6 +223,8 @@ static void sess_unref(zk_sess *s) {
         zk_orphan *o = s->orphans;
         s->orphans = o->next;
         free(o->path);
+        free(o->parent);
+        free(o->match);
         free(o);
     }
     pthread_mutex_destroy(&s->mu);
@@ -290,20 +305,21 @@ typedef struct zk_op {
     int done;
     int rc;
     int abandoned;
-    zhandle_t *zh;             /* for deleting what an abandoned create made */
+    zk_sess *s;                /* for cleaning up after an abandoned create */
+    char *prefix;              /* create: the path asked for */
     char *path;                /* create: the node made */
     struct Stat st;
     char **kids;               /* get_children: copies */
     int nkids;
 } zk_op;
 
-static zk_op *op_new(zhandle_t *zh) {
+static zk_op *op_new(zk_sess *s) {
     zk_op *op = calloc(1, sizeof *op);
     if (!op) return NULL;
     pthread_mutex_init(&op->mu, NULL);
     cv_init_mono(&op->cv);
     op->refs = 2;
-    op->zh = zh;
+    op->s = s;
     return op;
 }
 
@@ -311,6 +327,7 @@ static void op_free(zk_op *op) {
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
     free(op->path);
+    free(op->prefix);
     for (int i = 0; i < op->nkids; i++) free(op->kids[i]);
     free(op->kids);
     free(op);
@@ -328,13 +345,16 @@ static void noop_void(int rc, const void *data) {
     (void)data;
 }
 
+static void orphan_add(zk_sess *s, const char *path, const char *prefix);
+
 /* completion side: record, wake the caller, drop the completion's reference */
 static void op_done(zk_op *op, int rc) {
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = 1;
-    if (op->abandoned && rc == ZOK && op->path)
-        zoo_adelete(op->zh, op->path, -1, noop_void, NULL); /* nobody will use it */
+    /* a create nobody waits for any more: its node, if any, must go */
+    if (op->abandoned && rc == ZOK && op->path) orphan_add(op->s, op->path, NULL);
+    if (op->abandoned && op->prefix && zk_unknown(rc)) orphan_add(op->s, NULL, op->prefix);
     pthread_cond_broadcast(&op->cv);
     int left = --op->refs;
     pthread_mutex_unlock(&op->mu);
@@ -379,11 +399,11 @@ static void c_kids(int rc, const struct String_vector *v, const void *data) {
 }
 
 /* Waits for op's answer until deadline. Returns the ZooKeeper code, or
- * ZOPERATIONTIMEOUT with *late = 1 when no answer came in time. */
+ * ZK_NOANSWER with *late = 1 when no answer came in time. */
 static int op_wait(zk_op *op, int64_t deadline, int *late) {
     pthread_mutex_lock(&op->mu);
     while (!op->done && dl_now_ms() < deadline) cv_wait_until(&op->cv, &op->mu, deadline);
-    int rc = op->done ? op->rc : ZOPERATIONTIMEOUT;
+    int rc = op->done ? op->rc : ZK_NOANSWER;
     if (!op->done) {
         op->abandoned = 1;
         if (late) *late = 1;
@@ -405,52 +425,97 @@ static int op_started(zk_op *op, int sent) {
 
 /* ---- orphans ---- */
 
+static void orphan_unlink_locked(zk_sess *s, zk_orphan *o) {
+    for (zk_orphan **pp = &s->orphans; *pp; pp = &(*pp)->next)
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    free(o->path);
+    free(o->parent);
+    free(o->match);
+    free(o);
+}
+
+static int orphan_settled(int rc) {
+    return rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED || rc == ZCLOSING ||
+           rc == ZINVALIDSTATE;
+}
+
 static void c_orphan(int rc, const void *data) {
     zk_orphan *o = (zk_orphan *)data;
     zk_sess *s = o->s;
     pthread_mutex_lock(&s->mu);
     o->inflight = 0;
-    if (rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED || rc == ZCLOSING ||
-        rc == ZINVALIDSTATE) {
-        for (zk_orphan **pp = &s->orphans; *pp; pp = &(*pp)->next)
-            if (*pp == o) {
-                *pp = o->next;
-                break;
-            }
-        free(o->path);
-        free(o);
+    if (orphan_settled(rc)) orphan_unlink_locked(s, o);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void orphans_send_locked(zk_sess *s);
+
+/* the children of a search: our node (then deleted) or none (never made) */
+static void c_orphan_kids(int rc, const struct String_vector *v, const void *data) {
+    zk_orphan *o = (zk_orphan *)data;
+    zk_sess *s = o->s;
+    pthread_mutex_lock(&s->mu);
+    o->inflight = 0;
+    if (rc == ZOK) {
+        const char *found = NULL;
+        for (int i = 0; v && i < v->count && !found; i++)
+            if (!strncmp(v->data[i], o->match, strlen(o->match))) found = v->data[i];
+        char *p = found ? join3(o->parent, "/", found) : NULL;
+        if (!found) {
+            orphan_unlink_locked(s, o);
+        } else if (p) {
+            o->path = p;
+            if (s->connected) orphans_send_locked(s);
+        }
+    } else if (orphan_settled(rc)) {
+        orphan_unlink_locked(s, o);
     }
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Sends a delete for every orphan not in flight (s->mu held). */
+/* Sends a delete (or a search) for every orphan not in flight (s->mu held). */
 static void orphans_send_locked(zk_sess *s) {
     for (zk_orphan *o = s->orphans; o; o = o->next) {
         if (o->inflight || !s->zh) continue;
         o->inflight = 1;
-        if (zoo_adelete(s->zh, o->path, -1, c_orphan, o) != ZOK) o->inflight = 0;
+        int sent = o->path ? zoo_adelete(s->zh, o->path, -1, c_orphan, o)
+                           : zoo_aget_children(s->zh, o->parent, 0, c_orphan_kids, o);
+        if (sent != ZOK) o->inflight = 0;
     }
 }
 
-/* Deletes path in the background until the server confirms. */
-static void orphan_add(zk_sess *s, const char *path) {
+/* Deletes path in the background until the server confirms; or, with
+ * prefix (a create's path whose outcome is unknown), first looks for the
+ * node that create may have made. */
+static void orphan_add(zk_sess *s, const char *path, const char *prefix) {
     zk_orphan *o = calloc(1, sizeof *o);
-    char *p = strdup(path);
+    int ok = o != NULL;
+    if (ok && path) ok = (o->path = strdup(path)) != NULL;
+    if (ok && !path) {
+        const char *slash = strrchr(prefix, '/');
+        ok = slash && (o->parent = strndup(prefix, (size_t)(slash - prefix))) &&
+             (o->match = strdup(slash + 1));
+    }
     pthread_mutex_lock(&s->mu);
-    if (o && p && !s->dead) {
+    if (ok && !s->dead) {
         o->s = s;
-        o->path = p;
         o->next = s->orphans;
         s->orphans = o;
         if (s->connected) orphans_send_locked(s);
         o = NULL;
-        p = NULL;
-    } else if (!s->dead) {
+    } else if (!s->dead && path) {
         zoo_adelete(s->zh, path, -1, noop_void, NULL); /* out of memory: once */
     }
     pthread_mutex_unlock(&s->mu);
-    free(o);
-    free(p);
+    if (o) {
+        free(o->path);
+        free(o->parent);
+        free(o->match);
+        free(o);
+    }
 }
 
 enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS };
@@ -459,11 +524,11 @@ enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS };
  * the created node), watch: a data watch on path (only set if it exists).
  * *out (may be NULL) gets the finished op, which the caller frees with
  * op_unref. Returns the ZooKeeper code; no answer in time is
- * ZOPERATIONTIMEOUT. */
+ * ZK_NOANSWER. */
 static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
                   zk_op **out) {
     if (out) *out = NULL;
-    zk_op *op = op_new(s->zh);
+    zk_op *op = op_new(s);
     if (!op) {
         errno = ENOMEM;
         return ZSYSTEMERROR;
@@ -471,6 +536,7 @@ static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int fla
     int sent;
     switch (what) {
     case OP_CREATE:
+        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) op->prefix = strdup(path); /* NULL: no cleanup search */
         sent = zoo_acreate2(s->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
         break;
     case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, c_void, op); break;
@@ -779,8 +845,8 @@ static int create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
             if (rc) break;
             continue;
         }
-        if (zrc == ZCONNECTIONLOSS && dl_now_ms() < deadline) {
-            maybe = 1;
+        if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) && dl_now_ms() < deadline) {
+            maybe = 1; /* the connection went: applied or not */
             continue;
         }
         rc = zk_fail(zrc, "create the queue node", err);
@@ -834,7 +900,7 @@ static void drop_node(zk_lock *zl, int del) {
     if (zl->next) zl->next->prev = zl->prev;
     zl->next = zl->prev = NULL;
     pthread_mutex_unlock(&s->mu);
-    if (del && zl->node) orphan_add(s, zl->node);
+    if (del && zl->node) orphan_add(s, zl->node, NULL);
     free(zl->node);
     zl->node = NULL;
     zl->sess = NULL;
@@ -868,7 +934,7 @@ static int is_lost(zk_lock *zl) {
  * did not get through is left to the background (orphan_add). */
 static void give_up_node(zk_client *zc, zk_sess *s, const char *path) {
     int zrc = zk_req(zc, s, OP_DELETE, path, 0, NULL);
-    if (zrc != ZOK && zrc != ZNONODE && zrc != ZSESSIONEXPIRED) orphan_add(s, path);
+    if (zrc != ZOK && zrc != ZNONODE && zrc != ZSESSIONEXPIRED) orphan_add(s, path, NULL);
 }
 
 static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
@@ -979,7 +1045,7 @@ static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
         free(pp);
         if (zrc == ZNONODE) continue;
         if (zrc != ZOK) {
-            if (zrc == ZCONNECTIONLOSS && dl_now_ms() < deadline) {
+            if (zk_unknown(zrc) && dl_now_ms() < deadline) {
                 dl_sleep_ms(50);
                 continue;
             }
@@ -1013,10 +1079,21 @@ static int zk_release(dlock_lock *l, long long *res, dl_err *err) {
         *res = 0;
         return DLOCK_OK;
     }
-    int zrc = zk_req(zc, zl->sess, OP_DELETE, zl->node, 0, NULL);
-    if (zrc == ZOK || zrc == ZNONODE || zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE) {
+    /* a delete whose outcome is unknown is sent again while the session
+     * lives; ZNONODE then means the earlier one was applied */
+    int64_t until = dl_deadline(zc->cmd_timeout_ms > zc->session_ms ? zc->cmd_timeout_ms
+                                                                    : zc->session_ms);
+    int zrc, unknown = 0;
+    for (;;) {
+        zrc = zk_req(zc, zl->sess, OP_DELETE, zl->node, 0, NULL);
+        if (!zk_unknown(zrc) || sess_dead(zl->sess) || dl_now_ms() >= until) break;
+        unknown = 1;
+        dl_sleep_ms(50);
+    }
+    if (zrc == ZOK || zrc == ZNONODE || zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE ||
+        sess_dead(zl->sess)) {
         drop_node(zl, 0);
-        *res = zrc == ZOK ? 1 : -1;
+        *res = zrc == ZOK || (zrc == ZNONODE && unknown) ? 1 : -1;
         return DLOCK_OK;
     }
     /* no answer: the node may still be there; the handle keeps it (retry
