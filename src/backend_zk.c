@@ -19,8 +19,13 @@
  *   create fails with ZCONNECTIONLOSS the request may or may not have been
  *   applied: the children are listed to find the node with our guid before
  *   creating again, so one attempt never leaves a second node behind. A
- *   create that gets no answer within the command timeout is abandoned; its
- *   late answer deletes the node it made.
+ *   create that gets no answer within the command timeout is abandoned: a
+ *   late success deletes the node it made, a late connection loss searches
+ *   for it by guid after the reconnection (the "orphans" below).
+ * - Orphans: nodes of ours that nobody waits for any more (a given-up wait
+ *   whose delete did not get through, a handle freed while its release
+ *   failed) are deleted in the background, again after each reconnection,
+ *   until the server confirms or the session ends.
  * - wait_ms 0 tries once (DLOCK_EBUSY), a bound gives DLOCK_ETIMEDOUT; in
  *   both cases our child is deleted before returning. Forever waits forever.
  * - Fencing token: the czxid of our child (the zxid of the transaction that
@@ -42,8 +47,12 @@
  *   the lost callback with DLOCK_LOST_UNREACHABLE, on ZooKeeper's completion
  *   thread); release then says DLOCK_ELOST and check "not held". The client
  *   opens a new session for later calls. While merely disconnected, check
- *   and release fail with DLOCK_EIO (the lock may still be held).
- * - Timeouts: the first connection must come up within connect_timeout_ms;
+ *   fails with DLOCK_EIO (the lock may still be held); release re-sends its
+ *   delete while the session lives (ZNONODE after an unanswered delete: it
+ *   was applied), then fails with DLOCK_EIO keeping the hold.
+ * - Timeouts: at open the hosts are tried by plain TCP first (the C client
+ *   retries a refused host forever: this says "refused" at once); the
+ *   first session must come up within connect_timeout_ms;
  *   every request waits at most command_timeout_ms for its answer (the
  *   asynchronous API plus a deadline; a late answer is dropped).
  * - The C client's own log goes to a no-op callback (per handle); nothing is
