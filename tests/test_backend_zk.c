@@ -480,10 +480,27 @@ static void test_rw_procs(void) {
 
 /* ---- connection loss during create: our node is found, not made twice ----
  * A proxy (a child process) between one client and the server passes bytes
- * through, except that once armed it forwards the create of a node of the
- * lock "lossy" and then cuts the connection before the answer: the server
- * made the node, the client saw ZCONNECTIONLOSS. The client reconnects on
- * the same session and must find its node by its guid. */
+ * through, except that once armed (the file "arm" holds a request type) it
+ * forwards the next request of that type on the lock "lossy" and then cuts
+ * the connection before the answer: the server applied it, the client saw
+ * ZCONNECTIONLOSS. The client reconnects on the same session. A create must
+ * then find its node by its guid; a release must not call the lock lost. */
+static int armed_type(const char *arm) {
+    FILE *f = fopen(arm, "r");
+    int t = -1;
+    if (f) {
+        if (fscanf(f, "%d", &t) != 1) t = -1;
+        fclose(f);
+    }
+    return t;
+}
+
+static void arm_proxy(const char *arm, int type) {
+    FILE *f = fopen(arm, "w");
+    ASSERT(f != NULL);
+    fprintf(f, "%d\n", type);
+    fclose(f);
+}
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
@@ -524,15 +541,15 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
             int cut = 0;
             while (have >= 4 && have >= 4 + be32(in)) {
                 size_t len = 4 + be32(in);
-                /* request header: xid, type (15: create2); the first frame
-                 * is the session handshake */
-                int create = !first && len >= 16 && be32(in + 8) == 15;
+                /* request header: xid, type (15: create2, 2: delete); the
+                 * first frame is the session handshake */
+                int type = !first && len >= 16 ? (int)be32(in + 8) : -1;
                 first = 0;
                 if (send_all(sfd, in, len)) {
                     cut = 1;
                     break;
                 }
-                if (create && !access(arm, F_OK) &&
+                if (type >= 0 && type == armed_type(arm) &&
                     memmem(in, len, "6c6f737379", 10) /* hex("lossy") */) {
                     unlink(arm);
                     usleep(300000); /* the server applies it; the answer is dropped */
@@ -585,9 +602,7 @@ static void test_create_connection_loss(void) {
     dlock_lock *l = lock(c, "lossy", DLOCK_KIND_PLAIN);
     ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)); /* parents made */
     ASSERT_LOK(l, dlock_release(l));
-    int fd = open(arm, O_WRONLY | O_CREAT, 0644);
-    ASSERT(fd >= 0);
-    close(fd);
+    arm_proxy(arm, 15);
     int64_t t0 = th_now_ms();
     uint64_t fence = 0;
     ASSERT_LOK(l, dlock_acquire(l, 8000, DLOCK_WATCHDOG, &fence));
@@ -602,7 +617,12 @@ static void test_create_connection_loss(void) {
     ASSERT_U64_EQ(info.fence, fence);
     th_log("connection cut after the create was sent: our node found by its guid, acquired in "
            "%lld ms, no second node", (long long)el);
+    /* the release's delete applied, its answer lost: released, not lost */
+    unlink(dropped);
+    arm_proxy(arm, 2);
     ASSERT_LOK(l, dlock_release(l));
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the delete");
+    th_log("connection cut after the release's delete was sent: released (not lost)");
     ASSERT_COK(c, dlock_inspect(c, "lossy", DLOCK_CSTR, &info));
     ASSERT_EQ(info.exists, 0);
     dlock_lock_free(l);
