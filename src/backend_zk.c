@@ -837,7 +837,7 @@ static int create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
                 dl_sleep_ms(50);
                 continue;
             }
-            maybe = 0;
+            maybe = 0; /* not there: it was not applied */
         }
         zk_op *op = NULL;
         int zrc = zk_req(zc, s, OP_CREATE, prefix, ZOO_EPHEMERAL_SEQUENTIAL, &op);
@@ -854,13 +854,16 @@ static int create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
             if (rc) break;
             continue;
         }
-        if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) && dl_now_ms() < deadline) {
+        if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
             maybe = 1; /* the connection went: applied or not */
-            continue;
+            if (dl_now_ms() < deadline) continue;
         }
         rc = zk_fail(zrc, "create the queue node", err);
         break;
     }
+    /* giving up while a create's outcome is unknown: if it made a node, the
+     * node is found and deleted after the reconnection */
+    if (rc && maybe) orphan_add(s, NULL, prefix);
     free(prefix);
     return rc;
 }
