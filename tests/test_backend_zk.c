@@ -545,11 +545,20 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
                  * first frame is the session handshake */
                 int type = !first && len >= 16 ? (int)be32(in + 8) : -1;
                 first = 0;
+                int armed = type >= 0 ? armed_type(arm) : -1;
+                if (armed < 0 && type == -armed && memmem(in, len, "6c6f737379", 10)) {
+                    /* armed with -type: drop the request itself, then cut */
+                    unlink(arm);
+                    int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
+                    if (fd >= 0) close(fd);
+                    cut = 1;
+                    break;
+                }
                 if (send_all(sfd, in, len)) {
                     cut = 1;
                     break;
                 }
-                if (type >= 0 && type == armed_type(arm) &&
+                if (type >= 0 && type == armed &&
                     memmem(in, len, "6c6f737379", 10) /* hex("lossy") */) {
                     unlink(arm);
                     usleep(300000); /* the server applies it; the answer is dropped */
@@ -625,6 +634,28 @@ static void test_create_connection_loss(void) {
     th_log("connection cut after the release's delete was sent: released (not lost)");
     ASSERT_COK(c, dlock_inspect(c, "lossy", DLOCK_CSTR, &info));
     ASSERT_EQ(info.exists, 0);
+    /* a try-once that gives up while its delete is lost (dropped, then the
+     * connection cut): the node is deleted in the background after the
+     * reconnection, not left in the queue for the session's life */
+    dlock_client *direct = client();
+    dlock_lock *h = lock(direct, "lossy", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, 0, DLOCK_WATCHDOG, NULL));
+    unlink(dropped);
+    arm_proxy(arm, -2);
+    ASSERT_LCODE(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not drop the delete");
+    t0 = th_now_ms();
+    for (;;) {
+        ASSERT_COK(direct, dlock_inspect(direct, "lossy", DLOCK_CSTR, &info));
+        if (info.queued == 0) break;
+        ASSERT_MSG(th_now_ms() - t0 < 5000, "the given-up node is still queued");
+        th_sleep_ms(20);
+    }
+    th_log("a given-up node whose delete was lost: deleted %lld ms later, after the "
+           "reconnection", (long long)(th_now_ms() - t0));
+    ASSERT_LOK(h, dlock_release(h));
+    dlock_lock_free(h);
+    dlock_client_free(direct);
     dlock_lock_free(l);
     dlock_client_free(c);
     kill(proxy, SIGKILL);
