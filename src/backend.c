@@ -11,6 +11,9 @@ extern const dl_backend dl_backend_postgres;
 #ifdef DLOCK_HAVE_MYSQL
 extern const dl_backend dl_backend_mysql;
 #endif
+#ifdef DLOCK_HAVE_ETCD
+extern const dl_backend dl_backend_etcd;
+#endif
 
 static const dl_backend *const backends[] = {
 #ifdef DLOCK_HAVE_POSTGRES
@@ -18,6 +21,9 @@ static const dl_backend *const backends[] = {
 #endif
 #ifdef DLOCK_HAVE_MYSQL
     &dl_backend_mysql,
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    &dl_backend_etcd,
 #endif
     NULL,
 };
