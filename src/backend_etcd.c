@@ -386,6 +386,15 @@ static int add_prefix_range(cJSON *o, const char *prefix, size_t len) {
 
 /* ---- leases ---- */
 
+/* etcd's largest lease TTL (MaxLeaseTTL), in seconds */
+#define ETCD_MAX_TTL_S 9000000000LL
+
+/* lease_ms rounded up to whole seconds, at most etcd's largest TTL. */
+static int64_t lease_secs(int64_t lease_ms) {
+    int64_t s = lease_ms / 1000 + (lease_ms % 1000 != 0);
+    return s > ETCD_MAX_TTL_S ? ETCD_MAX_TTL_S : s;
+}
+
 static int lease_grant(etcd_client *ec, CURL *h, int64_t ttl_s, long long *id, int64_t *granted,
                        dl_err *err) {
     cJSON *q = cJSON_CreateObject();
@@ -570,7 +579,7 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     c->bctx = ec;
     ec->connect_ms = c->connect_timeout_ms;
     ec->cmd_ms = c->command_timeout_ms;
-    ec->wd_ttl_s = (c->watchdog_lease_ms + 999) / 1000;
+    ec->wd_ttl_s = lease_secs(c->watchdog_lease_ms);
     if (ec->wd_ttl_s < 2) ec->wd_ttl_s = 2;
 
     if (!strncmp(url, "etcds://", 8))
@@ -732,6 +741,9 @@ static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long
     int rc = http_do(ec, h, "/v3/watch", body, ms, &b, &status, err);
     free(b.p);
     free(body);
+    if (!rc && !b.event && status != 200 && status != 0)
+        return dl_seterr(err, DLOCK_ESERVER, "etcd: watch: HTTP %ld", status);
+    if (!rc && !b.event && status == 200) dl_sleep_ms(50); /* closed early: not too fast */
     return rc;
 }
 
@@ -822,7 +834,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
         return DLOCK_OK;
     }
     int wd = lease_ms == DLOCK_WATCHDOG;
-    int64_t ttl = wd ? ec->wd_ttl_s : (lease_ms + 999) / 1000;
+    int64_t ttl = wd ? ec->wd_ttl_s : lease_secs(lease_ms);
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
     atomic_store(&el->lost, 0);
     for (;;) {
@@ -978,7 +990,7 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
     if (atomic_load(&el->lost)) return DLOCK_OK;
     long long id = 0;
     int64_t granted = 0;
-    int rc = lease_grant(ec, el->curl, (lease_ms + 999) / 1000, &id, &granted, err);
+    int rc = lease_grant(ec, el->curl, lease_secs(lease_ms), &id, &granted, err);
     if (rc) return rc;
     cJSON *q = cJSON_CreateObject();
     cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
