@@ -11,11 +11,17 @@
  *   the host list are refused with DLOCK_EINVAL / DLOCK_ENOTSUP for now.
  * - Keys: a lock named N of L bytes lives under the prefix
  *   "dlock/lock/<L>/<N>/" (the length keeps "a" and "a/b" apart). Each
- *   attempt puts "<prefix><lease id, 16 hex>" with the attempt's lease and
- *   the holder's token as value (the concurrency recipe of etcd's own Mutex,
- *   done by the client): the key with the lowest create_revision holds the
- *   lock. A waiter watches only its predecessor (the newest key older than
- *   its own) for deletion, so a release wakes one waiter (no herd).
+ *   attempt puts "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
+ *   reentrant, fair, write) or "<prefix>r/<lease id>" (read) with the
+ *   attempt's lease and the holder's token as value: the concurrency recipe
+ *   of etcd's own Mutex / RWMutex, done by the client. An exclusive attempt
+ *   holds the lock when its key is the oldest (lowest create_revision) under
+ *   the prefix; a read attempt when no exclusive key is older than its own.
+ *   A waiter watches only its predecessor (the newest older key; for a
+ *   reader, the newest older exclusive key) for deletion, so a release wakes
+ *   the next in line (no herd), waiters are served in arrival order (so the
+ *   fair kind is the same lock), and a waiting writer holds back the readers
+ *   that come after it.
  * - Try once (wait 0): put and read the owner in one txn; when it is not
  *   us, the attempt's lease is revoked (deleting the key) and DLOCK_EBUSY is
  *   answered. A timed wait that runs out revokes its lease too: nothing is
@@ -49,8 +55,14 @@
  *   completes within connect_timeout_ms + command_timeout_ms; a wait watches
  *   for at most a third of the lease at a time and keeps the attempt's lease
  *   alive between watches.
- * - Kinds: plain and reentrant. Read/write, fair, semaphores, tokens,
- *   force_unlock, list and the ID worker: not supported (DLOCK_ENOTSUP).
+ * - Kinds: plain, reentrant, fair, read and write, all on one name sharing
+ *   the prefix. Re-entry of a handle that holds (reentrant, fair, read,
+ *   write) is counted by the handle. Semaphores, tokens, force_unlock, list
+ *   and the ID worker: not supported (DLOCK_ENOTSUP).
+ * - dlock_inspect: writer / holder (token) / fence of the exclusive holder,
+ *   or readers (the read keys older than the oldest exclusive key) with the
+ *   newest reader's token as fence; waiters: the other keys; ttl_ms: the
+ *   oldest key's lease TTL (whole seconds).
  * - dlock_server_fact: "version" (etcdserver of /version), "cluster_version"
  *   (etcdcluster of /version), "session" (what keeps a lock held),
  *   "endpoint" (the endpoint used last, http://host:port), "revision" (the
@@ -95,7 +107,10 @@ struct etcd_lock {
     CURL *curl;
     char *prefix;                 /* "dlock/lock/<len>/<name>/" (binary-safe) */
     size_t prefix_len;
-    char *key;                    /* prefix + lease hex, the current hold's key */
+    char *wprefix;                /* prefix + "w/": the exclusive holds' keys */
+    size_t wprefix_len;
+    int reader;                   /* a read lock: keys under prefix + "r/" */
+    char *key;                    /* prefix + "w/" or "r/" + lease hex: the hold's key */
     size_t key_len;
     long long lease;              /* current hold's lease id */
     long long rev;                /* current hold's create_revision */
@@ -665,28 +680,34 @@ static int etcd_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 
 /* ---- keys ---- */
 
-static char *name_prefix(const char *name, size_t len, size_t *outlen) {
+/* "dlock/lock/<len>/<name>/" + sub (NULL: nothing). */
+static char *name_prefix(const char *name, size_t len, const char *sub, size_t *outlen) {
     char head[48];
     int hn = snprintf(head, sizeof head, "dlock/lock/%zu/", len);
-    char *p = malloc((size_t)hn + len + 2);
+    size_t sl = sub ? strlen(sub) : 0;
+    char *p = malloc((size_t)hn + len + 2 + sl);
     if (!p) return NULL;
     memcpy(p, head, (size_t)hn);
     memcpy(p + hn, name, len);
     p[hn + len] = '/';
-    p[hn + len + 1] = '\0';
-    *outlen = (size_t)hn + len + 1;
+    if (sl) memcpy(p + hn + len + 1, sub, sl);
+    p[hn + len + 1 + sl] = '\0';
+    *outlen = (size_t)hn + len + 1 + sl;
     return p;
 }
 
-/* The oldest key under prefix (the holder): *kv (a reference into *resp,
- * which the caller deletes) or NULL; *rev the header revision. */
+/* The oldest (newest: the newest) key under prefix created before max_rev
+ * (0: any): *kv (a reference into *resp, which the caller deletes) or NULL;
+ * *rev the header revision. all: every such key (keys only), in *resp's kvs. */
 static int get_owner(etcd_client *ec, CURL *h, const char *prefix, size_t plen, long long max_rev,
-                     int newest, cJSON **resp, cJSON **kv, long long *rev, dl_err *err) {
+                     int newest, int all, cJSON **resp, cJSON **kv, long long *rev, dl_err *err) {
     *resp = NULL;
     *kv = NULL;
     cJSON *q = cJSON_CreateObject();
-    if (!q || !add_prefix_range(q, prefix, plen) || !add_str(q, "sort_order", newest ? "DESCEND" : "ASCEND") ||
-        !add_str(q, "sort_target", "CREATE") || !add_ll(q, "limit", 1) ||
+    if (!q || !add_prefix_range(q, prefix, plen) ||
+        !add_str(q, "sort_order", newest ? "DESCEND" : "ASCEND") ||
+        !add_str(q, "sort_target", "CREATE") || (!all && !add_ll(q, "limit", 1)) ||
+        (all && !cJSON_AddTrueToObject(q, "keys_only")) ||
         (max_rev > 0 && !add_ll(q, "max_create_revision", max_rev))) {
         cJSON_Delete(q);
         return OOM(err);
@@ -755,9 +776,11 @@ static int etcd_lock_init(dlock_lock *l, dl_err *err) {
     l->bdata = el;
     el->l = l;
     atomic_init(&el->lost, 0);
-    el->prefix = name_prefix(l->name, l->name_len, &el->prefix_len);
+    el->reader = l->kind == DLOCK_KIND_READ;
+    el->prefix = name_prefix(l->name, l->name_len, NULL, &el->prefix_len);
+    el->wprefix = name_prefix(l->name, l->name_len, "w/", &el->wprefix_len);
     el->curl = curl_easy_init();
-    if (!el->prefix || !el->curl) return OOM(err);
+    if (!el->prefix || !el->wprefix || !el->curl) return OOM(err);
     return DLOCK_OK;
 }
 
@@ -767,6 +790,7 @@ static void etcd_lock_destroy(dlock_lock *l) {
     ka_del(l->c->bctx, el);
     if (el->curl) curl_easy_cleanup(el->curl);
     free(el->prefix);
+    free(el->wprefix);
     free(el->key);
     free(el);
     l->bdata = NULL;
@@ -778,10 +802,11 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
     dlock_lock *l = el->l;
     *owner = 0;
     free(el->key);
-    el->key_len = el->prefix_len + 16;
+    el->key_len = el->prefix_len + 18;
     if (!(el->key = malloc(el->key_len + 1))) return OOM(err);
     memcpy(el->key, el->prefix, el->prefix_len);
-    snprintf(el->key + el->prefix_len, 17, "%016llx", (unsigned long long)id);
+    snprintf(el->key + el->prefix_len, 19, "%c/%016llx", el->reader ? 'r' : 'w',
+             (unsigned long long)id);
     cJSON *q = cJSON_CreateObject();
     cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
     cJSON *o1 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
@@ -789,7 +814,8 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
     cJSON *rng = o2 ? cJSON_AddObjectToObject(o2, "request_range") : NULL;
     int ok = succ && put && rng && add_b64(put, "key", el->key, el->key_len) &&
              add_b64(put, "value", l->token, l->token_len) && add_ll(put, "lease", id) &&
-             add_prefix_range(rng, el->prefix, el->prefix_len) &&
+             (el->reader ? add_prefix_range(rng, el->wprefix, el->wprefix_len)
+                         : add_prefix_range(rng, el->prefix, el->prefix_len)) &&
              add_str(rng, "sort_order", "ASCEND") && add_str(rng, "sort_target", "CREATE") &&
              add_ll(rng, "limit", 1);
     if (!ok) {
@@ -809,11 +835,13 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
     cJSON *kvs = jobj(rr, "kvs");
     cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
     el->rev = jnum(jobj(pr, "header"), "revision");
-    if (!pr || !kv || el->rev <= 0) {
+    if (!pr || !rr || (!kv && !el->reader) || el->rev <= 0) {
         cJSON_Delete(r);
         return dl_seterr(err, DLOCK_EPROTO, "etcd: lock txn: unexpected answer");
     }
-    *owner = jnum(kv, "create_revision") == el->rev;
+    /* exclusive: ours is the oldest key; read: no older exclusive key */
+    *owner = el->reader ? !kv || jnum(kv, "create_revision") > el->rev
+                        : jnum(kv, "create_revision") == el->rev;
     cJSON_Delete(r);
     return DLOCK_OK;
 }
@@ -861,11 +889,13 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
                                  nm, (long long)wait_ms);
             }
             waited = 1;
-            /* the newest key older than ours */
+            /* the newest key older than ours (read: the newest exclusive one) */
             cJSON *resp = NULL, *kv = NULL;
             long long hrev = 0;
-            rc = get_owner(ec, el->curl, el->prefix, el->prefix_len, el->rev - 1, 1, &resp, &kv,
-                           &hrev, err);
+            rc = el->reader ? get_owner(ec, el->curl, el->wprefix, el->wprefix_len, el->rev - 1,
+                                        1, 0, &resp, &kv, &hrev, err)
+                            : get_owner(ec, el->curl, el->prefix, el->prefix_len, el->rev - 1,
+                                        1, 0, &resp, &kv, &hrev, err);
             if (rc) {
                 lease_revoke(ec, el->curl, id);
                 return rc;
@@ -1059,15 +1089,42 @@ static int etcd_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
 static int etcd_inspect(dlock_client *c, const char *name, size_t len, dlock_info *info,
                         dl_err *err) {
     etcd_client *ec = c->bctx;
-    size_t plen = 0;
-    char *prefix = name_prefix(name, len, &plen);
-    if (!prefix) return OOM(err);
-    cJSON *resp = NULL, *kv = NULL;
-    long long hrev = 0;
-    pthread_mutex_lock(&ec->mu);
-    int rc = get_owner(ec, ec->curl, prefix, plen, 0, 0, &resp, &kv, &hrev, err);
-    long long lease = kv ? jnum(kv, "lease") : 0;
+    size_t plen = 0, wlen = 0, rlen = 0;
+    char *prefix = name_prefix(name, len, NULL, &plen);
+    char *wprefix = name_prefix(name, len, "w/", &wlen);
+    char *rprefix = name_prefix(name, len, "r/", &rlen);
+    cJSON *resp = NULL, *kv = NULL, *wresp = NULL, *wkv = NULL, *rresp = NULL, *rkv = NULL;
     cJSON *t = NULL;
+    long long hrev = 0, readers = 0, rfence = 0;
+    int writer = 0, rc;
+    if (!prefix || !wprefix || !rprefix) {
+        rc = OOM(err);
+        goto out;
+    }
+    pthread_mutex_lock(&ec->mu);
+    rc = get_owner(ec, ec->curl, prefix, plen, 0, 0, 0, &resp, &kv, &hrev, err);
+    if (!rc && kv) {
+        /* an exclusive hold when the oldest key is under w/ */
+        const char *k = jstr(kv, "key");
+        size_t kl = k ? strlen(k) : 0;
+        char *kb = malloc(kl + 1);
+        if (!kb) rc = OOM(err);
+        else writer = b64_dec(k ? k : "", kb, kl + 1) > wlen && !memcmp(kb, wprefix, wlen);
+        free(kb);
+        if (!rc && !writer) {
+            /* readers: the read keys older than the oldest exclusive one */
+            rc = get_owner(ec, ec->curl, wprefix, wlen, 0, 0, 0, &wresp, &wkv, NULL, err);
+            long long wrev = wkv ? jnum(wkv, "create_revision") : 0;
+            if (!rc)
+                rc = get_owner(ec, ec->curl, rprefix, rlen, wrev > 1 ? wrev - 1 : 0, 1, 1, &rresp,
+                               &rkv, NULL, err);
+            if (!rc) {
+                readers = cJSON_GetArraySize(jobj(rresp, "kvs"));
+                rfence = rkv ? jnum(rkv, "create_revision") : 0;
+            }
+        }
+    }
+    long long lease = kv ? jnum(kv, "lease") : 0;
     if (!rc && lease) {
         cJSON *q = cJSON_CreateObject();
         if (!q || !add_ll(q, "ID", lease)) {
@@ -1079,31 +1136,41 @@ static int etcd_inspect(dlock_client *c, const char *name, size_t len, dlock_inf
         }
     }
     pthread_mutex_unlock(&ec->mu);
-    free(prefix);
-    if (rc) {
-        cJSON_Delete(resp);
-        return rc;
-    }
+    if (rc) goto out;
     memset(info, 0, sizeof *info);
     info->exists = kv != NULL;
     if (kv) {
         long long ttl = jnum(t, "TTL");
-        info->kind = DLOCK_KIND_PLAIN;
         info->ttl_ms = ttl > 0 ? ttl * 1000 : lease ? 0 : -1;
-        info->fence = (uint64_t)jnum(kv, "create_revision");
         info->hold_count = 1;
-        info->holders = 1;
         long long n = jnum(resp, "count");
-        info->waiters = n > 1 ? n - 1 : 0;
-        const char *v = jstr(kv, "value");
-        if (v) b64_dec(v, info->holder, sizeof info->holder);
+        if (writer) {
+            info->kind = DLOCK_KIND_PLAIN;
+            info->writer = 1;
+            info->holders = 1;
+            info->fence = (uint64_t)jnum(kv, "create_revision");
+            const char *v = jstr(kv, "value");
+            if (v) b64_dec(v, info->holder, sizeof info->holder);
+        } else {
+            info->kind = DLOCK_KIND_READ;
+            info->readers = readers;
+            info->holders = (int)readers;
+            info->fence = (uint64_t)rfence;
+        }
+        info->waiters = n > info->holders ? n - info->holders : 0;
     } else {
         info->ttl_ms = -2;
         info->fence = (uint64_t)hrev;
     }
+out:
     cJSON_Delete(t);
     cJSON_Delete(resp);
-    return DLOCK_OK;
+    cJSON_Delete(wresp);
+    cJSON_Delete(rresp);
+    free(prefix);
+    free(wprefix);
+    free(rprefix);
+    return rc;
 }
 
 static int etcd_fence_current(dlock_client *c, const char *name, size_t len, uint64_t *fence,
@@ -1157,7 +1224,8 @@ static const char *const etcd_schemes[] = {"etcd://", "etcds://", NULL};
 const dl_backend dl_backend_etcd = {
     .name = "etcd",
     .schemes = etcd_schemes,
-    .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT),
+    .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
+             (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
     .open = etcd_open,
     .close = etcd_close,
     .ping = etcd_ping,

@@ -3,7 +3,8 @@
  * (exact counter), fencing tokens increasing across processes, try-once and
  * timed waits leaving no key behind, a killed holder's lease running out, a
  * watchdog lock kept beyond its lease, a lease revoked behind the holder's
- * back (lost), reentrant holds, extend, several endpoints, unsupported
+ * back (lost), reentrant holds, read/write and fair locks, extend, several
+ * endpoints, unsupported
  * capabilities, and `dlock run` / `dlock id next` (argv[1]: the CLI).
  * Skips (77) without the etcd binary. */
 #include <errno.h>
@@ -282,7 +283,10 @@ static void test_counter(void) {
         kids[k] = th_fork();
         if (kids[k] == 0) {
             dlock_client *c = client();
-            dlock_lock *l = lock(c, "counter", k % 2 ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN);
+            /* every exclusive kind: they exclude each other */
+            static const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT,
+                                               DLOCK_KIND_WRITE, DLOCK_KIND_FAIR};
+            dlock_lock *l = lock(c, "counter", kinds[k % 4]);
             for (int i = 0; i < ROUNDS; i++) {
                 uint64_t fence = 0;
                 /* half of them with an explicit lease: no keep-alive thread */
@@ -418,6 +422,77 @@ static void test_handoff(void) {
     th_log("3 waiters served one after the other in %lld ms", (long long)(th_now_ms() - t0));
     ASSERT_EQ(keys_of("line"), 0);
     dlock_lock_free(a);
+    dlock_client_free(c);
+}
+
+/* ---- read/write and fair (explicit leases: no keep-alive thread, so the
+ * child may be forked) ---- */
+static void test_rw_fair(void) {
+    dlock_client *c = client();
+    dlock_lock *r1 = lock(c, "rw", DLOCK_KIND_READ);
+    dlock_lock *r2 = lock(c, "rw", DLOCK_KIND_READ);
+    dlock_lock *w = lock(c, "rw", DLOCK_KIND_WRITE);
+    dlock_lock *w2 = lock(c, "rw", DLOCK_KIND_WRITE);
+    ASSERT_LOK(r1, dlock_acquire(r1, 0, 10000, NULL));
+    ASSERT_LOK(r2, dlock_acquire(r2, 1000, 10000, NULL));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(w, dlock_acquire(w, 100, 10000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_EQ(keys_of("rw"), 2);
+    dlock_info info;
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_EQ(info.readers, 2);
+    ASSERT_EQ(info.writer, 0);
+    ASSERT_EQ(info.holders, 2);
+    int held = 0;
+    ASSERT_LOK(r1, dlock_lock_check(r1, &held, NULL));
+    ASSERT_EQ(held, 1);
+    ASSERT_LOK(r1, dlock_release(r1));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(r2, dlock_release(r2));
+    ASSERT_LOK(w, dlock_acquire(w, 0, 10000, NULL));
+    ASSERT_LCODE(r1, dlock_acquire(r1, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(w2, dlock_acquire(w2, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.readers, 0);
+    ASSERT_EQ(info.writer, 1);
+    ASSERT_STR_EQ(info.holder, dlock_lock_token(w));
+    ASSERT_LOK(w, dlock_release(w));
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 0);
+    /* a writer waiting behind a reader holds back the readers after it */
+    ASSERT_LOK(r1, dlock_acquire(r1, 0, 10000, NULL));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        dlock_client *cc = client();
+        dlock_lock *l = lock(cc, "rw", DLOCK_KIND_WRITE);
+        if (dlock_acquire(l, 10000, 10000, NULL)) _exit(3);
+        th_sleep_ms(300);
+        if (dlock_release(l)) _exit(4);
+        dlock_lock_free(l);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    ASSERT_EVENTUALLY(keys_of("rw") == 2, 5000);
+    ASSERT_LCODE(r2, dlock_acquire(r2, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(r1, dlock_release(r1));
+    ASSERT_LOK(r2, dlock_acquire(r2, 10000, 10000, NULL));
+    ASSERT_EQ(th_wait_child(kid, 5000), 0);
+    ASSERT_LOK(r2, dlock_release(r2));
+    th_log("read/write: readers share, writers exclude, a waiting writer is not starved");
+    /* fair: first come, first served, excluding plain holders of the name */
+    dlock_lock *f = lock(c, "rw", DLOCK_KIND_FAIR);
+    ASSERT_LOK(f, dlock_acquire(f, 0, 10000, NULL));
+    ASSERT_LOK(f, dlock_acquire(f, 0, 10000, NULL));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(f, dlock_release(f));
+    ASSERT_LOK(f, dlock_release(f));
+    ASSERT_EQ(keys_of("rw"), 0);
+    dlock_lock_free(f);
+    dlock_lock_free(r1);
+    dlock_lock_free(r2);
+    dlock_lock_free(w);
+    dlock_lock_free(w2);
     dlock_client_free(c);
 }
 
@@ -565,10 +640,6 @@ static void test_unsupported_and_errors(void) {
     int existed = 0;
     ASSERT_CCODE(c, dlock_force_unlock(c, "x", DLOCK_CSTR, &existed), DLOCK_ENOTSUP);
     want_etcd_msg(dlock_errmsg(c));
-    ASSERT_CCODE(c, dlock_lock_new(c, "f", DLOCK_CSTR, DLOCK_KIND_FAIR, &l), DLOCK_ENOTSUP);
-    want_etcd_msg(dlock_errmsg(c));
-    ASSERT_CCODE(c, dlock_lock_new(c, "r", DLOCK_CSTR, DLOCK_KIND_READ, &l), DLOCK_ENOTSUP);
-    want_etcd_msg(dlock_errmsg(c));
     dlock_client_free(c);
 
     struct {
@@ -662,6 +733,7 @@ int main(int argc, char **argv) {
     test_counter();
     test_crash_and_waits();
     test_handoff();
+    test_rw_fair();
     test_cli(argc > 1 ? argv[1] : NULL);
     test_leases();
     test_unsupported_and_errors();
