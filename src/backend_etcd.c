@@ -251,7 +251,11 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         out->event = out->stream_err = 0;
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+#else
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
+#endif
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                          (long)(ec->connect_ms < timeout_ms ? ec->connect_ms : timeout_ms));
@@ -266,7 +270,7 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         rc = curl_easy_perform(h);
         if (rc == CURLE_OPERATION_TIMEDOUT) {
             /* not connected within the connect timeout: try the next one */
-            long connected = 0;
+            curl_off_t connected = 0;
             curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected);
             if (connected == 0 && !out->stream && i + 1 < ec->neps) continue;
         }
