@@ -872,6 +872,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
     for (;;) {
         long long id = 0;
         int64_t granted = 0;
+        int64_t t0 = dl_now_ms(); /* the lease surely runs from no earlier */
         int rc = lease_grant(ec, el->curl, ttl, &id, &granted, err);
         if (rc) return rc;
         int owner = 0;
@@ -940,9 +941,9 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
             lease_revoke(ec, el->curl, id);
             continue; /* our key went with its lease: start over */
         }
-        int64_t t0 = dl_now_ms();
         if (waited && !wd) {
             /* the lease runs from now */
+            t0 = dl_now_ms();
             int alive = 1;
             rc = lease_keepalive(ec, el->curl, id, &alive, err);
             if (!rc && !alive) {
@@ -1024,6 +1025,7 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
     if (atomic_load(&el->lost)) return DLOCK_OK;
     long long id = 0;
     int64_t granted = 0;
+    int64_t t0 = dl_now_ms();
     int rc = lease_grant(ec, el->curl, lease_secs(lease_ms), &id, &granted, err);
     if (rc) return rc;
     cJSON *q = cJSON_CreateObject();
@@ -1044,7 +1046,6 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
     }
     cJSON_AddItemToArray(cmp, c1);
     cJSON_AddItemToArray(succ, o1);
-    int64_t t0 = dl_now_ms();
     cJSON *r = NULL;
     rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
     if (rc) {
