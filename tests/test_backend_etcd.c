@@ -4,7 +4,7 @@
  * timed waits leaving no key behind, a killed holder's lease running out, a
  * watchdog lock kept beyond its lease, a lease revoked behind the holder's
  * back (lost), reentrant holds, read/write and fair locks, extend, several
- * endpoints, unsupported
+ * endpoints (a three-member cluster losing the client's member), unsupported
  * capabilities, and `dlock run` / `dlock id next` (argv[1]: the CLI).
  * Skips (77) without the etcd binary. */
 #include <errno.h>
@@ -26,6 +26,7 @@
 
 static char g_dir[128];
 static volatile pid_t g_etcd;
+static volatile pid_t g_members[3]; /* the three-member cluster */
 static pid_t g_owner;
 static int g_port;
 static char g_url[128];  /* etcd://127.0.0.1:PORT */
@@ -36,11 +37,10 @@ static void sleep_ms_raw(long ms) {
     nanosleep(&ts, NULL);
 }
 
-/* SIGTERM, bounded wait, SIGKILL; then rm -rf the dir. Async-signal-safe. */
-static void etcd_stop(void) {
-    if (getpid() != g_owner) return;
-    pid_t pid = g_etcd;
-    g_etcd = 0;
+/* SIGTERM, bounded wait, SIGKILL. Async-signal-safe. */
+static void stop_pid(volatile pid_t *slot) {
+    pid_t pid = *slot;
+    *slot = 0;
     if (pid > 0) {
         kill(pid, SIGTERM);
         int done = 0;
@@ -53,6 +53,13 @@ static void etcd_stop(void) {
             waitpid(pid, NULL, 0);
         }
     }
+}
+
+/* Stops every etcd; then rm -rf the dir. Async-signal-safe. */
+static void etcd_stop(void) {
+    if (getpid() != g_owner) return;
+    stop_pid(&g_etcd);
+    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
     if (g_dir[0]) {
         pid_t r = fork();
         if (r == 0) {
@@ -245,6 +252,39 @@ static void etcd_start(void) {
         (void)!system(rm);
     }
     th_fail(__FILE__, __LINE__, "etcd did not start: see %s", log);
+}
+
+/* Starts etcd with args (NULL-terminated), output to log. */
+static pid_t spawn_etcd(const char *log, char *const args[]) {
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(ETCD, args);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int healthy(int port) {
+    char url[80];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/health", port);
+    CURL *h = curl_easy_init();
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    int ok = curl_easy_perform(h) == CURLE_OK && b.p && strstr(b.p, "true");
+    curl_easy_cleanup(h);
+    free(b.p);
+    return ok;
 }
 
 static dlock_client *client_wd(int64_t watchdog_ms) {
@@ -716,6 +756,78 @@ static void test_cli(const char *cli) {
     ASSERT(strstr(buf, "not supported by the etcd backend") != NULL);
 }
 
+/* ---- a three-member cluster: the client moves on when its member dies ---- */
+static void test_cluster(void) {
+    int cport[3], pport[3];
+    char curl_[3][64], purl[3][64], cluster[300] = "", log[200], data[3][200];
+    for (int i = 0; i < 3; i++) {
+        cport[i] = free_port();
+        pport[i] = free_port();
+        snprintf(curl_[i], sizeof curl_[i], "http://127.0.0.1:%d", cport[i]);
+        snprintf(purl[i], sizeof purl[i], "http://127.0.0.1:%d", pport[i]);
+        snprintf(data[i], sizeof data[i], "%s/member%d", g_dir, i);
+        size_t n = strlen(cluster);
+        snprintf(cluster + n, sizeof cluster - n, "%sm%d=%s", i ? "," : "", i, purl[i]);
+    }
+    snprintf(log, sizeof log, "%s/cluster.log", g_dir);
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "m%d", i);
+        char *args[] = {ETCD, "--name", name, "--data-dir", data[i], "--listen-client-urls",
+                        curl_[i], "--advertise-client-urls", curl_[i], "--listen-peer-urls",
+                        purl[i], "--initial-advertise-peer-urls", purl[i], "--initial-cluster",
+                        cluster, "--initial-cluster-state", "new", "--initial-cluster-token",
+                        "dlock-test", NULL};
+        g_members[i] = spawn_etcd(log, args);
+    }
+    int up = 0;
+    for (int t = 0; t < 150 && !up; t++) {
+        up = healthy(cport[0]) && healthy(cport[1]) && healthy(cport[2]);
+        if (!up) th_sleep_ms(100);
+    }
+    if (!up) {
+        th_log("the three-member cluster did not come up (ports taken?): skipping; see %s", log);
+        for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+        return;
+    }
+    char url[300];
+    snprintf(url, sizeof url, "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", cport[0],
+             cport[1], cport[2]);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = 3000;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = lock(c, "cluster", DLOCK_KIND_PLAIN);
+    uint64_t f1 = 0, f2 = 0;
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, &f1));
+    char ep[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep, sizeof ep));
+    int dead = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(ep, curl_[i])) dead = i;
+    ASSERT(dead >= 0);
+    stop_pid(&g_members[dead]);
+    th_log("member %s stopped while holding", ep);
+    th_sleep_ms(4000); /* over a lease: renewed through the others */
+    int held = 0;
+    ASSERT_LOK(l, dlock_lock_check(l, &held, NULL));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(dlock_lock_is_lost(l), 0);
+    char ep2[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep2, sizeof ep2));
+    ASSERT(strcmp(ep, ep2) != 0);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_acquire(l, 1000, 5000, &f2));
+    ASSERT_U64_GT(f2, f1);
+    ASSERT_LOK(l, dlock_release(l));
+    th_log("cluster: lock kept through the loss of its member, now on %s", ep2);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_etcd");
     g_owner = getpid();
@@ -737,6 +849,7 @@ int main(int argc, char **argv) {
     test_cli(argc > 1 ? argv[1] : NULL);
     test_leases();
     test_unsupported_and_errors();
+    test_cluster();
     curl_global_cleanup();
     th_log("all passed");
     return 0;
