@@ -259,7 +259,8 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                          (long)(ec->connect_ms < timeout_ms ? ec->connect_ms : timeout_ms));
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms > LONG_MAX ? LONG_MAX : (long)timeout_ms);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                         timeout_ms > LONG_MAX ? LONG_MAX : (long)timeout_ms);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
         curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
