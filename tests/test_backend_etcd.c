@@ -174,10 +174,14 @@ static long keys_of(const char *name) {
     return n;
 }
 
-/* The lease id of the (first) key of a lock, as the gateway writes it. */
-static void lease_of(const char *name, char *id, size_t idlen) {
-    char q[700];
+/* The lease id of the oldest (newest: the newest) key of a lock, as the
+ * gateway writes it. */
+static void lease_of_key(const char *name, int newest, char *id, size_t idlen) {
+    char q[800];
     range_body(name, q, sizeof q);
+    snprintf(q + strlen(q) - 1, sizeof q - strlen(q) + 1,
+             ",\"sort_target\":\"CREATE\",\"sort_order\":\"%s\",\"limit\":1}",
+             newest ? "DESCEND" : "ASCEND");
     char *r = http("/v3/kv/range", q);
     ASSERT(r != NULL);
     char *c = strstr(r, "\"lease\":\"");
@@ -188,6 +192,10 @@ static void lease_of(const char *name, char *id, size_t idlen) {
     memcpy(id, c, n);
     id[n] = '\0';
     free(r);
+}
+
+static void lease_of(const char *name, char *id, size_t idlen) {
+    lease_of_key(name, 0, id, idlen);
 }
 
 static void lease_revoke_http(const char *id) {
@@ -460,6 +468,40 @@ static void test_handoff(void) {
     ASSERT_LOK(a, dlock_release(a));
     for (int k = 0; k < 3; k++) ASSERT_EQ(th_wait_child(kids[k], 20000), 0);
     th_log("3 waiters served one after the other in %lld ms", (long long)(th_now_ms() - t0));
+    ASSERT_EQ(keys_of("line"), 0);
+
+    /* a waiter whose lease goes while it waits: it queues again with a new one */
+    ASSERT_LOK(a, dlock_acquire(a, 0, 10000, &fa));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        dlock_client *cc = client();
+        dlock_lock *l = lock(cc, "line", DLOCK_KIND_PLAIN);
+        int held = 0;
+        if (dlock_acquire(l, 15000, 3000, NULL)) _exit(3);
+        if (dlock_lock_check(l, &held, NULL) || !held) _exit(4);
+        if (dlock_release(l)) _exit(5);
+        dlock_lock_free(l);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    ASSERT_EVENTUALLY(keys_of("line") == 2, 5000);
+    char id[40], id2[40];
+    lease_of_key("line", 1, id, sizeof id);
+    lease_revoke_http(id);
+    ASSERT_EQ(keys_of("line"), 1);
+    /* the waiter notices at its next keep-alive (a third of 3 s) */
+    int requeued = 0;
+    for (int i = 0; i < 50 && !requeued; i++) {
+        th_sleep_ms(100);
+        if (keys_of("line") == 2) {
+            lease_of_key("line", 1, id2, sizeof id2);
+            requeued = strcmp(id, id2) != 0;
+        }
+    }
+    ASSERT(requeued);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(th_wait_child(kid, 10000), 0);
+    th_log("a waiter whose lease was revoked queued again and got the lock");
     ASSERT_EQ(keys_of("line"), 0);
     dlock_lock_free(a);
     dlock_client_free(c);
