@@ -278,7 +278,7 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         if (!conn_failure(rc)) break;
     }
     if (i < ec->neps) atomic_store(&ec->cur, (start + i) % ec->neps);
-    if (out->stream && (out->event || rc == CURLE_OPERATION_TIMEDOUT)) {
+    if (out->stream && (out->event || out->stream_err || rc == CURLE_OPERATION_TIMEDOUT)) {
         if (out->stream_err) return dl_seterr(err, DLOCK_ESERVER, "etcd: watch failed");
         if (rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_WRITE_ERROR) return DLOCK_OK;
     }
