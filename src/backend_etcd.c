@@ -87,7 +87,10 @@
 typedef struct etcd_lock etcd_lock;
 
 typedef struct etcd_client {
-    char *eps[ETCD_MAX_EPS];      /* "http://host:port" */
+    char *eps[ETCD_MAX_EPS];      /* "http://host:port" or "https://host:port" */
+    int tls;                      /* etcds:// */
+    char *ca_file, *ca_dir, *cert_file, *key_file;
+    int insecure;
     size_t neps;
     atomic_size_t cur;            /* the endpoint tried first */
     int64_t connect_ms, cmd_ms;
@@ -223,6 +226,13 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
     return len;
 }
 
+static int tls_failure(CURLcode rc) {
+    return rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+           rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CIPHER ||
+           rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_ENGINE_INITFAILED ||
+           rc == CURLE_SSL_ISSUER_ERROR || rc == CURLE_SSL_CRL_BADFILE;
+}
+
 static int conn_failure(CURLcode rc) {
     return rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
            rc == CURLE_COULDNT_RESOLVE_PROXY;
@@ -252,10 +262,18 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 #if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http");
 #else
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(ec->tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP));
 #endif
+        if (ec->tls) {
+            if (ec->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, ec->ca_file);
+            if (ec->ca_dir) curl_easy_setopt(h, CURLOPT_CAPATH, ec->ca_dir);
+            if (ec->cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert_file);
+            if (ec->key_file) curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key_file);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, ec->insecure ? 0L : 1L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, ec->insecure ? 0L : 2L);
+        }
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                          (long)(ec->connect_ms < timeout_ms ? ec->connect_ms : timeout_ms));
@@ -290,6 +308,7 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
         if (conn_failure(rc))
             return dl_seterr(err, DLOCK_EIO, "etcd: no endpoint reachable (%zu tried): %s",
                              ec->neps, m);
+        if (tls_failure(rc)) return dl_seterr(err, DLOCK_ETLS, "etcd: TLS: %s", m);
         return dl_seterr(err, DLOCK_EIO, "etcd: %s: %s", path, m);
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -576,6 +595,10 @@ static void etcd_close(dlock_client *c) {
     if (started) pthread_join(ec->ka_thread, NULL);
     if (ec->curl) curl_easy_cleanup(ec->curl);
     for (size_t i = 0; i < ec->neps; i++) free(ec->eps[i]);
+    free(ec->ca_file);
+    free(ec->ca_dir);
+    free(ec->cert_file);
+    free(ec->key_file);
     pthread_mutex_destroy(&ec->mu);
     pthread_mutex_destroy(&ec->ka_mu);
     pthread_cond_destroy(&ec->ka_cv);
@@ -583,8 +606,13 @@ static void etcd_close(dlock_client *c) {
     c->bctx = NULL;
 }
 
+/* A copy of s (NULL stays NULL); 0 when out of memory. */
+static int dup_opt(char **dst, const char *s) {
+    *dst = s ? strdup(s) : NULL;
+    return !s || *dst;
+}
+
 static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err) {
-    (void)o;
     pthread_once(&curl_once, curl_init_once);
     etcd_client *ec = calloc(1, sizeof *ec);
     if (!ec) return OOM(err);
@@ -602,10 +630,22 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     ec->wd_ttl_s = lease_secs(c->watchdog_lease_ms);
     if (ec->wd_ttl_s < 2) ec->wd_ttl_s = 2;
 
-    if (!strncmp(url, "etcds://", 8))
-        return dl_seterr(err, DLOCK_ENOTSUP,
-                         "etcds:// (TLS) is not supported by the etcd backend yet: use etcd://");
-    const char *p = url + strlen("etcd://");
+    ec->tls = !strncmp(url, "etcds://", 8);
+    if (ec->tls) {
+        if (o->tls_server_name)
+            return dl_seterr(err, DLOCK_ENOTSUP,
+                             "tls_server_name is not supported by the etcd backend: name the "
+                             "host as its certificate does");
+        if (!o->tls_cert_file != !o->tls_key_file)
+            return dl_seterr(err, DLOCK_EINVAL,
+                             "TLS: tls_cert_file and tls_key_file go together");
+        if (!dup_opt(&ec->ca_file, o->tls_ca_file) || !dup_opt(&ec->ca_dir, o->tls_ca_dir) ||
+            !dup_opt(&ec->cert_file, o->tls_cert_file) ||
+            !dup_opt(&ec->key_file, o->tls_key_file))
+            return OOM(err);
+        ec->insecure = o->tls_insecure != 0;
+    }
+    const char *p = url + (ec->tls ? 8 : 7);
     size_t hl = strcspn(p, "/?#");
     if (p[hl] == '/' && p[hl + 1] == '\0') {
         /* a trailing slash is fine */
@@ -645,9 +685,10 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
             if (!colon[1] || *end || port < 1 || port > 65535)
                 return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: bad port in '%s'", host);
         }
-        size_t ul = n + 20;
+        size_t ul = n + 24;
         if (!(ec->eps[ec->neps] = malloc(ul))) return OOM(err);
-        snprintf(ec->eps[ec->neps], ul, "http://%s%s", host, colon ? "" : ":2379");
+        snprintf(ec->eps[ec->neps], ul, "%s://%s%s", ec->tls ? "https" : "http", host,
+                 colon ? "" : ":2379");
         ec->neps++;
         q += n;
         if (*q == ',') q++;

@@ -4,7 +4,8 @@
  * timed waits leaving no key behind, a killed holder's lease running out, a
  * watchdog lock kept beyond its lease, a lease revoked behind the holder's
  * back (lost), reentrant holds, read/write and fair locks, extend, several
- * endpoints (a three-member cluster losing the client's member), unsupported
+ * endpoints (a three-member cluster losing the client's member), etcds://
+ * (certificates made by openssl), unsupported
  * capabilities, and `dlock run` / `dlock id next` (argv[1]: the CLI).
  * Skips (77) without the etcd binary. */
 #include <errno.h>
@@ -27,6 +28,7 @@
 static char g_dir[128];
 static volatile pid_t g_etcd;
 static volatile pid_t g_members[3]; /* the three-member cluster */
+static volatile pid_t g_tls;        /* the etcd serving https */
 static pid_t g_owner;
 static int g_port;
 static char g_url[128];  /* etcd://127.0.0.1:PORT */
@@ -60,6 +62,7 @@ static void etcd_stop(void) {
     if (getpid() != g_owner) return;
     stop_pid(&g_etcd);
     for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+    stop_pid(&g_tls);
     if (g_dir[0]) {
         pid_t r = fork();
         if (r == 0) {
@@ -728,7 +731,7 @@ static void test_unsupported_and_errors(void) {
         const char *url;
         int want;
     } bad[] = {
-        {"etcds://127.0.0.1:2379", DLOCK_ENOTSUP},
+        {"etcds://127.0.0.1:1", DLOCK_EIO},
         {"etcd://user:pw@127.0.0.1:2379", DLOCK_ENOTSUP},
         {"etcd://127.0.0.1:1", DLOCK_EIO},
         {"etcd://127.0.0.1:99999", DLOCK_EINVAL},
@@ -870,6 +873,148 @@ static void test_cluster(void) {
     for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
 }
 
+/* ---- etcds:// ---- */
+static void sh(const char *cmd) {
+    int st = system(cmd);
+    ASSERT_MSG(st == 0, "%s: exit %d", cmd, st);
+}
+
+static int healthy_tls(int port, const char *dir) {
+    char url[80], ca[240], crt[240], key[240];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/health", port);
+    snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+    snprintf(crt, sizeof crt, "%s/client.crt", dir);
+    snprintf(key, sizeof key, "%s/client.key", dir);
+    CURL *h = curl_easy_init();
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
+    curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    int ok = curl_easy_perform(h) == CURLE_OK && b.p && strstr(b.p, "true");
+    curl_easy_cleanup(h);
+    free(b.p);
+    return ok;
+}
+
+static void test_tls(void) {
+    if (system("command -v openssl >/dev/null 2>&1") != 0) {
+        th_log("openssl not installed: skipping etcds://");
+        return;
+    }
+    char dir[200], cmd[1200];
+    snprintf(dir, sizeof dir, "%s/tls", g_dir);
+    ASSERT(mkdir(dir, 0700) == 0);
+    /* a CA, another CA, and server + client certificates from the first */
+    for (int i = 0; i < 2; i++) {
+        const char *n = i ? "other" : "ca";
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && openssl req -x509 -newkey rsa:2048 -noenc -days 2 -subj /CN=%s "
+                 "-keyout %s.key -out %s.crt >/dev/null 2>&1",
+                 dir, n, n, n);
+        sh(cmd);
+    }
+    snprintf(cmd, sizeof cmd,
+             "cd %s && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext", dir);
+    sh(cmd);
+    for (int i = 0; i < 2; i++) {
+        const char *n = i ? "client" : "server";
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && openssl req -newkey rsa:2048 -noenc -subj /CN=localhost -keyout "
+                 "%s.key -out %s.csr >/dev/null 2>&1 && openssl x509 -req -days 2 -in %s.csr "
+                 "-CA ca.crt -CAkey ca.key -CAcreateserial -extfile san.ext -out %s.crt "
+                 ">/dev/null 2>&1",
+                 dir, n, n, n, n);
+        sh(cmd);
+    }
+    int port = free_port(), peer = free_port();
+    char client[64], peerurl[64], cluster[80], data[220], log[220];
+    char f[5][220];
+    snprintf(client, sizeof client, "https://127.0.0.1:%d", port);
+    snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", peer);
+    snprintf(cluster, sizeof cluster, "t=%s", peerurl);
+    snprintf(data, sizeof data, "%s/etcd", dir);
+    snprintf(log, sizeof log, "%s/etcd.log", dir);
+    const char *names[5] = {"server.crt", "server.key", "ca.crt", "client.crt", "client.key"};
+    for (int i = 0; i < 5; i++) snprintf(f[i], sizeof f[i], "%s/%s", dir, names[i]);
+    char *args[] = {ETCD, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
+                    "--advertise-client-urls", client, "--listen-peer-urls", peerurl,
+                    "--initial-advertise-peer-urls", peerurl, "--initial-cluster", cluster,
+                    "--cert-file", f[0], "--key-file", f[1], "--client-cert-auth",
+                    "--trusted-ca-file", f[2], NULL};
+    g_tls = spawn_etcd(log, args);
+    int up = 0;
+    for (int t = 0; t < 100 && !up; t++) {
+        up = healthy_tls(port, dir);
+        if (!up) th_sleep_ms(100);
+    }
+    if (!up) {
+        th_log("etcd with TLS did not come up (port taken?): skipping; see %s", log);
+        stop_pid(&g_tls);
+        return;
+    }
+    char url[100];
+    snprintf(url, sizeof url, "etcds://127.0.0.1:%d", port);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.tls_ca_file = f[2];
+    o.tls_cert_file = f[3];
+    o.tls_key_file = f[4];
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = lock(c, "tls", DLOCK_KIND_PLAIN);
+    dlock_lock *l2 = lock(c, "tls", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, 5000, NULL));
+    ASSERT_LCODE(l2, dlock_acquire(l2, 200, 5000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l2, dlock_acquire(l2, 0, 5000, NULL));
+    ASSERT_LOK(l2, dlock_release(l2));
+    char ep[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep, sizeof ep));
+    ASSERT_STR_EQ(ep, client);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_free(c);
+    th_log("etcds:// with a client certificate: lock, wait, release");
+    /* the wrong CA, or the system's: refused */
+    struct {
+        const char *ca, *cert, *key, *sni;
+        int insecure, want;
+    } cases[] = {
+        {"other.crt", "client.crt", "client.key", NULL, 0, DLOCK_ETLS},
+        {NULL, "client.crt", "client.key", NULL, 0, DLOCK_ETLS},
+        {NULL, "client.crt", "client.key", NULL, 1, DLOCK_OK},
+        {"ca.crt", "client.crt", NULL, NULL, 0, DLOCK_EINVAL},
+        {"ca.crt", "client.crt", "client.key", "localhost", 0, DLOCK_ENOTSUP},
+        {"ca.crt", NULL, NULL, NULL, 0, -1}, /* no client certificate: refused somehow */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ca[220], crt[220], key[220];
+        snprintf(ca, sizeof ca, "%s/%s", dir, cases[i].ca ? cases[i].ca : "");
+        snprintf(crt, sizeof crt, "%s/%s", dir, cases[i].cert ? cases[i].cert : "");
+        snprintf(key, sizeof key, "%s/%s", dir, cases[i].key ? cases[i].key : "");
+        dlock_options_init(&o);
+        o.url = url;
+        o.tls_ca_file = cases[i].ca ? ca : NULL;
+        o.tls_cert_file = cases[i].cert ? crt : NULL;
+        o.tls_key_file = cases[i].key ? key : NULL;
+        o.tls_server_name = cases[i].sni;
+        o.tls_insecure = cases[i].insecure;
+        c = NULL;
+        int rc = dlock_client_new(&o, &c);
+        th_log("TLS case %zu: %s: %s", i, dlock_strerror(rc), dlock_errmsg(c));
+        if (cases[i].want >= 0) ASSERT_CCODE(c, rc, cases[i].want);
+        else ASSERT_NE(rc, DLOCK_OK);
+        dlock_client_free(c);
+    }
+    stop_pid(&g_tls);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_etcd");
     g_owner = getpid();
@@ -892,6 +1037,7 @@ int main(int argc, char **argv) {
     test_leases();
     test_unsupported_and_errors();
     test_cluster();
+    test_tls();
     curl_global_cleanup();
     th_log("all passed");
     return 0;
