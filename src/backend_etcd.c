@@ -1,14 +1,19 @@
 /* etcd backend: etcd://host1:2379,host2:2379 (port 2379 when left out).
  *
  * Talks to etcd's v3 JSON gateway (POST /v3/..., keys and values base64)
- * over plain HTTP with libcurl; answers are read with cJSON. Tested with
+ * over HTTP (etcds://: HTTPS) with libcurl; answers are read with cJSON. Tested with
  * etcd 3.4 (Debian 12 ships 3.4.23).
  * - Endpoints: every host in the URL is an endpoint of one cluster. A request
  *   that cannot connect (refused, unresolvable, connect timeout) is sent to
  *   the next one; the one that answered is used first from then on. A request
  *   that was sent but not answered is not retried elsewhere (it may have been
- *   applied). etcds:// (TLS), user:password@ (etcd auth) and anything after
- *   the host list are refused with DLOCK_EINVAL / DLOCK_ENOTSUP for now.
+ *   applied). user:password@ (etcd auth) is DLOCK_ENOTSUP for now, anything
+ *   after the host list DLOCK_EINVAL.
+ * - etcds://: HTTPS, the server verified against tls_ca_file / tls_ca_dir
+ *   (else the system's CAs) and the URL's host, a client certificate sent
+ *   when tls_cert_file and tls_key_file are set, tls_insecure skipping the
+ *   verification (tests only); tls_server_name is DLOCK_ENOTSUP. Handshake
+ *   and verification failures are DLOCK_ETLS.
  * - Keys: a lock named N of L bytes lives under the prefix
  *   "dlock/lock/<L>/<N>/" (the length keeps "a" and "a/b" apart). Each
  *   attempt puts "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
