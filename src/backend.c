@@ -14,6 +14,9 @@ extern const dl_backend dl_backend_mysql;
 #ifdef DLOCK_HAVE_ZOOKEEPER
 extern const dl_backend dl_backend_zookeeper;
 #endif
+#ifdef DLOCK_HAVE_ETCD
+extern const dl_backend dl_backend_etcd;
+#endif
 
 static const dl_backend *const backends[] = {
 #ifdef DLOCK_HAVE_POSTGRES
@@ -24,6 +27,9 @@ static const dl_backend *const backends[] = {
 #endif
 #ifdef DLOCK_HAVE_ZOOKEEPER
     &dl_backend_zookeeper,
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    &dl_backend_etcd,
 #endif
     NULL,
 };

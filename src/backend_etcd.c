@@ -1,0 +1,1294 @@
+/* etcd backend: etcd://host1:2379,host2:2379 (port 2379 when left out).
+ *
+ * Talks to etcd's v3 JSON gateway (POST /v3/..., keys and values base64)
+ * over HTTP (etcds://: HTTPS) with libcurl; answers are read with cJSON. Tested with
+ * etcd 3.4 (Debian 12 ships 3.4.23).
+ * - Endpoints: every host in the URL is an endpoint of one cluster. A request
+ *   that cannot connect (refused, unresolvable, connect timeout) is sent to
+ *   the next one; the one that answered is used first from then on. A request
+ *   that was sent but not answered is not retried elsewhere (it may have been
+ *   applied). user:password@ (etcd auth) is DLOCK_ENOTSUP for now, anything
+ *   after the host list DLOCK_EINVAL.
+ * - etcds://: HTTPS, the server verified against tls_ca_file / tls_ca_dir
+ *   (else the system's CAs) and the URL's host, a client certificate sent
+ *   when tls_cert_file and tls_key_file are set, tls_insecure skipping the
+ *   verification (tests only); tls_server_name is DLOCK_ENOTSUP. Handshake
+ *   and verification failures are DLOCK_ETLS.
+ * - Keys: a lock named N of L bytes lives under the prefix
+ *   "dlock/lock/<L>/<N>/" (the length keeps "a" and "a/b" apart). Each
+ *   attempt puts "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
+ *   reentrant, fair, write) or "<prefix>r/<lease id>" (read) with the
+ *   attempt's lease and the holder's token as value: the concurrency recipe
+ *   of etcd's own Mutex / RWMutex, done by the client. An exclusive attempt
+ *   holds the lock when its key is the oldest (lowest create_revision) under
+ *   the prefix; a read attempt when no exclusive key is older than its own.
+ *   A waiter watches only its predecessor (the newest older key; for a
+ *   reader, the newest older exclusive key) for deletion, so a release wakes
+ *   the next in line (no herd), waiters are served in arrival order (so the
+ *   fair kind is the same lock), and a waiting writer holds back the readers
+ *   that come after it.
+ * - Try once (wait 0): put and read the owner in one txn; when it is not
+ *   us, the attempt's lease is revoked (deleting the key) and DLOCK_EBUSY is
+ *   answered. A timed wait that runs out revokes its lease too: nothing is
+ *   left behind either way.
+ * - After the wait the key is read back: a key gone (its lease expired
+ *   while waiting, cf. etcd issue 11456 for the server's lock API) is not a
+ *   lock; the attempt starts over while time remains.
+ * - Leases: each hold has its own lease. DLOCK_WATCHDOG: a lease of the
+ *   client's watchdog_lease_ms (rounded UP to whole seconds), kept alive
+ *   every third of it by one keep-alive thread per client, started with the
+ *   first such hold and stopped when the client is freed; the lock is held
+ *   while the client lives (expires_at INT64_MAX). An explicit lease_ms is an
+ *   etcd lease of lease_ms rounded UP to whole seconds (etcd grants at least
+ *   2 s on default settings; the granted TTL is what counts), kept alive
+ *   only while waiting and refreshed once when acquired, then left to run
+ *   out. dlock_extend grants a new lease, re-puts the key with it in a txn
+ *   guarded by the key's create_revision (so the fencing token stays) and
+ *   revokes the old lease.
+ * - Loss: the keep-alive finding a lease gone, or check / release / extend
+ *   finding the key gone or re-created, means the lock is lost: release says
+ *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1 (the loss callback
+ *   is not called).
+ * - Fencing token: the lock key's create_revision (etcd's revision counter
+ *   only grows, so tokens of one name strictly increase across holders).
+ *   dlock_fence_current: the holder's token, or when free the store's
+ *   current revision, which no token issued exceeds and every later token
+ *   does. Reentrant re-entry keeps the token and counts holds locally.
+ * - Release: delete the key in a txn guarded by its create_revision, then
+ *   revoke the lease.
+ * - Timeouts: every HTTP request connects within connect_timeout_ms and
+ *   completes within connect_timeout_ms + command_timeout_ms; a wait watches
+ *   for at most a third of the lease at a time and keeps the attempt's lease
+ *   alive between watches.
+ * - Kinds: plain, reentrant, fair, read and write, all on one name sharing
+ *   the prefix. Re-entry of a handle that holds (reentrant, fair, read,
+ *   write) is counted by the handle. Semaphores, tokens, force_unlock, list
+ *   and the ID worker: not supported (DLOCK_ENOTSUP).
+ * - dlock_inspect: writer / holder (token) / fence of the exclusive holder,
+ *   or readers (the read keys older than the oldest exclusive key) with the
+ *   newest reader's token as fence; waiters: the other keys; ttl_ms: the
+ *   oldest key's lease TTL (whole seconds).
+ * - dlock_server_fact: "version" (etcdserver of /version), "cluster_version"
+ *   (etcdcluster of /version), "session" (what keeps a lock held),
+ *   "endpoint" (the endpoint used last, http://host:port), "revision" (the
+ *   store's current revision).
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+
+#include "internal.h"
+
+#define ETCD_MAX_EPS 16
+#define ETCD_MAX_BODY (16u << 20) /* an answer larger than this is refused */
+
+typedef struct etcd_lock etcd_lock;
+
+typedef struct etcd_client {
+    char *eps[ETCD_MAX_EPS];      /* "http://host:port" or "https://host:port" */
+    int tls;                      /* etcds:// */
+    char *ca_file, *ca_dir, *cert_file, *key_file;
+    int insecure;
+    size_t neps;
+    atomic_size_t cur;            /* the endpoint tried first */
+    int64_t connect_ms, cmd_ms;
+    int64_t wd_ttl_s;             /* DLOCK_WATCHDOG lease TTL, whole seconds */
+    pthread_mutex_t mu;           /* guards curl */
+    CURL *curl;                   /* queries by name */
+    /* the keep-alive thread */
+    pthread_mutex_t ka_mu;        /* guards what follows and every etcd_lock's kept/next */
+    pthread_cond_t ka_cv;
+    pthread_t ka_thread;
+    int ka_started, ka_stop;
+    etcd_lock *ka_list;
+} etcd_client;
+
+struct etcd_lock {
+    dlock_lock *l;
+    CURL *curl;
+    char *prefix;                 /* "dlock/lock/<len>/<name>/" (binary-safe) */
+    size_t prefix_len;
+    char *wprefix;                /* prefix + "w/": the exclusive holds' keys */
+    size_t wprefix_len;
+    int reader;                   /* a read lock: keys under prefix + "r/" */
+    char *key;                    /* prefix + "w/" or "r/" + lease hex: the hold's key */
+    size_t key_len;
+    long long lease;              /* current hold's lease id */
+    long long rev;                /* current hold's create_revision */
+    int64_t ttl_s;                /* granted TTL of the lease */
+    int kept;                     /* in the keep-alive list (ka_mu) */
+    etcd_lock *next;              /* keep-alive list link (ka_mu) */
+    atomic_int lost;
+};
+
+/* ---- base64 ---- */
+
+static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_enc(const char *src, size_t len) {
+    char *out = malloc((len + 2) / 3 * 4 + 1);
+    if (!out) return NULL;
+    const unsigned char *s = (const unsigned char *)src;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)s[i] << 16;
+        if (i + 1 < len) v |= (unsigned)s[i + 1] << 8;
+        if (i + 2 < len) v |= s[i + 2];
+        out[o++] = b64c[(v >> 18) & 63];
+        out[o++] = b64c[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? b64c[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? b64c[v & 63] : '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Decodes into out (at most outlen - 1 bytes, NUL-terminated); returns the length. */
+static size_t b64_dec(const char *s, char *out, size_t outlen) {
+    unsigned v = 0;
+    int bits = 0;
+    size_t n = 0;
+    for (; *s && *s != '='; s++) {
+        const char *p = strchr(b64c, *s);
+        if (!p) continue;
+        v = (v << 6) | (unsigned)(p - b64c);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n + 1 < outlen) out[n++] = (char)((v >> bits) & 0xff);
+        }
+    }
+    if (outlen) out[n] = '\0';
+    return n;
+}
+
+/* ---- HTTP ---- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+typedef struct http_buf {
+    char *p;
+    size_t n, cap;
+    /* watch streams: stop at the first event (or cancel / error) */
+    int stream, event, stream_err;
+    size_t scanned;
+} http_buf;
+
+/* A complete line of a watch stream: 1 when it ends the watch. */
+static int stream_line(http_buf *b, const char *line) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) return 0;
+    int stop = 0;
+    cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "result");
+    if (cJSON_GetObjectItemCaseSensitive(j, "error")) {
+        b->stream_err = 1;
+        stop = 1;
+    } else if (res) {
+        cJSON *ev = cJSON_GetObjectItemCaseSensitive(res, "events");
+        if ((cJSON_IsArray(ev) && cJSON_GetArraySize(ev) > 0) ||
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "canceled"))) {
+            b->event = 1;
+            stop = 1;
+        }
+    }
+    cJSON_Delete(j);
+    return stop;
+}
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+    http_buf *b = ud;
+    size_t len = size * nmemb;
+    if (b->n + len + 1 > ETCD_MAX_BODY) return 0;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + len + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return 0;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, ptr, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+    if (b->stream) {
+        char *nl;
+        while ((nl = memchr(b->p + b->scanned, '\n', b->n - b->scanned))) {
+            *nl = '\0';
+            int stop = stream_line(b, b->p + b->scanned);
+            *nl = '\n';
+            b->scanned = (size_t)(nl - b->p) + 1;
+            if (stop) return 0; /* ends the transfer (CURLE_WRITE_ERROR) */
+        }
+    }
+    return len;
+}
+
+static int tls_failure(CURLcode rc) {
+    return rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+           rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CIPHER ||
+           rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_ENGINE_INITFAILED ||
+           rc == CURLE_SSL_ISSUER_ERROR || rc == CURLE_SSL_CRL_BADFILE;
+}
+
+static int conn_failure(CURLcode rc) {
+    return rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+           rc == CURLE_COULDNT_RESOLVE_PROXY;
+}
+
+/* POSTs body (GET when NULL) to path on the first endpoint that accepts a
+ * connection, within timeout_ms. *status: the HTTP status. A stream (watch)
+ * that ends early by an event, or times out, is not an error: out->event
+ * tells. */
+static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
+                   int64_t timeout_ms, http_buf *out, long *status, dl_err *err) {
+    *status = 0;
+    if (timeout_ms < 1) timeout_ms = 1;
+    size_t start = atomic_load(&ec->cur);
+    CURLcode rc = CURLE_OK;
+    char ebuf[CURL_ERROR_SIZE];
+    size_t i;
+    for (i = 0; i < ec->neps; i++) {
+        size_t e = (start + i) % ec->neps;
+        char url[600];
+        snprintf(url, sizeof url, "%s%s", ec->eps[e], path);
+        curl_easy_reset(h);
+        ebuf[0] = '\0';
+        out->n = 0;
+        out->scanned = 0;
+        out->event = out->stream_err = 0;
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http");
+#else
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(ec->tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP));
+#endif
+        if (ec->tls) {
+            if (ec->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, ec->ca_file);
+            if (ec->ca_dir) curl_easy_setopt(h, CURLOPT_CAPATH, ec->ca_dir);
+            if (ec->cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert_file);
+            if (ec->key_file) curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key_file);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, ec->insecure ? 0L : 1L);
+            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, ec->insecure ? 0L : 2L);
+        }
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                         (long)(ec->connect_ms < timeout_ms ? ec->connect_ms : timeout_ms));
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                         timeout_ms > LONG_MAX ? LONG_MAX : (long)timeout_ms);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+        if (body) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        }
+        rc = curl_easy_perform(h);
+        if (rc == CURLE_OPERATION_TIMEDOUT) {
+            /* not connected within the connect timeout: try the next one */
+            curl_off_t connected = 0;
+            curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected);
+            if (connected == 0 && !out->stream && i + 1 < ec->neps) continue;
+        }
+        if (!conn_failure(rc)) break;
+    }
+    if (i < ec->neps) atomic_store(&ec->cur, (start + i) % ec->neps);
+    if (out->stream && (out->event || out->stream_err || rc == CURLE_OPERATION_TIMEDOUT)) {
+        if (out->stream_err) return dl_seterr(err, DLOCK_ESERVER, "etcd: watch failed");
+        if (rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_WRITE_ERROR) return DLOCK_OK;
+    }
+    if (rc != CURLE_OK) {
+        const char *m = ebuf[0] ? ebuf : curl_easy_strerror(rc);
+        if (rc == CURLE_OPERATION_TIMEDOUT)
+            return dl_seterr(err, DLOCK_EIO, "etcd: %s: no answer within %lld ms (%s)", path,
+                             (long long)timeout_ms, m);
+        if (conn_failure(rc))
+            return dl_seterr(err, DLOCK_EIO, "etcd: no endpoint reachable (%zu tried): %s",
+                             ec->neps, m);
+        if (tls_failure(rc)) return dl_seterr(err, DLOCK_ETLS, "etcd: TLS: %s", m);
+        return dl_seterr(err, DLOCK_EIO, "etcd: %s: %s", path, m);
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    return DLOCK_OK;
+}
+
+static int64_t req_timeout(const etcd_client *ec) { return ec->connect_ms + ec->cmd_ms; }
+
+/* One gateway call: req (consumed) to path; *resp the parsed answer.
+ * A gRPC error answer: its code in *gcode (when not NULL, else an error),
+ * 5 NotFound being the usual one. */
+static int rpc(etcd_client *ec, CURL *h, const char *path, cJSON *req, int64_t timeout_ms,
+               cJSON **resp, int *gcode, dl_err *err) {
+    *resp = NULL;
+    if (gcode) *gcode = 0;
+    char *body = req ? cJSON_PrintUnformatted(req) : NULL;
+    cJSON_Delete(req);
+    if (req && !body) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    http_buf b = {0};
+    long status = 0;
+    int rc = http_do(ec, h, path, body, timeout_ms, &b, &status, err);
+    free(body);
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    cJSON *j = b.p ? cJSON_Parse(b.p) : NULL;
+    if (!j) {
+        char snip[80];
+        snprintf(snip, sizeof snip, "%s", b.p ? b.p : "");
+        for (char *p = snip; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        free(b.p);
+        if (status == 401 || status == 403)
+            return dl_seterr(err, DLOCK_EAUTH, "etcd: %s: HTTP %ld", path, status);
+        return dl_seterr(err, DLOCK_EPROTO, "etcd: %s: HTTP %ld, not JSON: %s", path, status,
+                         snip);
+    }
+    free(b.p);
+    cJSON *ecode = cJSON_GetObjectItemCaseSensitive(j, "code");
+    cJSON *emsg = cJSON_GetObjectItemCaseSensitive(j, "message");
+    if (status != 200 || cJSON_GetObjectItemCaseSensitive(j, "error")) {
+        int code = cJSON_IsNumber(ecode) ? ecode->valueint : -1;
+        if (gcode && code > 0) {
+            *gcode = code;
+            *resp = j;
+            return DLOCK_OK;
+        }
+        char m[160];
+        snprintf(m, sizeof m, "%s", cJSON_IsString(emsg) ? emsg->valuestring : "error");
+        cJSON_Delete(j);
+        if (code == 16 || code == 7)
+            return dl_seterr(err, DLOCK_EAUTH, "etcd: %s: %s", path, m);
+        if (code == 14 || code == 4)
+            return dl_seterr(err, DLOCK_EIO, "etcd: %s: %s", path, m);
+        return dl_seterr(err, DLOCK_ESERVER, "etcd: %s: %s (HTTP %ld, code %d)", path, m,
+                         status, code);
+    }
+    *resp = j;
+    return DLOCK_OK;
+}
+
+/* ---- JSON helpers ---- */
+
+/* A gateway int64 ("123" or 123); 0 when missing. */
+static long long jnum(const cJSON *o, const char *name) {
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+    if (cJSON_IsString(v)) return strtoll(v->valuestring, NULL, 10);
+    if (cJSON_IsNumber(v)) return (long long)v->valuedouble;
+    return 0;
+}
+
+static const char *jstr(const cJSON *o, const char *name) {
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static cJSON *jobj(const cJSON *o, const char *name) {
+    return o ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+}
+
+static int add_str(cJSON *o, const char *name, const char *v) {
+    return cJSON_AddStringToObject(o, name, v) != NULL;
+}
+
+static int add_ll(cJSON *o, const char *name, long long v) {
+    char num[24];
+    snprintf(num, sizeof num, "%lld", v);
+    return add_str(o, name, num);
+}
+
+/* Adds name: base64(s, len). */
+static int add_b64(cJSON *o, const char *name, const char *s, size_t len) {
+    char *e = b64_enc(s, len);
+    if (!e) return 0;
+    int ok = add_str(o, name, e);
+    free(e);
+    return ok;
+}
+
+/* The end of a prefix range: the prefix with its last byte incremented
+ * (prefixes here end in '/', so no carry). */
+static int add_prefix_range(cJSON *o, const char *prefix, size_t len) {
+    char *end = malloc(len);
+    if (!end) return 0;
+    memcpy(end, prefix, len);
+    end[len - 1]++;
+    int ok = add_b64(o, "key", prefix, len) && add_b64(o, "range_end", end, len);
+    free(end);
+    return ok;
+}
+
+#define OOM(err) dl_seterr(err, DLOCK_ENOMEM, "out of memory")
+
+/* ---- leases ---- */
+
+/* etcd's largest lease TTL (MaxLeaseTTL), in seconds */
+#define ETCD_MAX_TTL_S 9000000000LL
+
+/* lease_ms rounded up to whole seconds, at most etcd's largest TTL. */
+static int64_t lease_secs(int64_t lease_ms) {
+    int64_t s = lease_ms / 1000 + (lease_ms % 1000 != 0);
+    return s > ETCD_MAX_TTL_S ? ETCD_MAX_TTL_S : s;
+}
+
+static int lease_grant(etcd_client *ec, CURL *h, int64_t ttl_s, long long *id, int64_t *granted,
+                       dl_err *err) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_ll(q, "TTL", ttl_s)) {
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON *r = NULL;
+    int rc = rpc(ec, h, "/v3/lease/grant", q, req_timeout(ec), &r, NULL, err);
+    if (rc) return rc;
+    *id = jnum(r, "ID");
+    *granted = jnum(r, "TTL");
+    const char *e = jstr(r, "error");
+    if (!*id || *granted <= 0) {
+        rc = dl_seterr(err, DLOCK_ESERVER, "etcd: lease grant: %s", e && *e ? e : "no lease");
+    }
+    cJSON_Delete(r);
+    return rc;
+}
+
+/* Best effort. */
+static void lease_revoke(etcd_client *ec, CURL *h, long long id) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_ll(q, "ID", id)) {
+        cJSON_Delete(q);
+        return;
+    }
+    cJSON *r = NULL;
+    int gcode = 0;
+    dl_err e = {0};
+    if (!rpc(ec, h, "/v3/lease/revoke", q, req_timeout(ec), &r, &gcode, &e)) cJSON_Delete(r);
+}
+
+/* One keep-alive: *alive 1 (TTL renewed), 0 (the lease is gone). */
+static int lease_keepalive(etcd_client *ec, CURL *h, long long id, int *alive, dl_err *err) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_ll(q, "ID", id)) {
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON *r = NULL;
+    int gcode = 0;
+    int rc = rpc(ec, h, "/v3/lease/keepalive", q, req_timeout(ec), &r, &gcode, err);
+    if (rc) return rc;
+    if (gcode) {
+        *alive = 0;
+        if (gcode != 5) {
+            const char *m = jstr(r, "message");
+            rc = dl_seterr(err, DLOCK_ESERVER, "etcd: keep-alive: %s", m ? m : "error");
+        }
+    } else {
+        *alive = jnum(jobj(r, "result"), "TTL") > 0;
+    }
+    cJSON_Delete(r);
+    return rc;
+}
+
+/* ---- the keep-alive thread ---- */
+
+static void ka_remove_locked(etcd_client *ec, etcd_lock *el) {
+    if (!el->kept) return;
+    for (etcd_lock **p = &ec->ka_list; *p; p = &(*p)->next) {
+        if (*p == el) {
+            *p = el->next;
+            break;
+        }
+    }
+    el->next = NULL;
+    el->kept = 0;
+}
+
+static void *ka_main(void *arg) {
+    etcd_client *ec = arg;
+    CURL *h = curl_easy_init();
+    int64_t period = ec->wd_ttl_s * 1000 / 3;
+    if (period < 200) period = 200;
+    pthread_mutex_lock(&ec->ka_mu);
+    while (!ec->ka_stop) {
+        size_t n = 0;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) n++;
+        long long *ids = n ? malloc(n * sizeof *ids) : NULL;
+        size_t k = 0;
+        if (ids)
+            for (etcd_lock *el = ec->ka_list; el; el = el->next) ids[k++] = el->lease;
+        pthread_mutex_unlock(&ec->ka_mu);
+        for (size_t i = 0; i < k && h; i++) {
+            int alive = 1;
+            dl_err e = {0};
+            if (lease_keepalive(ec, h, ids[i], &alive, &e) || alive) {
+                ids[i] = 0; /* renewed, or unknown (try again next round) */
+            }
+        }
+        pthread_mutex_lock(&ec->ka_mu);
+        for (size_t i = 0; i < k; i++) {
+            if (!ids[i]) continue;
+            etcd_lock *el = ec->ka_list;
+            while (el && el->lease != ids[i]) el = el->next;
+            if (!el) continue;
+            atomic_store(&el->lost, 1);
+            atomic_store(&el->l->lease.lost, 1);
+            ka_remove_locked(ec, el);
+        }
+        free(ids);
+        if (ec->ka_stop) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += period / 1000;
+        ts.tv_nsec += (period % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&ec->ka_cv, &ec->ka_mu, &ts);
+    }
+    pthread_mutex_unlock(&ec->ka_mu);
+    if (h) curl_easy_cleanup(h);
+    return NULL;
+}
+
+static int ka_add(etcd_client *ec, etcd_lock *el, dl_err *err) {
+    pthread_mutex_lock(&ec->ka_mu);
+    if (!ec->ka_started) {
+        int prc = pthread_create(&ec->ka_thread, NULL, ka_main, ec);
+        if (prc) {
+            pthread_mutex_unlock(&ec->ka_mu);
+            return dl_seterr(err, DLOCK_ESYS, "etcd: cannot start the keep-alive thread: %s",
+                             strerror(prc));
+        }
+        ec->ka_started = 1;
+    }
+    if (!el->kept) {
+        el->next = ec->ka_list;
+        ec->ka_list = el;
+        el->kept = 1;
+    }
+    pthread_mutex_unlock(&ec->ka_mu);
+    return DLOCK_OK;
+}
+
+/* Returns whether it was kept. */
+static int ka_del(etcd_client *ec, etcd_lock *el) {
+    pthread_mutex_lock(&ec->ka_mu);
+    int was = el->kept;
+    ka_remove_locked(ec, el);
+    pthread_mutex_unlock(&ec->ka_mu);
+    return was;
+}
+
+/* ---- client ---- */
+
+static void etcd_close(dlock_client *c) {
+    etcd_client *ec = c->bctx;
+    if (!ec) return;
+    pthread_mutex_lock(&ec->ka_mu);
+    int started = ec->ka_started;
+    ec->ka_stop = 1;
+    pthread_cond_broadcast(&ec->ka_cv);
+    pthread_mutex_unlock(&ec->ka_mu);
+    if (started) pthread_join(ec->ka_thread, NULL);
+    if (ec->curl) curl_easy_cleanup(ec->curl);
+    for (size_t i = 0; i < ec->neps; i++) free(ec->eps[i]);
+    free(ec->ca_file);
+    free(ec->ca_dir);
+    free(ec->cert_file);
+    free(ec->key_file);
+    pthread_mutex_destroy(&ec->mu);
+    pthread_mutex_destroy(&ec->ka_mu);
+    pthread_cond_destroy(&ec->ka_cv);
+    free(ec);
+    c->bctx = NULL;
+}
+
+/* A copy of s (NULL stays NULL); 0 when out of memory. */
+static int dup_opt(char **dst, const char *s) {
+    *dst = s ? strdup(s) : NULL;
+    return !s || *dst;
+}
+
+static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err) {
+    pthread_once(&curl_once, curl_init_once);
+    etcd_client *ec = calloc(1, sizeof *ec);
+    if (!ec) return OOM(err);
+    pthread_mutex_init(&ec->mu, NULL);
+    pthread_mutex_init(&ec->ka_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ec->ka_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&ec->cur, 0);
+    c->bctx = ec;
+    ec->connect_ms = c->connect_timeout_ms;
+    ec->cmd_ms = c->command_timeout_ms;
+    ec->wd_ttl_s = lease_secs(c->watchdog_lease_ms);
+    if (ec->wd_ttl_s < 2) ec->wd_ttl_s = 2;
+
+    ec->tls = !strncmp(url, "etcds://", 8);
+    if (ec->tls) {
+        if (o->tls_server_name)
+            return dl_seterr(err, DLOCK_ENOTSUP,
+                             "tls_server_name is not supported by the etcd backend: name the "
+                             "host as its certificate does");
+        if (!o->tls_cert_file != !o->tls_key_file)
+            return dl_seterr(err, DLOCK_EINVAL,
+                             "TLS: tls_cert_file and tls_key_file go together");
+        if (!dup_opt(&ec->ca_file, o->tls_ca_file) || !dup_opt(&ec->ca_dir, o->tls_ca_dir) ||
+            !dup_opt(&ec->cert_file, o->tls_cert_file) ||
+            !dup_opt(&ec->key_file, o->tls_key_file))
+            return OOM(err);
+        ec->insecure = o->tls_insecure != 0;
+    }
+    const char *p = url + (ec->tls ? 8 : 7);
+    size_t hl = strcspn(p, "/?#");
+    if (p[hl] == '/' && p[hl + 1] == '\0') {
+        /* a trailing slash is fine */
+    } else if (p[hl]) {
+        return dl_seterr(err, DLOCK_EINVAL,
+                         "bad etcd URL: only etcd://host[:port][,host[:port]...] is understood");
+    }
+    if (memchr(p, '@', hl))
+        return dl_seterr(err, DLOCK_ENOTSUP,
+                         "bad etcd URL: etcd user/password authentication is not supported by "
+                         "the etcd backend");
+    const char *q = p;
+    while (q < p + hl) {
+        size_t n = strcspn(q, ",");
+        if (q + n > p + hl) n = (size_t)(p + hl - q);
+        if (n == 0 || n > 255)
+            return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: empty or overlong host in the list");
+        if (ec->neps >= ETCD_MAX_EPS)
+            return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: more than %d endpoints",
+                             ETCD_MAX_EPS);
+        char host[256];
+        memcpy(host, q, n);
+        host[n] = '\0';
+        for (char *s = host; *s; s++)
+            if (*s <= ' ' || *s == '\\' || *s == '"' || *s == '%')
+                return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: bad character in a host");
+        /* a port given? the last ':' after any "[v6]" */
+        const char *rb = strrchr(host, ']');
+        const char *colon = strrchr(rb ? rb : host, ':');
+        if (host[0] == '[' && !rb)
+            return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: unterminated [IPv6 address]");
+        if (!rb && colon && strchr(host, ':') != colon)
+            return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: write IPv6 addresses as [addr]");
+        if (colon) {
+            char *end = NULL;
+            long port = strtol(colon + 1, &end, 10);
+            if (!colon[1] || *end || port < 1 || port > 65535)
+                return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: bad port in '%s'", host);
+        }
+        size_t ul = n + 24;
+        if (!(ec->eps[ec->neps] = malloc(ul))) return OOM(err);
+        snprintf(ec->eps[ec->neps], ul, "%s://%s%s", ec->tls ? "https" : "http", host,
+                 colon ? "" : ":2379");
+        ec->neps++;
+        q += n;
+        if (*q == ',') q++;
+    }
+    if (!ec->neps) return dl_seterr(err, DLOCK_EINVAL, "bad etcd URL: no host");
+    if (!(ec->curl = curl_easy_init())) return OOM(err);
+    /* one round trip, so that a bad address fails here */
+    cJSON *r = NULL;
+    pthread_mutex_lock(&ec->mu);
+    int rc = rpc(ec, ec->curl, "/version", NULL, req_timeout(ec), &r, NULL, err);
+    pthread_mutex_unlock(&ec->mu);
+    if (!rc && !jstr(r, "etcdserver"))
+        rc = dl_seterr(err, DLOCK_EPROTO, "etcd: /version: not an etcd server");
+    cJSON_Delete(r);
+    return rc;
+}
+
+/* A call on the client's own handle. */
+static int client_rpc(etcd_client *ec, const char *path, cJSON *req, cJSON **resp, int *gcode,
+                      dl_err *err) {
+    pthread_mutex_lock(&ec->mu);
+    int rc = rpc(ec, ec->curl, path, req, req_timeout(ec), resp, gcode, err);
+    pthread_mutex_unlock(&ec->mu);
+    return rc;
+}
+
+static int etcd_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
+    int64_t t0 = dl_now_us();
+    cJSON *r = NULL;
+    int rc = client_rpc(c->bctx, "/version", NULL, &r, NULL, err);
+    cJSON_Delete(r);
+    if (!rc && rtt_us) *rtt_us = dl_now_us() - t0;
+    return rc;
+}
+
+/* ---- keys ---- */
+
+/* "dlock/lock/<len>/<name>/" + sub (NULL: nothing). */
+static char *name_prefix(const char *name, size_t len, const char *sub, size_t *outlen) {
+    char head[48];
+    int hn = snprintf(head, sizeof head, "dlock/lock/%zu/", len);
+    size_t sl = sub ? strlen(sub) : 0;
+    char *p = malloc((size_t)hn + len + 2 + sl);
+    if (!p) return NULL;
+    memcpy(p, head, (size_t)hn);
+    memcpy(p + hn, name, len);
+    p[hn + len] = '/';
+    if (sl) memcpy(p + hn + len + 1, sub, sl);
+    p[hn + len + 1 + sl] = '\0';
+    *outlen = (size_t)hn + len + 1 + sl;
+    return p;
+}
+
+/* The oldest (newest: the newest) key under prefix created before max_rev
+ * (0: any): *kv (a reference into *resp, which the caller deletes) or NULL;
+ * *rev the header revision. all: every such key (keys only), in *resp's kvs. */
+static int get_owner(etcd_client *ec, CURL *h, const char *prefix, size_t plen, long long max_rev,
+                     int newest, int all, cJSON **resp, cJSON **kv, long long *rev, dl_err *err) {
+    *resp = NULL;
+    *kv = NULL;
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_prefix_range(q, prefix, plen) ||
+        !add_str(q, "sort_order", newest ? "DESCEND" : "ASCEND") ||
+        !add_str(q, "sort_target", "CREATE") || (!all && !add_ll(q, "limit", 1)) ||
+        (all && !cJSON_AddTrueToObject(q, "keys_only")) ||
+        (max_rev > 0 && !add_ll(q, "max_create_revision", max_rev))) {
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    int rc = rpc(ec, h, "/v3/kv/range", q, req_timeout(ec), resp, NULL, err);
+    if (rc) return rc;
+    cJSON *kvs = jobj(*resp, "kvs");
+    if (cJSON_IsArray(kvs) && cJSON_GetArraySize(kvs) > 0) *kv = cJSON_GetArrayItem(kvs, 0);
+    if (rev) *rev = jnum(jobj(*resp, "header"), "revision");
+    return DLOCK_OK;
+}
+
+/* The create_revision of el's key now (0: gone) and its lease. */
+static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, long long *lease,
+                     dl_err *err) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_b64(q, "key", el->key, el->key_len)) {
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON *r = NULL;
+    int rc = rpc(ec, h, "/v3/kv/range", q, req_timeout(ec), &r, NULL, err);
+    if (rc) return rc;
+    cJSON *kvs = jobj(r, "kvs");
+    cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
+    *crev = kv ? jnum(kv, "create_revision") : 0;
+    if (lease) *lease = kv ? jnum(kv, "lease") : 0;
+    cJSON_Delete(r);
+    return DLOCK_OK;
+}
+
+/* Watches key (from revision from) for its deletion, for at most ms: DLOCK_OK
+ * when deleted or the time passed (the caller looks again). */
+static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long from,
+                        int64_t ms, dl_err *err) {
+    cJSON *q = cJSON_CreateObject();
+    cJSON *cr = q ? cJSON_AddObjectToObject(q, "create_request") : NULL;
+    cJSON *f = cr ? cJSON_AddArrayToObject(cr, "filters") : NULL;
+    cJSON *noput = cJSON_CreateString("NOPUT");
+    if (!f || !noput || !add_str(cr, "key", key_b64) || !add_ll(cr, "start_revision", from)) {
+        cJSON_Delete(noput);
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON_AddItemToArray(f, noput);
+    char *body = cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!body) return OOM(err);
+    http_buf b = {0};
+    b.stream = 1;
+    long status = 0;
+    int rc = http_do(ec, h, "/v3/watch", body, ms, &b, &status, err);
+    free(b.p);
+    free(body);
+    if (!rc && !b.event && status != 200 && status != 0)
+        return dl_seterr(err, DLOCK_ESERVER, "etcd: watch: HTTP %ld", status);
+    if (!rc && !b.event && status == 200) dl_sleep_ms(50); /* closed early: not too fast */
+    return rc;
+}
+
+/* ---- lock handles ---- */
+
+static int etcd_lock_init(dlock_lock *l, dl_err *err) {
+    etcd_lock *el = calloc(1, sizeof *el);
+    if (!el) return OOM(err);
+    l->bdata = el;
+    el->l = l;
+    atomic_init(&el->lost, 0);
+    el->reader = l->kind == DLOCK_KIND_READ;
+    el->prefix = name_prefix(l->name, l->name_len, NULL, &el->prefix_len);
+    el->wprefix = name_prefix(l->name, l->name_len, "w/", &el->wprefix_len);
+    el->curl = curl_easy_init();
+    if (!el->prefix || !el->wprefix || !el->curl) return OOM(err);
+    return DLOCK_OK;
+}
+
+static void etcd_lock_destroy(dlock_lock *l) {
+    etcd_lock *el = l->bdata;
+    if (!el) return;
+    ka_del(l->c->bctx, el);
+    if (el->curl) curl_easy_cleanup(el->curl);
+    free(el->prefix);
+    free(el->wprefix);
+    free(el->key);
+    free(el);
+    l->bdata = NULL;
+}
+
+/* Puts el's key for lease id and reads the holder, in one txn: *owner 1 when
+ * the new key is the oldest. Sets el->key and el->rev. */
+static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner, dl_err *err) {
+    dlock_lock *l = el->l;
+    *owner = 0;
+    free(el->key);
+    el->key_len = el->prefix_len + 18;
+    if (!(el->key = malloc(el->key_len + 1))) return OOM(err);
+    memcpy(el->key, el->prefix, el->prefix_len);
+    snprintf(el->key + el->prefix_len, 19, "%c/%016llx", el->reader ? 'r' : 'w',
+             (unsigned long long)id);
+    cJSON *q = cJSON_CreateObject();
+    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
+    cJSON *o1 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
+    cJSON *put = o1 ? cJSON_AddObjectToObject(o1, "request_put") : NULL;
+    cJSON *rng = o2 ? cJSON_AddObjectToObject(o2, "request_range") : NULL;
+    int ok = succ && put && rng && add_b64(put, "key", el->key, el->key_len) &&
+             add_b64(put, "value", l->token, l->token_len) && add_ll(put, "lease", id) &&
+             (el->reader ? add_prefix_range(rng, el->wprefix, el->wprefix_len)
+                         : add_prefix_range(rng, el->prefix, el->prefix_len)) &&
+             add_str(rng, "sort_order", "ASCEND") && add_str(rng, "sort_target", "CREATE") &&
+             add_ll(rng, "limit", 1);
+    if (!ok) {
+        cJSON_Delete(o1);
+        cJSON_Delete(o2);
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON_AddItemToArray(succ, o1);
+    cJSON_AddItemToArray(succ, o2);
+    cJSON *r = NULL;
+    int rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    if (rc) return rc;
+    cJSON *resps = jobj(r, "responses");
+    cJSON *pr = jobj(cJSON_GetArrayItem(resps, 0), "response_put");
+    cJSON *rr = jobj(cJSON_GetArrayItem(resps, 1), "response_range");
+    cJSON *kvs = jobj(rr, "kvs");
+    cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
+    el->rev = jnum(jobj(pr, "header"), "revision");
+    if (!pr || !rr || (!kv && !el->reader) || el->rev <= 0) {
+        cJSON_Delete(r);
+        return dl_seterr(err, DLOCK_EPROTO, "etcd: lock txn: unexpected answer");
+    }
+    /* exclusive: ours is the oldest key; read: no older exclusive key */
+    *owner = el->reader ? !kv || jnum(kv, "create_revision") > el->rev
+                        : jnum(kv, "create_revision") == el->rev;
+    cJSON_Delete(r);
+    return DLOCK_OK;
+}
+
+static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+                        dl_err *err) {
+    etcd_client *ec = l->c->bctx;
+    etcd_lock *el = l->bdata;
+    char nm[80];
+    dl_name_msg(l->name, l->name_len, nm, sizeof nm);
+    if (l->holds > 0) {
+        /* re-entry of a reentrant handle: counted here */
+        if (atomic_load(&el->lost))
+            return dl_seterr(err, DLOCK_ELOST, "lock '%s': its etcd lease was lost", nm);
+        t->acquired = 1;
+        t->fence = l->fence;
+        t->count = l->holds + 1;
+        return DLOCK_OK;
+    }
+    int wd = lease_ms == DLOCK_WATCHDOG;
+    int64_t ttl = wd ? ec->wd_ttl_s : lease_secs(lease_ms);
+    int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
+    atomic_store(&el->lost, 0);
+    for (;;) {
+        long long id = 0;
+        int64_t granted = 0;
+        int64_t t0 = dl_now_ms(); /* the lease surely runs from no earlier */
+        int rc = lease_grant(ec, el->curl, ttl, &id, &granted, err);
+        if (rc) return rc;
+        int owner = 0;
+        rc = put_and_own(ec, el, id, &owner, err);
+        if (rc) {
+            lease_revoke(ec, el->curl, id);
+            return rc;
+        }
+        int waited = 0, gone = 0;
+        while (!owner && !gone) {
+            if (wait_ms == 0) {
+                lease_revoke(ec, el->curl, id);
+                return dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner", nm);
+            }
+            int64_t left = deadline == DL_INF_DEADLINE ? INT64_MAX : deadline - dl_now_ms();
+            if (left <= 0) {
+                lease_revoke(ec, el->curl, id);
+                return dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms",
+                                 nm, (long long)wait_ms);
+            }
+            waited = 1;
+            /* the newest key older than ours (read: the newest exclusive one) */
+            cJSON *resp = NULL, *kv = NULL;
+            long long hrev = 0;
+            rc = el->reader ? get_owner(ec, el->curl, el->wprefix, el->wprefix_len, el->rev - 1,
+                                        1, 0, &resp, &kv, &hrev, err)
+                            : get_owner(ec, el->curl, el->prefix, el->prefix_len, el->rev - 1,
+                                        1, 0, &resp, &kv, &hrev, err);
+            if (rc) {
+                lease_revoke(ec, el->curl, id);
+                return rc;
+            }
+            if (!kv) {
+                cJSON_Delete(resp);
+                /* read back our key: its lease may have run out meanwhile */
+                long long crev = 0;
+                rc = key_state(ec, el->curl, el, &crev, NULL, err);
+                if (rc) {
+                    lease_revoke(ec, el->curl, id);
+                    return rc;
+                }
+                if (crev == el->rev) owner = 1;
+                else gone = 1;
+                break;
+            }
+            int64_t slice = granted * 1000 / 3;
+            if (slice > left) slice = left;
+            const char *pkey = jstr(kv, "key");
+            char *pk = pkey ? strdup(pkey) : NULL;
+            cJSON_Delete(resp);
+            if (!pk) {
+                lease_revoke(ec, el->curl, id);
+                return pkey ? OOM(err) : dl_seterr(err, DLOCK_EPROTO, "etcd: range: no key");
+            }
+            rc = watch_delete(ec, el->curl, pk, hrev + 1, slice, err);
+            free(pk);
+            int alive = 1;
+            if (!rc) rc = lease_keepalive(ec, el->curl, id, &alive, err);
+            if (rc) {
+                lease_revoke(ec, el->curl, id);
+                return rc;
+            }
+            if (!alive) gone = 1;
+        }
+        if (gone) {
+            lease_revoke(ec, el->curl, id);
+            continue; /* our key went with its lease: start over */
+        }
+        if (waited && !wd) {
+            /* the lease runs from now */
+            t0 = dl_now_ms();
+            int alive = 1;
+            rc = lease_keepalive(ec, el->curl, id, &alive, err);
+            if (!rc && !alive) {
+                lease_revoke(ec, el->curl, id);
+                continue;
+            }
+            if (rc) {
+                lease_revoke(ec, el->curl, id);
+                return rc;
+            }
+        }
+        el->lease = id;
+        el->ttl_s = granted;
+        if (wd) {
+            rc = ka_add(ec, el, err);
+            if (rc) {
+                lease_revoke(ec, el->curl, id);
+                return rc;
+            }
+            l->expires_at = INT64_MAX;
+        } else {
+            l->expires_at = t0 + granted * 1000;
+        }
+        t->acquired = 1;
+        t->fence = (uint64_t)el->rev;
+        t->count = 1;
+        return DLOCK_OK;
+    }
+}
+
+static int etcd_release(dlock_lock *l, long long *res, dl_err *err) {
+    etcd_client *ec = l->c->bctx;
+    etcd_lock *el = l->bdata;
+    if (l->holds > 1) {
+        *res = atomic_load(&el->lost) ? -1 : 0;
+        return DLOCK_OK;
+    }
+    int kept = ka_del(ec, el);
+    if (atomic_load(&el->lost)) {
+        lease_revoke(ec, el->curl, el->lease);
+        *res = -1;
+        return DLOCK_OK;
+    }
+    cJSON *q = cJSON_CreateObject();
+    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
+    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
+    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject();
+    cJSON *del = o1 ? cJSON_AddObjectToObject(o1, "request_delete_range") : NULL;
+    int ok = cmp && succ && c1 && del && add_b64(c1, "key", el->key, el->key_len) &&
+             add_str(c1, "target", "CREATE") && add_ll(c1, "create_revision", el->rev) &&
+             add_b64(del, "key", el->key, el->key_len);
+    if (!ok) {
+        cJSON_Delete(c1);
+        cJSON_Delete(o1);
+        cJSON_Delete(q);
+        if (kept) ka_add(ec, el, err);
+        return OOM(err);
+    }
+    cJSON_AddItemToArray(cmp, c1);
+    cJSON_AddItemToArray(succ, o1);
+    cJSON *r = NULL;
+    int rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    if (rc) {
+        dl_err e2 = {0};
+        if (kept) ka_add(ec, el, &e2);
+        return rc;
+    }
+    int deleted = cJSON_IsTrue(jobj(r, "succeeded"));
+    cJSON_Delete(r);
+    lease_revoke(ec, el->curl, el->lease);
+    *res = deleted ? 1 : -1;
+    return DLOCK_OK;
+}
+
+static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
+    etcd_client *ec = l->c->bctx;
+    etcd_lock *el = l->bdata;
+    *res = 0;
+    if (atomic_load(&el->lost)) return DLOCK_OK;
+    long long id = 0;
+    int64_t granted = 0;
+    int64_t t0 = dl_now_ms();
+    int rc = lease_grant(ec, el->curl, lease_secs(lease_ms), &id, &granted, err);
+    if (rc) return rc;
+    cJSON *q = cJSON_CreateObject();
+    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
+    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
+    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject();
+    cJSON *put = o1 ? cJSON_AddObjectToObject(o1, "request_put") : NULL;
+    int ok = cmp && succ && c1 && put && add_b64(c1, "key", el->key, el->key_len) &&
+             add_str(c1, "target", "CREATE") && add_ll(c1, "create_revision", el->rev) &&
+             add_b64(put, "key", el->key, el->key_len) &&
+             add_b64(put, "value", l->token, l->token_len) && add_ll(put, "lease", id);
+    if (!ok) {
+        cJSON_Delete(c1);
+        cJSON_Delete(o1);
+        cJSON_Delete(q);
+        lease_revoke(ec, el->curl, id);
+        return OOM(err);
+    }
+    cJSON_AddItemToArray(cmp, c1);
+    cJSON_AddItemToArray(succ, o1);
+    cJSON *r = NULL;
+    rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    if (rc) {
+        lease_revoke(ec, el->curl, id);
+        return rc;
+    }
+    int moved = cJSON_IsTrue(jobj(r, "succeeded"));
+    cJSON_Delete(r);
+    if (!moved) {
+        lease_revoke(ec, el->curl, id);
+        atomic_store(&el->lost, 1);
+        ka_del(ec, el);
+        return DLOCK_OK;
+    }
+    ka_del(ec, el); /* an explicit lease from now on */
+    lease_revoke(ec, el->curl, el->lease);
+    el->lease = id;
+    el->ttl_s = granted;
+    l->expires_at = t0 + granted * 1000;
+    *res = 1;
+    return DLOCK_OK;
+}
+
+static int etcd_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
+    etcd_client *ec = l->c->bctx;
+    etcd_lock *el = l->bdata;
+    *held = 0;
+    *count = 0;
+    if (atomic_load(&el->lost)) return DLOCK_OK;
+    long long crev = 0, lease = 0;
+    int rc = key_state(ec, el->curl, el, &crev, &lease, err);
+    if (rc) return rc;
+    if (crev == el->rev && lease == el->lease) {
+        *held = 1;
+        *count = l->holds;
+    } else {
+        atomic_store(&el->lost, 1);
+        atomic_store(&l->lease.lost, 1);
+        ka_del(ec, el);
+    }
+    return DLOCK_OK;
+}
+
+/* ---- queries by name ---- */
+
+static int etcd_inspect(dlock_client *c, const char *name, size_t len, dlock_info *info,
+                        dl_err *err) {
+    etcd_client *ec = c->bctx;
+    size_t plen = 0, wlen = 0, rlen = 0;
+    char *prefix = name_prefix(name, len, NULL, &plen);
+    char *wprefix = name_prefix(name, len, "w/", &wlen);
+    char *rprefix = name_prefix(name, len, "r/", &rlen);
+    cJSON *resp = NULL, *kv = NULL, *wresp = NULL, *wkv = NULL, *rresp = NULL, *rkv = NULL;
+    cJSON *t = NULL;
+    long long hrev = 0, readers = 0, rfence = 0;
+    int writer = 0, rc;
+    if (!prefix || !wprefix || !rprefix) {
+        rc = OOM(err);
+        goto out;
+    }
+    pthread_mutex_lock(&ec->mu);
+    rc = get_owner(ec, ec->curl, prefix, plen, 0, 0, 0, &resp, &kv, &hrev, err);
+    if (!rc && kv) {
+        /* an exclusive hold when the oldest key is under w/ */
+        const char *k = jstr(kv, "key");
+        size_t kl = k ? strlen(k) : 0;
+        char *kb = malloc(kl + 1);
+        if (!kb) rc = OOM(err);
+        else writer = b64_dec(k ? k : "", kb, kl + 1) > wlen && !memcmp(kb, wprefix, wlen);
+        free(kb);
+        if (!rc && !writer) {
+            /* readers: the read keys older than the oldest exclusive one */
+            rc = get_owner(ec, ec->curl, wprefix, wlen, 0, 0, 0, &wresp, &wkv, NULL, err);
+            long long wrev = wkv ? jnum(wkv, "create_revision") : 0;
+            if (!rc)
+                rc = get_owner(ec, ec->curl, rprefix, rlen, wrev > 1 ? wrev - 1 : 0, 1, 1, &rresp,
+                               &rkv, NULL, err);
+            if (!rc) {
+                readers = cJSON_GetArraySize(jobj(rresp, "kvs"));
+                rfence = rkv ? jnum(rkv, "create_revision") : 0;
+            }
+        }
+    }
+    long long lease = kv ? jnum(kv, "lease") : 0;
+    if (!rc && lease) {
+        cJSON *q = cJSON_CreateObject();
+        if (!q || !add_ll(q, "ID", lease)) {
+            cJSON_Delete(q);
+            rc = OOM(err);
+        } else {
+            int gcode = 0;
+            rc = rpc(ec, ec->curl, "/v3/lease/timetolive", q, req_timeout(ec), &t, &gcode, err);
+        }
+    }
+    pthread_mutex_unlock(&ec->mu);
+    if (rc) goto out;
+    memset(info, 0, sizeof *info);
+    info->exists = kv != NULL;
+    if (kv) {
+        long long ttl = jnum(t, "TTL");
+        info->ttl_ms = ttl > 0 ? ttl * 1000 : lease ? 0 : -1;
+        info->hold_count = 1;
+        long long n = jnum(resp, "count");
+        if (writer) {
+            info->kind = DLOCK_KIND_PLAIN;
+            info->writer = 1;
+            info->holders = 1;
+            info->fence = (uint64_t)jnum(kv, "create_revision");
+            const char *v = jstr(kv, "value");
+            if (v) b64_dec(v, info->holder, sizeof info->holder);
+        } else {
+            info->kind = DLOCK_KIND_READ;
+            info->readers = readers;
+            info->holders = (int)readers;
+            info->fence = (uint64_t)rfence;
+        }
+        info->waiters = n > info->holders ? n - info->holders : 0;
+    } else {
+        info->ttl_ms = -2;
+        info->fence = (uint64_t)hrev;
+    }
+out:
+    cJSON_Delete(t);
+    cJSON_Delete(resp);
+    cJSON_Delete(wresp);
+    cJSON_Delete(rresp);
+    free(prefix);
+    free(wprefix);
+    free(rprefix);
+    return rc;
+}
+
+static int etcd_fence_current(dlock_client *c, const char *name, size_t len, uint64_t *fence,
+                              dl_err *err) {
+    dlock_info info;
+    int rc = etcd_inspect(c, name, len, &info, err);
+    if (!rc) *fence = info.fence;
+    return rc;
+}
+
+static int etcd_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
+                            dl_err *err) {
+    etcd_client *ec = c->bctx;
+    if (!strcmp(what, "session")) {
+        snprintf(buf, buflen,
+                 "an etcd lease per lock: %lld s kept alive every %lld ms by the client "
+                 "(DLOCK_WATCHDOG), or lease_ms rounded up to whole seconds, not renewed",
+                 (long long)ec->wd_ttl_s, (long long)(ec->wd_ttl_s * 1000 / 3));
+        return DLOCK_OK;
+    }
+    if (!strcmp(what, "endpoint")) {
+        snprintf(buf, buflen, "%s", ec->eps[atomic_load(&ec->cur) % ec->neps]);
+        return DLOCK_OK;
+    }
+    int version = !strcmp(what, "version"), cluster = !strcmp(what, "cluster_version");
+    int revision = !strcmp(what, "revision");
+    if (!version && !cluster && !revision)
+        return dl_seterr(err, DLOCK_ESERVER, "no such fact: %s", what);
+    cJSON *r = NULL;
+    int rc;
+    if (revision) {
+        cJSON *q = cJSON_CreateObject();
+        if (!q || !add_b64(q, "key", "dlock/", 6) || !cJSON_AddTrueToObject(q, "count_only")) {
+            cJSON_Delete(q);
+            return OOM(err);
+        }
+        rc = client_rpc(ec, "/v3/kv/range", q, &r, NULL, err);
+        if (!rc) snprintf(buf, buflen, "%lld", jnum(jobj(r, "header"), "revision"));
+    } else {
+        rc = client_rpc(ec, "/version", NULL, &r, NULL, err);
+        const char *v = rc ? NULL : jstr(r, version ? "etcdserver" : "etcdcluster");
+        if (!rc && !v) rc = dl_seterr(err, DLOCK_EPROTO, "etcd: /version: unexpected answer");
+        if (!rc) snprintf(buf, buflen, "%s", v);
+    }
+    cJSON_Delete(r);
+    return rc;
+}
+
+static const char *const etcd_schemes[] = {"etcd://", "etcds://", NULL};
+
+const dl_backend dl_backend_etcd = {
+    .name = "etcd",
+    .schemes = etcd_schemes,
+    .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
+             (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
+    .open = etcd_open,
+    .close = etcd_close,
+    .ping = etcd_ping,
+    .lock_init = etcd_lock_init,
+    .lock_destroy = etcd_lock_destroy,
+    .acquire = etcd_acquire,
+    .release = etcd_release,
+    .extend = etcd_extend,
+    .check = etcd_check,
+    .inspect = etcd_inspect,
+    .fence_current = etcd_fence_current,
+    .force_unlock = NULL,
+    .server_fact = etcd_server_fact,
+};

@@ -1,0 +1,1044 @@
+/* The etcd backend against a private etcd 3.4 (a temp dir on free ports, as
+ * /work/shared/SERVERS.md section 6): mutual exclusion across processes
+ * (exact counter), fencing tokens increasing across processes, try-once and
+ * timed waits leaving no key behind, a killed holder's lease running out, a
+ * watchdog lock kept beyond its lease, a lease revoked behind the holder's
+ * back (lost), reentrant holds, read/write and fair locks, extend, several
+ * endpoints (a three-member cluster losing the client's member), etcds://
+ * (certificates made by openssl), unsupported
+ * capabilities, and `dlock run` / `dlock id next` (argv[1]: the CLI).
+ * Skips (77) without the etcd binary. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "harness.h"
+
+#define ETCD "/usr/bin/etcd"
+
+static char g_dir[128];
+static volatile pid_t g_etcd;
+static volatile pid_t g_members[3]; /* the three-member cluster */
+static volatile pid_t g_tls;        /* the etcd serving https */
+static pid_t g_owner;
+static int g_port;
+static char g_url[128];  /* etcd://127.0.0.1:PORT */
+static char g_http[128]; /* http://127.0.0.1:PORT */
+
+static void sleep_ms_raw(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* SIGTERM, bounded wait, SIGKILL. Async-signal-safe. */
+static void stop_pid(volatile pid_t *slot) {
+    pid_t pid = *slot;
+    *slot = 0;
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        int done = 0;
+        for (int i = 0; i < 1000 && !done; i++) {
+            if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
+            else sleep_ms_raw(10);
+        }
+        if (!done) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+}
+
+/* Stops every etcd; then rm -rf the dir. Async-signal-safe. */
+static void etcd_stop(void) {
+    if (getpid() != g_owner) return;
+    stop_pid(&g_etcd);
+    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+    stop_pid(&g_tls);
+    if (g_dir[0]) {
+        pid_t r = fork();
+        if (r == 0) {
+            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
+            _exit(127);
+        }
+        if (r > 0) waitpid(r, NULL, 0);
+        g_dir[0] = '\0';
+    }
+}
+
+static void on_signal(int sig) {
+    if (getpid() != g_owner) _exit(128 + sig);
+    static const char m[] = "backend_etcd: signal; stopping etcd\n";
+    (void)!write(2, m, sizeof m - 1);
+    etcd_stop();
+    _exit(sig == SIGALRM ? 1 : 128 + sig);
+}
+
+static int free_port(void) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT(s >= 0);
+    ASSERT(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(getsockname(s, (struct sockaddr *)&a, &al) == 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* ---- plain HTTP to etcd, for what the test checks behind the library ---- */
+
+typedef struct body {
+    char *p;
+    size_t n;
+} body;
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+    body *b = ud;
+    size_t len = size * nmemb;
+    char *p = realloc(b->p, b->n + len + 1);
+    if (!p) return 0;
+    memcpy(p + b->n, ptr, len);
+    b->p = p;
+    b->n += len;
+    b->p[b->n] = '\0';
+    return len;
+}
+
+/* POSTs data (GET when NULL) to path; returns the malloc'd answer or NULL. */
+static char *http(const char *path, const char *data) {
+    CURL *h = curl_easy_init();
+    ASSERT(h != NULL);
+    char url[300];
+    snprintf(url, sizeof url, "%s%s", g_http, path);
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (data) curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    if (rc != CURLE_OK || status != 200) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p ? b.p : strdup("");
+}
+
+static void b64(const char *s, char *out) {
+    static const char c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t len = strlen(s), o = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)u[i] << 16;
+        if (i + 1 < len) v |= (unsigned)u[i + 1] << 8;
+        if (i + 2 < len) v |= u[i + 2];
+        out[o++] = c[(v >> 18) & 63];
+        out[o++] = c[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? c[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? c[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* The documented key prefix of a lock: "dlock/lock/<len>/<name>/", and the
+ * range body for all keys under it. */
+static void range_body(const char *name, char *out, size_t outlen) {
+    char pre[200], end[200], k[300], e[300];
+    snprintf(pre, sizeof pre, "dlock/lock/%zu/%s/", strlen(name), name);
+    snprintf(end, sizeof end, "%s", pre);
+    end[strlen(end) - 1]++;
+    b64(pre, k);
+    b64(end, e);
+    snprintf(out, outlen, "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, e);
+}
+
+/* How many keys a lock has in etcd (holder and waiters). */
+static long keys_of(const char *name) {
+    char q[700];
+    range_body(name, q, sizeof q);
+    char *r = http("/v3/kv/range", q);
+    ASSERT_MSG(r != NULL, "range %s failed", name);
+    long n = 0;
+    char *c = strstr(r, "\"count\":\"");
+    if (c) n = atol(c + 9);
+    free(r);
+    return n;
+}
+
+/* The lease id of the oldest (newest: the newest) key of a lock, as the
+ * gateway writes it. */
+static void lease_of_key(const char *name, int newest, char *id, size_t idlen) {
+    char q[800];
+    range_body(name, q, sizeof q);
+    snprintf(q + strlen(q) - 1, sizeof q - strlen(q) + 1,
+             ",\"sort_target\":\"CREATE\",\"sort_order\":\"%s\",\"limit\":1}",
+             newest ? "DESCEND" : "ASCEND");
+    char *r = http("/v3/kv/range", q);
+    ASSERT(r != NULL);
+    char *c = strstr(r, "\"lease\":\"");
+    ASSERT_MSG(c != NULL, "no lease in %s", r);
+    c += 9;
+    size_t n = strcspn(c, "\"");
+    ASSERT(n < idlen);
+    memcpy(id, c, n);
+    id[n] = '\0';
+    free(r);
+}
+
+static void lease_of(const char *name, char *id, size_t idlen) {
+    lease_of_key(name, 0, id, idlen);
+}
+
+static void lease_revoke_http(const char *id) {
+    char q[100];
+    snprintf(q, sizeof q, "{\"ID\":\"%s\"}", id);
+    char *r = http("/v3/lease/revoke", q);
+    ASSERT_MSG(r != NULL, "revoke %s failed", id);
+    free(r);
+}
+
+static void etcd_start(void) {
+    if (access(ETCD, X_OK)) th_skip(ETCD " not found (apt-get install etcd-server)");
+    const char *base = access("/dev/shm", W_OK) ? "/tmp" : "/dev/shm";
+    snprintf(g_dir, sizeof g_dir, "%s/dletcd.XXXXXX", base);
+    ASSERT(mkdtemp(g_dir) != NULL);
+    char log[200], data[200];
+    snprintf(log, sizeof log, "%s/etcd.log", g_dir);
+    snprintf(data, sizeof data, "%s/etcd", g_dir);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        g_port = free_port();
+        int peer = free_port();
+        char client[64], peerurl[64], cluster[80];
+        snprintf(client, sizeof client, "http://127.0.0.1:%d", g_port);
+        snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", peer);
+        snprintf(cluster, sizeof cluster, "t=%s", peerurl);
+        snprintf(g_http, sizeof g_http, "%s", client);
+        snprintf(g_url, sizeof g_url, "etcd://127.0.0.1:%d", g_port);
+        fflush(NULL);
+        pid_t pid = fork();
+        ASSERT(pid >= 0);
+        if (pid == 0) {
+            int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            execl(ETCD, ETCD, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
+                  "--advertise-client-urls", client, "--listen-peer-urls", peerurl,
+                  "--initial-advertise-peer-urls", peerurl, "--initial-cluster", cluster,
+                  (char *)NULL);
+            _exit(127);
+        }
+        g_etcd = pid;
+        for (int i = 0; i < 200; i++) {
+            char *h = http("/health", NULL);
+            int ok = h && strstr(h, "true");
+            free(h);
+            if (ok) {
+                th_log("etcd up on port %d (%s)", g_port, g_dir);
+                return;
+            }
+            if (waitpid(pid, NULL, WNOHANG) == pid) break; /* port taken? retry */
+            th_sleep_ms(100);
+        }
+        if (waitpid(pid, NULL, WNOHANG) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        g_etcd = 0;
+        char rm[300];
+        snprintf(rm, sizeof rm, "rm -rf '%s'", data);
+        (void)!system(rm);
+    }
+    th_fail(__FILE__, __LINE__, "etcd did not start: see %s", log);
+}
+
+/* Starts etcd with args (NULL-terminated), output to log. */
+static pid_t spawn_etcd(const char *log, char *const args[]) {
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(ETCD, args);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int healthy(int port) {
+    char url[80];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/health", port);
+    CURL *h = curl_easy_init();
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    int ok = curl_easy_perform(h) == CURLE_OK && b.p && strstr(b.p, "true");
+    curl_easy_cleanup(h);
+    free(b.p);
+    return ok;
+}
+
+static dlock_client *client_wd(int64_t watchdog_ms) {
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = g_url;
+    o.watchdog_lease_ms = watchdog_ms;
+    dlock_client *c = NULL;
+    int rc = dlock_client_new(&o, &c);
+    ASSERT_MSG(rc == DLOCK_OK, "client: %s: %s", dlock_strerror(rc), dlock_errmsg(c));
+    return c;
+}
+
+static dlock_client *client(void) { return client_wd(0); }
+
+static dlock_lock *lock(dlock_client *c, const char *name, dlock_kind kind) {
+    dlock_lock *l = NULL;
+    ASSERT_COK(c, dlock_lock_new(c, name, DLOCK_CSTR, kind, &l));
+    return l;
+}
+
+/* ---- mutual exclusion and fencing across processes ---- */
+#define NPROC 8
+#define ROUNDS 25
+
+static void test_counter(void) {
+    char path[200];
+    snprintf(path, sizeof path, "%s/counter", g_dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fprintf(f, "0 0 0\n");
+    fclose(f);
+    pid_t kids[NPROC];
+    int64_t t0 = th_now_ms();
+    for (int k = 0; k < NPROC; k++) {
+        kids[k] = th_fork();
+        if (kids[k] == 0) {
+            dlock_client *c = client();
+            /* every exclusive kind: they exclude each other */
+            static const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT,
+                                               DLOCK_KIND_WRITE, DLOCK_KIND_FAIR};
+            dlock_lock *l = lock(c, "counter", kinds[k % 4]);
+            for (int i = 0; i < ROUNDS; i++) {
+                uint64_t fence = 0;
+                /* half of them with an explicit lease: no keep-alive thread */
+                int64_t lease = k % 4 < 2 ? DLOCK_WATCHDOG : 20000;
+                if (dlock_acquire(l, DLOCK_WAIT_FOREVER, lease, &fence)) {
+                    fprintf(stderr, "acquire: %s\n", dlock_lock_errmsg(l));
+                    _exit(3);
+                }
+                /* read, then write: not atomic */
+                FILE *in = fopen(path, "r");
+                long long v = 0, bad = 0;
+                unsigned long long last = 0;
+                if (!in || fscanf(in, "%lld %llu %lld", &v, &last, &bad) != 3) _exit(4);
+                fclose(in);
+                if (i % 5 == 0) usleep(2000);
+                FILE *out = fopen(path, "w");
+                if (!out) _exit(5);
+                fprintf(out, "%lld %llu %lld\n", v + 1, (unsigned long long)fence,
+                        bad + (fence > last ? 0 : 1));
+                fclose(out);
+                int held = 0;
+                if (i == 0 && (dlock_lock_check(l, &held, NULL) || !held)) _exit(6);
+                if (dlock_release(l)) {
+                    fprintf(stderr, "release: %s\n", dlock_lock_errmsg(l));
+                    _exit(7);
+                }
+            }
+            dlock_lock_free(l);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < NPROC; k++) ASSERT_EQ(th_wait_child(kids[k], 80000), 0);
+    f = fopen(path, "r");
+    ASSERT(f != NULL);
+    long long v = 0, bad = 0;
+    unsigned long long last = 0;
+    ASSERT_EQ(fscanf(f, "%lld %llu %lld", &v, &last, &bad), 3);
+    fclose(f);
+    th_log("counter %lld (want %d) in %lld ms; fence went backwards %lld times; last fence %llu",
+           v, NPROC * ROUNDS, (long long)(th_now_ms() - t0), bad, last);
+    ASSERT_EQ(v, NPROC * ROUNDS);
+    ASSERT_EQ(bad, 0);
+    ASSERT_EQ(keys_of("counter"), 0);
+    dlock_client *c = client();
+    uint64_t fc = 0;
+    ASSERT_COK(c, dlock_fence_current(c, "counter", DLOCK_CSTR, &fc));
+    ASSERT_U64_GT(fc, last);
+    dlock_client_free(c);
+}
+
+/* ---- a killed holder with a short lease; try-once and timed waits ---- */
+static void test_crash_and_waits(void) {
+    int p[2];
+    ASSERT(pipe(p) == 0);
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        close(p[0]);
+        dlock_client *c = client();
+        dlock_lock *l = lock(c, "crash", DLOCK_KIND_PLAIN);
+        if (dlock_acquire(l, 0, 2000, NULL)) _exit(3);
+        (void)!write(p[1], "x", 1);
+        for (;;) pause();
+    }
+    close(p[1]);
+    char ch;
+    ASSERT_EQ(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    dlock_client *c = client();
+    dlock_lock *l = lock(c, "crash", DLOCK_KIND_PLAIN);
+    int locked = 0;
+    ASSERT_COK(c, dlock_is_locked(c, "crash", DLOCK_CSTR, &locked));
+    ASSERT_EQ(locked, 1);
+    int64_t ttl = 0;
+    ASSERT_COK(c, dlock_remaining_ttl(c, "crash", DLOCK_CSTR, &ttl));
+    ASSERT(ttl > 0 && ttl <= 2000);
+    int64_t t0 = th_now_ms();
+    ASSERT_LCODE(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    th_log("try once: busy in %lld ms: %s", (long long)(th_now_ms() - t0), dlock_lock_errmsg(l));
+    ASSERT_EQ(keys_of("crash"), 1);
+    t0 = th_now_ms();
+    ASSERT_LCODE(l, dlock_acquire(l, 300, 5000, NULL), DLOCK_ETIMEDOUT);
+    int64_t el = th_now_ms() - t0;
+    th_log("timed 300 ms: timed out after %lld ms: %s", (long long)el, dlock_lock_errmsg(l));
+    ASSERT_GE(el, 290);
+    ASSERT_LT(el, 1500);
+    ASSERT_EQ(keys_of("crash"), 1);
+    /* kill -9 the holder: its 2 s lease runs out */
+    ASSERT(kill(kid, SIGKILL) == 0);
+    int64_t killed_at = th_now_ms();
+    ASSERT_EQ(th_wait_child(kid, 5000), 128 + SIGKILL);
+    ASSERT_LOK(l, dlock_acquire(l, 10000, 5000, NULL));
+    el = th_now_ms() - killed_at;
+    th_log("holder killed: lock taken over %lld ms after the kill", (long long)el);
+    ASSERT_LT(el, 4000);
+    int64_t valid = dlock_lock_valid_ms(l);
+    ASSERT(valid > 3000 && valid <= 5000);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_COK(c, dlock_is_locked(c, "crash", DLOCK_CSTR, &locked));
+    ASSERT_EQ(locked, 0);
+    ASSERT_COK(c, dlock_remaining_ttl(c, "crash", DLOCK_CSTR, &ttl));
+    ASSERT_EQ(ttl, -2);
+    ASSERT_EQ(keys_of("crash"), 0);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+}
+
+/* ---- waiters in line: FIFO by create_revision, one woken per release ---- */
+static void test_handoff(void) {
+    dlock_client *c = client();
+    dlock_lock *a = lock(c, "line", DLOCK_KIND_PLAIN);
+    uint64_t fa = 0;
+    ASSERT_LOK(a, dlock_acquire(a, 0, 10000, &fa));
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+        kids[k] = th_fork();
+        if (kids[k] == 0) {
+            dlock_client *cc = client();
+            dlock_lock *l = lock(cc, "line", DLOCK_KIND_PLAIN);
+            uint64_t f = 0;
+            if (dlock_acquire(l, 15000, 10000, &f)) _exit(3);
+            th_sleep_ms(100);
+            if (dlock_release(l)) _exit(4);
+            dlock_lock_free(l);
+            dlock_client_free(cc);
+            _exit(f > fa ? 0 : 5);
+        }
+        ASSERT_EVENTUALLY(keys_of("line") == k + 2, 5000);
+    }
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(a, dlock_release(a));
+    for (int k = 0; k < 3; k++) ASSERT_EQ(th_wait_child(kids[k], 20000), 0);
+    th_log("3 waiters served one after the other in %lld ms", (long long)(th_now_ms() - t0));
+    ASSERT_EQ(keys_of("line"), 0);
+
+    /* a waiter whose lease goes while it waits: it queues again with a new one */
+    ASSERT_LOK(a, dlock_acquire(a, 0, 10000, &fa));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        dlock_client *cc = client();
+        dlock_lock *l = lock(cc, "line", DLOCK_KIND_PLAIN);
+        int held = 0;
+        if (dlock_acquire(l, 15000, 3000, NULL)) _exit(3);
+        if (dlock_lock_check(l, &held, NULL) || !held) _exit(4);
+        if (dlock_release(l)) _exit(5);
+        dlock_lock_free(l);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    ASSERT_EVENTUALLY(keys_of("line") == 2, 5000);
+    char id[40], id2[40];
+    lease_of_key("line", 1, id, sizeof id);
+    lease_revoke_http(id);
+    ASSERT_EQ(keys_of("line"), 1);
+    /* the waiter notices at its next keep-alive (a third of 3 s) */
+    int requeued = 0;
+    for (int i = 0; i < 50 && !requeued; i++) {
+        th_sleep_ms(100);
+        if (keys_of("line") == 2) {
+            lease_of_key("line", 1, id2, sizeof id2);
+            requeued = strcmp(id, id2) != 0;
+        }
+    }
+    ASSERT(requeued);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(th_wait_child(kid, 10000), 0);
+    th_log("a waiter whose lease was revoked queued again and got the lock");
+    ASSERT_EQ(keys_of("line"), 0);
+    dlock_lock_free(a);
+    dlock_client_free(c);
+}
+
+/* ---- read/write and fair (explicit leases: no keep-alive thread, so the
+ * child may be forked) ---- */
+static void test_rw_fair(void) {
+    dlock_client *c = client();
+    dlock_lock *r1 = lock(c, "rw", DLOCK_KIND_READ);
+    dlock_lock *r2 = lock(c, "rw", DLOCK_KIND_READ);
+    dlock_lock *w = lock(c, "rw", DLOCK_KIND_WRITE);
+    dlock_lock *w2 = lock(c, "rw", DLOCK_KIND_WRITE);
+    ASSERT_LOK(r1, dlock_acquire(r1, 0, 10000, NULL));
+    ASSERT_LOK(r2, dlock_acquire(r2, 1000, 10000, NULL));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(w, dlock_acquire(w, 100, 10000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_EQ(keys_of("rw"), 2);
+    dlock_info info;
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_EQ(info.readers, 2);
+    ASSERT_EQ(info.writer, 0);
+    ASSERT_EQ(info.holders, 2);
+    int held = 0;
+    ASSERT_LOK(r1, dlock_lock_check(r1, &held, NULL));
+    ASSERT_EQ(held, 1);
+    ASSERT_LOK(r1, dlock_release(r1));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(r2, dlock_release(r2));
+    ASSERT_LOK(w, dlock_acquire(w, 0, 10000, NULL));
+    ASSERT_LCODE(r1, dlock_acquire(r1, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(w2, dlock_acquire(w2, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.readers, 0);
+    ASSERT_EQ(info.writer, 1);
+    ASSERT_STR_EQ(info.holder, dlock_lock_token(w));
+    ASSERT_LOK(w, dlock_release(w));
+    ASSERT_COK(c, dlock_inspect(c, "rw", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 0);
+    /* a writer waiting behind a reader holds back the readers after it */
+    ASSERT_LOK(r1, dlock_acquire(r1, 0, 10000, NULL));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        dlock_client *cc = client();
+        dlock_lock *l = lock(cc, "rw", DLOCK_KIND_WRITE);
+        if (dlock_acquire(l, 10000, 10000, NULL)) _exit(3);
+        th_sleep_ms(300);
+        if (dlock_release(l)) _exit(4);
+        dlock_lock_free(l);
+        dlock_client_free(cc);
+        _exit(0);
+    }
+    ASSERT_EVENTUALLY(keys_of("rw") == 2, 5000);
+    ASSERT_LCODE(r2, dlock_acquire(r2, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(r1, dlock_release(r1));
+    ASSERT_LOK(r2, dlock_acquire(r2, 10000, 10000, NULL));
+    ASSERT_EQ(th_wait_child(kid, 5000), 0);
+    ASSERT_LOK(r2, dlock_release(r2));
+    th_log("read/write: readers share, writers exclude, a waiting writer is not starved");
+    /* fair: first come, first served, excluding plain holders of the name */
+    dlock_lock *f = lock(c, "rw", DLOCK_KIND_FAIR);
+    ASSERT_LOK(f, dlock_acquire(f, 0, 10000, NULL));
+    ASSERT_LOK(f, dlock_acquire(f, 0, 10000, NULL));
+    ASSERT_LCODE(w, dlock_acquire(w, 0, 10000, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(f, dlock_release(f));
+    ASSERT_LOK(f, dlock_release(f));
+    ASSERT_EQ(keys_of("rw"), 0);
+    dlock_lock_free(f);
+    dlock_lock_free(r1);
+    dlock_lock_free(r2);
+    dlock_lock_free(w);
+    dlock_lock_free(w2);
+    dlock_client_free(c);
+}
+
+/* ---- watchdog beyond the lease, lost leases, reentrant, extend ---- */
+static void test_leases(void) {
+    /* a 2 s lease kept alive: held well beyond it */
+    dlock_client *c = client_wd(2000);
+    dlock_client *c2 = client();
+    dlock_lock *l = lock(c, "wd", DLOCK_KIND_PLAIN);
+    dlock_lock *o = lock(c2, "wd", DLOCK_KIND_PLAIN);
+    uint64_t f1 = 0, f2 = 0;
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, &f1));
+    th_sleep_ms(5000);
+    int held = 0;
+    int64_t n = 0;
+    ASSERT_LOK(l, dlock_lock_check(l, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(dlock_lock_is_lost(l), 0);
+    ASSERT_LCODE(o, dlock_acquire(o, 0, 5000, NULL), DLOCK_EBUSY);
+    th_log("watchdog: still held after 5 s on a 2 s lease");
+    uint64_t fc = 0;
+    ASSERT_COK(c2, dlock_fence_current(c2, "wd", DLOCK_CSTR, &fc));
+    ASSERT_U64_EQ(fc, f1);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(o, dlock_acquire(o, 0, 5000, &f2));
+    ASSERT_U64_GT(f2, f1);
+    ASSERT_LOK(o, dlock_release(o));
+
+    /* an explicit lease revoked behind the holder's back */
+    char id[40];
+    ASSERT_LOK(l, dlock_acquire(l, 0, 30000, NULL));
+    lease_of("wd", id, sizeof id);
+    lease_revoke_http(id);
+    ASSERT_LOK(l, dlock_lock_check(l, &held, &n));
+    ASSERT_EQ(held, 0);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+    th_log("lease revoked: check says not held, release: %s", dlock_lock_errmsg(l));
+    ASSERT_EQ(dlock_lock_holding(l), 0);
+
+    /* a watchdog lease revoked: the keep-alive notices */
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
+    lease_of("wd", id, sizeof id);
+    lease_revoke_http(id);
+    ASSERT_EVENTUALLY(dlock_lock_is_lost(l), 3000);
+    ASSERT_EQ(dlock_lock_valid_ms(l), 0);
+    ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
+    th_log("watchdog lease revoked: lost, release: %s", dlock_lock_errmsg(l));
+
+    /* reentrant: holds counted by the handle, one token */
+    dlock_lock *re = lock(c, "re", DLOCK_KIND_REENTRANT);
+    ASSERT_LOK(re, dlock_acquire(re, 0, DLOCK_WATCHDOG, &f1));
+    ASSERT_LOK(re, dlock_acquire(re, 0, DLOCK_WATCHDOG, &f2));
+    ASSERT_U64_EQ(f2, f1);
+    ASSERT_LOK(re, dlock_lock_check(re, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(n, 2);
+    dlock_info info;
+    ASSERT_COK(c2, dlock_inspect(c2, "re", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_U64_EQ(info.fence, f1);
+    ASSERT_STR_EQ(info.holder, dlock_lock_token(re));
+    ASSERT_LOK(re, dlock_release(re));
+    ASSERT_EQ(dlock_lock_holding(re), 1);
+    dlock_lock *other = lock(c2, "re", DLOCK_KIND_PLAIN);
+    ASSERT_LCODE(other, dlock_acquire(other, 0, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT_LOK(re, dlock_release(re));
+    ASSERT_EQ(dlock_lock_holding(re), 0);
+    ASSERT_EQ(keys_of("re"), 0);
+    ASSERT_LOK(other, dlock_acquire(other, 0, DLOCK_WATCHDOG, NULL));
+    dlock_lock_free(other); /* frees while holding: released */
+    ASSERT_EQ(keys_of("re"), 0);
+
+    /* extend: a new lease for the same key (same token) */
+    ASSERT_LOK(l, dlock_acquire(l, 0, 2000, &f1));
+    ASSERT_LOK(l, dlock_extend(l, 8000));
+    th_sleep_ms(3500);
+    ASSERT_LOK(l, dlock_lock_check(l, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_COK(c2, dlock_fence_current(c2, "wd", DLOCK_CSTR, &fc));
+    ASSERT_U64_EQ(fc, f1);
+    /* from the watchdog to an explicit lease */
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(l, dlock_extend(l, 3000));
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(keys_of("wd"), 0);
+
+    dlock_lock_free(re);
+    dlock_lock_free(o);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+}
+
+/* ---- endpoints, facts, what the backend lacks, and bad URLs ---- */
+static int list_cb(const char *name, size_t len, const dlock_info *info, void *ud) {
+    (void)name, (void)len, (void)info, (void)ud;
+    return 0;
+}
+
+static void want_etcd_msg(const char *msg) {
+    ASSERT_MSG(strstr(msg, "not supported by the etcd backend") != NULL,
+               "message does not name the backend: %s", msg);
+}
+
+static void test_unsupported_and_errors(void) {
+    /* the first endpoint refuses: the second answers */
+    dlock_options o;
+    dlock_options_init(&o);
+    char url[200];
+    snprintf(url, sizeof url, "etcd://127.0.0.1:1,127.0.0.1:%d/", g_port);
+    o.url = url;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = lock(c, "multi", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, 5000, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
+    char buf[200];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", buf, sizeof buf));
+    ASSERT_STR_EQ(buf, g_http);
+    ASSERT_COK(c, dlock_server_fact(c, "version", buf, sizeof buf));
+    th_log("server version %s", buf);
+    ASSERT(strchr(buf, '.') != NULL);
+    ASSERT_COK(c, dlock_server_fact(c, "session", buf, sizeof buf));
+    th_log("session: %s", buf);
+    ASSERT(strstr(buf, "lease") != NULL);
+    ASSERT_COK(c, dlock_server_fact(c, "backend", buf, sizeof buf));
+    ASSERT_STR_EQ(buf, "etcd");
+    ASSERT_COK(c, dlock_server_fact(c, "revision", buf, sizeof buf));
+    ASSERT(atoll(buf) > 0);
+    ASSERT_CCODE(c, dlock_server_fact(c, "nonsense", buf, sizeof buf), DLOCK_ESERVER);
+    int64_t rtt = 0;
+    ASSERT_COK(c, dlock_ping(c, &rtt));
+
+    dlock_semaphore *s = NULL;
+    ASSERT_CCODE(c, dlock_semaphore_new(c, "sem", DLOCK_CSTR, &s), DLOCK_ENOTSUP);
+    want_etcd_msg(dlock_errmsg(c));
+    th_log("semaphore: %s", dlock_errmsg(c));
+    char tok[DLOCK_TOKEN_LEN + 1];
+    ASSERT_CCODE(c, dlock_acquire_token(c, "t", DLOCK_CSTR, 0, 1000, tok, NULL), DLOCK_ENOTSUP);
+    want_etcd_msg(dlock_errmsg(c));
+    ASSERT_CCODE(c, dlock_list(c, NULL, list_cb, NULL), DLOCK_ENOTSUP);
+    want_etcd_msg(dlock_errmsg(c));
+    int existed = 0;
+    ASSERT_CCODE(c, dlock_force_unlock(c, "x", DLOCK_CSTR, &existed), DLOCK_ENOTSUP);
+    want_etcd_msg(dlock_errmsg(c));
+    dlock_client_free(c);
+
+    struct {
+        const char *url;
+        int want;
+    } bad[] = {
+        {"etcds://127.0.0.1:1", DLOCK_EIO},
+        {"etcd://user:pw@127.0.0.1:2379", DLOCK_ENOTSUP},
+        {"etcd://127.0.0.1:1", DLOCK_EIO},
+        {"etcd://127.0.0.1:99999", DLOCK_EINVAL},
+        {"etcd://", DLOCK_EINVAL},
+        {"etcd://a,,b", DLOCK_EINVAL},
+        {"etcd://127.0.0.1:2379/x?y", DLOCK_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlock_options_init(&o);
+        o.url = bad[i].url;
+        o.connect_timeout_ms = 2000;
+        dlock_client *bc = NULL;
+        int rc = dlock_client_new(&o, &bc);
+        const char *m = dlock_errmsg(bc);
+        th_log("%s -> %s: %s", bad[i].url, dlock_strerror(rc), m);
+        ASSERT_CCODE(bc, rc, bad[i].want);
+        ASSERT(m[0] != '\0');
+        ASSERT(strstr(m, "pw@") == NULL);
+        dlock_client_free(bc);
+    }
+}
+
+/* ---- the CLI ---- */
+static int run_cli(char *const argv[], char *buf, size_t buflen) {
+    char out[300];
+    snprintf(out, sizeof out, "%s/cli.out", g_dir);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = th_wait_child(pid, 20000);
+    buf[0] = '\0';
+    FILE *f = fopen(out, "r");
+    if (f) {
+        size_t n = fread(buf, 1, buflen - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    return st;
+}
+
+static void test_cli(const char *cli) {
+    if (!cli || access(cli, X_OK)) {
+        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
+        return;
+    }
+    char buf[512];
+    char *run[] = {(char *)cli, "--url", g_url, "run", "cli-lock", "--", "sh", "-c",
+                   "echo fence=$DLOCK_FENCE", NULL};
+    int st = run_cli(run, buf, sizeof buf);
+    th_log("dlock run: exit %d, output: %s", st, buf);
+    ASSERT_EQ(st, 0);
+    char *f = strstr(buf, "fence=");
+    ASSERT(f != NULL);
+    ASSERT(atoll(f + 6) > 0);
+    ASSERT_EQ(keys_of("cli-lock"), 0);
+    char *id[] = {(char *)cli, "--url", g_url, "id", "next", NULL};
+    st = run_cli(id, buf, sizeof buf);
+    th_log("dlock id next: exit %d, output: %s", st, buf);
+    ASSERT_NE(st, 0);
+    ASSERT(strstr(buf, "not supported by the etcd backend") != NULL);
+}
+
+/* ---- a three-member cluster: the client moves on when its member dies ---- */
+static void test_cluster(void) {
+    int cport[3], pport[3];
+    char curl_[3][64], purl[3][64], cluster[300] = "", log[200], data[3][200];
+    for (int i = 0; i < 3; i++) {
+        cport[i] = free_port();
+        pport[i] = free_port();
+        snprintf(curl_[i], sizeof curl_[i], "http://127.0.0.1:%d", cport[i]);
+        snprintf(purl[i], sizeof purl[i], "http://127.0.0.1:%d", pport[i]);
+        snprintf(data[i], sizeof data[i], "%s/member%d", g_dir, i);
+        size_t n = strlen(cluster);
+        snprintf(cluster + n, sizeof cluster - n, "%sm%d=%s", i ? "," : "", i, purl[i]);
+    }
+    snprintf(log, sizeof log, "%s/cluster.log", g_dir);
+    for (int i = 0; i < 3; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "m%d", i);
+        char *args[] = {ETCD, "--name", name, "--data-dir", data[i], "--listen-client-urls",
+                        curl_[i], "--advertise-client-urls", curl_[i], "--listen-peer-urls",
+                        purl[i], "--initial-advertise-peer-urls", purl[i], "--initial-cluster",
+                        cluster, "--initial-cluster-state", "new", "--initial-cluster-token",
+                        "dlock-test", NULL};
+        g_members[i] = spawn_etcd(log, args);
+    }
+    int up = 0;
+    for (int t = 0; t < 150 && !up; t++) {
+        up = healthy(cport[0]) && healthy(cport[1]) && healthy(cport[2]);
+        if (!up) th_sleep_ms(100);
+    }
+    if (!up) {
+        th_log("the three-member cluster did not come up (ports taken?): skipping; see %s", log);
+        for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+        return;
+    }
+    char url[300];
+    snprintf(url, sizeof url, "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", cport[0],
+             cport[1], cport[2]);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = 3000;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = lock(c, "cluster", DLOCK_KIND_PLAIN);
+    uint64_t f1 = 0, f2 = 0;
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, &f1));
+    char ep[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep, sizeof ep));
+    int dead = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(ep, curl_[i])) dead = i;
+    ASSERT(dead >= 0);
+    stop_pid(&g_members[dead]);
+    th_log("member %s stopped while holding", ep);
+    th_sleep_ms(4000); /* over a lease: renewed through the others */
+    int held = 0;
+    ASSERT_LOK(l, dlock_lock_check(l, &held, NULL));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(dlock_lock_is_lost(l), 0);
+    char ep2[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep2, sizeof ep2));
+    ASSERT(strcmp(ep, ep2) != 0);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_acquire(l, 1000, 5000, &f2));
+    ASSERT_U64_GT(f2, f1);
+    ASSERT_LOK(l, dlock_release(l));
+    th_log("cluster: lock kept through the loss of its member, now on %s", ep2);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+}
+
+/* ---- etcds:// ---- */
+static void sh(const char *cmd) {
+    int st = system(cmd);
+    ASSERT_MSG(st == 0, "%s: exit %d", cmd, st);
+}
+
+static int healthy_tls(int port, const char *dir) {
+    char url[80], ca[240], crt[240], key[240];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/health", port);
+    snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+    snprintf(crt, sizeof crt, "%s/client.crt", dir);
+    snprintf(key, sizeof key, "%s/client.key", dir);
+    CURL *h = curl_easy_init();
+    body b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
+    curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    int ok = curl_easy_perform(h) == CURLE_OK && b.p && strstr(b.p, "true");
+    curl_easy_cleanup(h);
+    free(b.p);
+    return ok;
+}
+
+static void test_tls(void) {
+    if (system("command -v openssl >/dev/null 2>&1") != 0) {
+        th_log("openssl not installed: skipping etcds://");
+        return;
+    }
+    char dir[200], cmd[1200];
+    snprintf(dir, sizeof dir, "%s/tls", g_dir);
+    ASSERT(mkdir(dir, 0700) == 0);
+    /* a CA, another CA, and server + client certificates from the first */
+    for (int i = 0; i < 2; i++) {
+        const char *n = i ? "other" : "ca";
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && openssl req -x509 -newkey rsa:2048 -noenc -days 2 -subj /CN=%s "
+                 "-keyout %s.key -out %s.crt >/dev/null 2>&1",
+                 dir, n, n, n);
+        sh(cmd);
+    }
+    snprintf(cmd, sizeof cmd,
+             "cd %s && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext", dir);
+    sh(cmd);
+    for (int i = 0; i < 2; i++) {
+        const char *n = i ? "client" : "server";
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && openssl req -newkey rsa:2048 -noenc -subj /CN=localhost -keyout "
+                 "%s.key -out %s.csr >/dev/null 2>&1 && openssl x509 -req -days 2 -in %s.csr "
+                 "-CA ca.crt -CAkey ca.key -CAcreateserial -extfile san.ext -out %s.crt "
+                 ">/dev/null 2>&1",
+                 dir, n, n, n, n);
+        sh(cmd);
+    }
+    int port = free_port(), peer = free_port();
+    char client[64], peerurl[64], cluster[80], data[220], log[220];
+    char f[5][220];
+    snprintf(client, sizeof client, "https://127.0.0.1:%d", port);
+    snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", peer);
+    snprintf(cluster, sizeof cluster, "t=%s", peerurl);
+    snprintf(data, sizeof data, "%s/etcd", dir);
+    snprintf(log, sizeof log, "%s/etcd.log", dir);
+    const char *names[5] = {"server.crt", "server.key", "ca.crt", "client.crt", "client.key"};
+    for (int i = 0; i < 5; i++) snprintf(f[i], sizeof f[i], "%s/%s", dir, names[i]);
+    char *args[] = {ETCD, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
+                    "--advertise-client-urls", client, "--listen-peer-urls", peerurl,
+                    "--initial-advertise-peer-urls", peerurl, "--initial-cluster", cluster,
+                    "--cert-file", f[0], "--key-file", f[1], "--client-cert-auth",
+                    "--trusted-ca-file", f[2], NULL};
+    g_tls = spawn_etcd(log, args);
+    int up = 0;
+    for (int t = 0; t < 100 && !up; t++) {
+        up = healthy_tls(port, dir);
+        if (!up) th_sleep_ms(100);
+    }
+    if (!up) {
+        th_log("etcd with TLS did not come up (port taken?): skipping; see %s", log);
+        stop_pid(&g_tls);
+        return;
+    }
+    char url[100];
+    snprintf(url, sizeof url, "etcds://127.0.0.1:%d", port);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.tls_ca_file = f[2];
+    o.tls_cert_file = f[3];
+    o.tls_key_file = f[4];
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = lock(c, "tls", DLOCK_KIND_PLAIN);
+    dlock_lock *l2 = lock(c, "tls", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, 5000, NULL));
+    ASSERT_LCODE(l2, dlock_acquire(l2, 200, 5000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l2, dlock_acquire(l2, 0, 5000, NULL));
+    ASSERT_LOK(l2, dlock_release(l2));
+    char ep[100];
+    ASSERT_COK(c, dlock_server_fact(c, "endpoint", ep, sizeof ep));
+    ASSERT_STR_EQ(ep, client);
+    dlock_lock_free(l);
+    dlock_lock_free(l2);
+    dlock_client_free(c);
+    th_log("etcds:// with a client certificate: lock, wait, release");
+    /* the wrong CA, or the system's: refused */
+    struct {
+        const char *ca, *cert, *key, *sni;
+        int insecure, want;
+    } cases[] = {
+        {"other.crt", "client.crt", "client.key", NULL, 0, DLOCK_ETLS},
+        {NULL, "client.crt", "client.key", NULL, 0, DLOCK_ETLS},
+        {NULL, "client.crt", "client.key", NULL, 1, DLOCK_OK},
+        {"ca.crt", "client.crt", NULL, NULL, 0, DLOCK_EINVAL},
+        {"ca.crt", "client.crt", "client.key", "localhost", 0, DLOCK_ENOTSUP},
+        {"ca.crt", NULL, NULL, NULL, 0, -1}, /* no client certificate: refused somehow */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ca[220], crt[220], key[220];
+        snprintf(ca, sizeof ca, "%s/%s", dir, cases[i].ca ? cases[i].ca : "");
+        snprintf(crt, sizeof crt, "%s/%s", dir, cases[i].cert ? cases[i].cert : "");
+        snprintf(key, sizeof key, "%s/%s", dir, cases[i].key ? cases[i].key : "");
+        dlock_options_init(&o);
+        o.url = url;
+        o.tls_ca_file = cases[i].ca ? ca : NULL;
+        o.tls_cert_file = cases[i].cert ? crt : NULL;
+        o.tls_key_file = cases[i].key ? key : NULL;
+        o.tls_server_name = cases[i].sni;
+        o.tls_insecure = cases[i].insecure;
+        c = NULL;
+        int rc = dlock_client_new(&o, &c);
+        th_log("TLS case %zu: %s: %s", i, dlock_strerror(rc), dlock_errmsg(c));
+        if (cases[i].want >= 0) ASSERT_CCODE(c, rc, cases[i].want);
+        else ASSERT_NE(rc, DLOCK_OK);
+        dlock_client_free(c);
+    }
+    stop_pid(&g_tls);
+}
+
+int main(int argc, char **argv) {
+    th_init("backend_etcd");
+    g_owner = getpid();
+    atexit(etcd_stop);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    etcd_start();
+    /* the tests that fork come first, while the parent has no keep-alive
+     * thread (each frees its clients, which joins their threads) */
+    test_counter();
+    test_crash_and_waits();
+    test_handoff();
+    test_rw_fair();
+    test_cli(argc > 1 ? argv[1] : NULL);
+    test_leases();
+    test_unsupported_and_errors();
+    test_cluster();
+    test_tls();
+    curl_global_cleanup();
+    th_log("all passed");
+    return 0;
+}
