@@ -799,6 +799,19 @@ static void test_cli(const char *cli) {
     th_log("dlock id next: exit %d, output: %s", st, buf);
     ASSERT_NE(st, 0);
     ASSERT(strstr(buf, "not supported by the etcd backend") != NULL);
+    /* doctor asks the backend's questions, none of Redis's */
+    char doc_out[2048];
+    char *doc[] = {(char *)cli, "--url", g_url, "doctor", NULL};
+    st = run_cli(doc, doc_out, sizeof doc_out);
+    th_log("dlock doctor: exit %d:\n%s", st, doc_out);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(doc_out, "PASS  version      etcd 3.") != NULL);
+    ASSERT(strstr(doc_out, "PASS  session ") != NULL);
+    ASSERT(strstr(doc_out, "PASS  lock ") != NULL);
+    ASSERT(strstr(doc_out, "latency") != NULL);
+    ASSERT(strstr(doc_out, "FAIL  ") == NULL);
+    ASSERT(strstr(doc_out, "maxmemory") == NULL);
+    ASSERT_EQ(keys_of("dlock:doctor"), 0);
 }
 
 /* ---- a three-member cluster: the client moves on when its member dies ---- */

@@ -721,6 +721,17 @@ static void test_cli(const char *cli) {
     th_log("dlock id next: exit %d: %s", st, buf);
     ASSERT(st != 0);
     ASSERT(strstr(buf, "not supported by the zookeeper backend") != NULL);
+    /* doctor asks the backend's questions, none of Redis's */
+    char *doc[] = {(char *)cli, "--url", g_url, "doctor", NULL};
+    st = run_cli(cli, doc, buf, sizeof buf);
+    th_log("dlock doctor: exit %d:\n%s", st, buf);
+    ASSERT_EQ(st, 0);
+    ASSERT(strstr(buf, "PASS  version      zookeeper 3.") != NULL);
+    ASSERT(strstr(buf, "PASS  session      a lock is held by a ZooKeeper session") != NULL);
+    ASSERT(strstr(buf, "PASS  lock ") != NULL);
+    ASSERT(strstr(buf, "latency") != NULL);
+    ASSERT(strstr(buf, "FAIL  ") == NULL);
+    ASSERT(strstr(buf, "maxmemory") == NULL);
 }
 
 /* ---- in one process: kinds, waits, names, facts, unsupported ---- */
