@@ -23,7 +23,7 @@ const char help_doctor[] =
     "               failover can lose a held lock); a replica FAIL\n"
     "  latency      round trip (worst of 5 PINGs) against the lease: below 1/100\n"
     "               PASS, below 1/3 (the renewal period) WARN, else FAIL\n"
-    "Against another backend (postgres://, mysql://, ...) it checks instead:\n"
+    "Against another backend (zk://, etcd://, postgres://, mysql://) it checks:\n"
     "  version      the server's version\n"
     "  session      what keeps a lock held there (a connection, a session, a lease)\n"
     "  lock         acquires and releases the test lock 'dlock:doctor'\n"

@@ -12,7 +12,8 @@
     "  --url URL            server: redis://[user[:password]@]host[:port][/db],\n"     \
     "                       rediss://... (TLS), unix:///path/to/socket[?db=N],\n"      \
     "                       redlock://NODE,NODE,..., redis-sentinel://host:port,\n"    \
-    "                       .../MASTER or redis-cluster://host:port,... (default:\n"   \
+    "                       .../MASTER, redis-cluster://host:port,...; other\n"       \
+    "                       backends: zk://, etcd://, postgres://, mysql:// (default:\n" \
     "                       $DLOCK_URL, else redis://127.0.0.1:6379). Given several\n" \
     "                       times (each redis://host:port[/db]): RedLock over them\n"  \
     "  --password-file FILE read the password from FILE's first line (default:\n"       \

@@ -124,6 +124,9 @@ typedef struct dlock_options {
      *                           locks are held while the session lives: pass
      *                           DLOCK_WATCHDOG; what they lack is DLOCK_ENOTSUP
      *                           (docs/backends.md).
+     * zk://host:port,host:port[/chroot]      ZooKeeper lock recipe (session-held)
+     * etcd://host:port,... / etcds://...     etcd leases (built when libcurl and
+     *                           libcjson were found)
      * mysql://...?lock=table    MySQL/MariaDB table lock: a row with an expiry
      *                           (server clock) in dlock_locks: leases, extend
      *                           and force-unlock work
