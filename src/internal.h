@@ -442,8 +442,8 @@ typedef struct dl_call {
     int nkeys, nargs;
     const char *keys[3];
     size_t keylens[3];
-    const char *args[3];
-    size_t arglens[3];
+    const char *args[4];
+    size_t arglens[4];
     char num[24];              /* the lease, in decimal, when an argument */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */

@@ -30,11 +30,12 @@
 #define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)
 
 /* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':
- * not waiting: try once, or a RedLock node).
+ * not waiting: try once, or a RedLock node), '1' when the waiter may still be
+ * registered ('0' right after a wake: the release popped it).
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "if ARGV[3] ~= '0' then redis.call('zrem', KEYS[3], ARGV[1]) end "
+    "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
     "return {1, redis.call('incr', KEYS[2])} end "
     "local p = redis.call('pttl', KEYS[1]) "
     "if ARGV[3] ~= '0' then "
@@ -79,6 +80,8 @@ typedef struct plain_data {
     char *prefix;      /* redisson_lock__channel:{name}: */
     size_t prefix_len;
     int waiting;       /* the current attempt registers (the caller waits) */
+    int registered;    /* an attempt of this call registered it, and no wake
+                        * (which pops it) came since */
 } plain_data;
 
 static void plain_destroy(dlock_lock *l) {
@@ -108,6 +111,7 @@ static int plain_owner(dlock_lock *l, dl_err *err) {
     int rc = dl_random_hex(l->token, DLOCK_TOKEN_LEN / 2, err);
     if (rc) return rc;
     l->token_len = DLOCK_TOKEN_LEN;
+    d->registered = 0; /* a new call, a new token: registered nowhere */
     char *ch = malloc(d->prefix_len + l->token_len + 1);
     if (!ch) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     memcpy(ch, d->prefix, d->prefix_len);
@@ -136,7 +140,9 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->nkeys = 3;
         call->args[2] = d->waiting ? DL_STR(DL_PLAIN_RECHECK_MS) : "0";
         call->arglens[2] = strlen(call->args[2]);
-        call->nargs = 3;
+        call->args[3] = d->waiting && d->registered ? "1" : "0";
+        call->arglens[3] = 1;
+        call->nargs = 4;
         break;
     case DL_OP_RELEASE: /* KEYS lock, waiters; ARGV token, channel prefix */
         call->script = &dl_script_plain_release;
@@ -157,8 +163,19 @@ static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
     plain_data *d = l->kdata;
     d->waiting = wait_ms != 0;
     int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
+    /* a failed waiting attempt registered it; one that succeeded (or
+     * failed in transit) leaves it to the next call's first attempt */
+    d->registered = d->waiting && !rc && !t->acquired;
     d->waiting = 0;
     return rc;
+}
+
+/* A wake-up: the release that sent it popped this waiter from the registry. */
+static int plain_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
+    (void)msg, (void)t;
+    plain_data *d = l->kdata;
+    d->registered = 0;
+    return 0;
 }
 
 static void plain_abandon(dlock_lock *l, dl_conn *conn) {
@@ -195,6 +212,7 @@ const dl_kind_ops dl_plain_ops = {
     .destroy = plain_destroy,
     .owner = plain_owner,
     .attempt = plain_attempt,
+    .message = plain_message,
     .abandon = plain_abandon,
     .release = dl_call_release,
     .extend = dl_call_extend,
