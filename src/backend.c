@@ -1,6 +1,6 @@
-/* The table of backends other than Redis, chosen by URL scheme. Each is in
- * its own file and compiled only when its client library was found
- * (DLOCK_HAVE_<NAME>, set by CMake). */
+/* The table of backends, chosen by URL scheme. Each is in its own file;
+ * those other than Redis are compiled only when their client library was
+ * found (DLOCK_HAVE_<NAME>, set by CMake). */
 #include <string.h>
 
 #include "internal.h"
@@ -19,6 +19,7 @@ extern const dl_backend dl_backend_etcd;
 #endif
 
 static const dl_backend *const backends[] = {
+    &dl_backend_redis,
 #ifdef DLOCK_HAVE_POSTGRES
     &dl_backend_postgres,
 #endif
@@ -35,11 +36,11 @@ static const dl_backend *const backends[] = {
 };
 
 const dl_backend *dl_backend_for(const char *url) {
-    if (!url) return NULL;
+    if (!url) return &dl_backend_redis;
     for (size_t i = 0; backends[i]; i++)
         for (const char *const *s = backends[i]->schemes; *s; s++)
             if (!strncmp(url, *s, strlen(*s))) return backends[i];
-    return NULL;
+    return &dl_backend_redis;
 }
 
 int dl_backend_unsupported(dlock_client *c, const char *what) {

@@ -223,27 +223,28 @@ int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t
 int dlock_ping(dlock_client *c, int64_t *rtt_us) {
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
-    if (c->backend && !c->unusable) {
-        if (!c->backend->ping) return dl_backend_unsupported(c, "ping");
-        int rc = c->backend->ping(c, rtt_us, &err);
-        if (rc) return dl_client_fail(c, &err);
-        dl_client_ok(c);
-        return DLOCK_OK;
-    }
+    if (c->unusable)
+        return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "client failed to open; free it"});
+    if (!c->backend->ping) return dl_backend_unsupported(c, "ping");
+    int rc = c->backend->ping(c, rtt_us, &err);
+    if (rc) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+int dl_redis_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     redisReply *r = NULL;
     int64_t t0 = dl_now_us();
-    int rc = dl_client_command(c, 1, argv, lens, &r, &err);
+    int rc = dl_client_command(c, 1, argv, lens, &r, err);
     int64_t t1 = dl_now_us();
-    if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "PING", &err);
+    if (!rc && r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "PING", err);
     else if (!rc && !(r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "PONG")))
-        rc = dl_seterr(&err, DLOCK_EPROTO, "PING: unexpected reply");
+        rc = dl_seterr(err, DLOCK_EPROTO, "PING: unexpected reply");
     if (r) freeReplyObject(r);
-    if (rc) return dl_client_fail(c, &err);
-    if (rtt_us) *rtt_us = t1 - t0;
-    dl_client_ok(c);
-    return DLOCK_OK;
+    if (!rc && rtt_us) *rtt_us = t1 - t0;
+    return rc;
 }
 
 static char *dup_or_null(const char *s, int *oom) {
@@ -356,19 +357,19 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
 
     const char *url = o->url ? o->url : getenv("DLOCK_URL");
     if (!url || !*url) url = DL_DEFAULT_URL;
-    const dl_backend *b = dl_backend_for(url);
-    if (b) {
-        /* another server than Redis: the backend does the rest */
-        unsigned char raw[16];
-        int rc0 = dl_random_bytes(raw, sizeof raw, err);
-        if (rc0) return rc0;
-        snprintf(c->id, sizeof c->id,
-                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", raw[0],
-                 raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
-                 raw[11], raw[12], raw[13], raw[14], raw[15]);
-        c->backend = b;
-        return b->open(c, url, o, err);
-    }
+    unsigned char raw[16];
+    int rc = dl_random_bytes(raw, sizeof raw, err);
+    if (rc) return rc;
+    snprintf(c->id, sizeof c->id,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", raw[0],
+             raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
+             raw[11], raw[12], raw[13], raw[14], raw[15]);
+    /* the backend the URL's scheme names does the rest */
+    c->backend = dl_backend_for(url);
+    return c->backend->open(c, url, o, err);
+}
+
+int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err) {
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
@@ -430,14 +431,6 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         if (rc) return rc;
     }
 
-    unsigned char raw[16];
-    rc = dl_random_bytes(raw, sizeof raw, err);
-    if (rc) return rc;
-    snprintf(c->id, sizeof c->id,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", raw[0],
-             raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
-             raw[11], raw[12], raw[13], raw[14], raw[15]);
-
     /* connect now so that a bad address or password is reported here */
     return check_nodes(c, err);
 }
@@ -461,6 +454,7 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return DLOCK_ENOMEM;
     pthread_mutex_init(&c->wd_mu, NULL);
+    c->backend = &dl_backend_redis; /* until the URL names another */
     *out = c;
     dlock_options defaults;
     dlock_options_init(&defaults);
@@ -468,7 +462,7 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     int rc = client_init(c, opts ? opts : &defaults, &err);
     if (rc) {
         /* keep the message on the handle; drop the connection state */
-        if (c->backend && c->bctx) c->backend->close(c);
+        if (c->backend->close && c->bctx) c->backend->close(c);
         c->bctx = NULL;
         client_clear(c);
         c->unusable = 1;
@@ -482,7 +476,7 @@ void dlock_client_free(dlock_client *c) {
     if (!c) return;
     dl_watchdog_free(c->wd);
     c->wd = NULL;
-    if (c->backend && c->bctx) c->backend->close(c);
+    if (c->backend->close && c->bctx) c->backend->close(c);
     client_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
     dl_client_ok(c);

@@ -62,7 +62,7 @@ int dlock_idworker_new(dlock_client *c, const char *prefix, const dlock_idworker
                   !c ? "client" : !prefix ? "prefix" : "out");
         return c ? dl_client_fail(c, &err) : DLOCK_EINVAL;
     }
-    if (c->backend) return dl_backend_unsupported(c, "the ID worker");
+    if (!(c->backend->caps & DL_CAP_IDWORKER)) return dl_backend_unsupported(c, "the ID worker");
     size_t plen = strlen(prefix);
     if (plen == 0) {
         dl_seterr(&err, DLOCK_EINVAL, "ID worker: empty prefix");

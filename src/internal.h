@@ -319,16 +319,27 @@ void dl_object_clear(dl_object *o);
 int dl_object_fail(dl_object *o, const dl_err *err);
 int dl_object_ok(dl_object *o);
 
-/* ---- other backends than Redis (backend.c, backend_<name>.c) ----
- * A backend serves the lock API over another server, chosen by the URL
- * scheme. Locks there are held by a session (a connection), not by a lease:
- * a holder that dies loses them when its session ends. What a backend leaves
- * NULL answers DLOCK_ENOTSUP, "not supported by the <name> backend". */
+/* ---- backends (backend.c, backend_<name>.c) ----
+ * A backend serves the lock API over one kind of server, chosen by the URL
+ * scheme: Redis (backend_redis.c), ZooKeeper, etcd, PostgreSQL, MySQL. The
+ * public calls go through its table; what a backend leaves NULL (or out of
+ * its kinds and caps) answers DLOCK_ENOTSUP, "not supported by the <name>
+ * backend". */
 typedef struct dl_try dl_try;
+/* What a backend has beyond the calls of its table. */
+enum {
+    DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
+    DL_CAP_TOKENS = 1u << 1,   /* acquire / release / extend by token (token.c) */
+    DL_CAP_LIST = 1u << 2,     /* dlock_list */
+    DL_CAP_OBJECTS = 1u << 3,  /* semaphores, expirable permits, latches */
+    DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
+};
+
 struct dl_backend {
-    const char *name;                  /* "postgres", "mysql" */
+    const char *name;                  /* "redis", "postgres", "mysql", ... */
     const char *const *schemes;        /* URL prefixes it serves, NULL-terminated */
     unsigned kinds;                    /* bit 1 << kind for each lock kind it has */
+    unsigned caps;                     /* DL_CAP_* */
     /* client: open sets c->bctx; close frees it */
     int (*open)(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
     void (*close)(dlock_client *c);
@@ -358,9 +369,35 @@ struct dl_backend {
      * "no such fact" for others. */
     int (*server_fact)(dlock_client *c, const char *what, char *buf, size_t buflen,
                        dl_err *err);
+    /* the owner of a new hold into l->token; NULL: "<client id>:<thread id>" */
+    int (*owner)(dlock_lock *l, dl_err *err);
+    /* cheaper forms of inspect, when the backend has them (NULL: inspect) */
+    int (*is_locked)(dlock_client *c, const char *name, size_t len, int *locked, dl_err *err);
+    int (*remaining_ttl)(dlock_client *c, const char *name, size_t len, int64_t *ttl_ms,
+                         dl_err *err);
 };
 
-/* The backend serving url, or NULL (Redis and its deployments). */
+/* Redis and its deployments (single, RedLock, Sentinel, Cluster): the
+ * backend of every URL no other backend claims (backend_redis.c). */
+extern const dl_backend dl_backend_redis;
+/* Its client set-up (client.c): parses url, connects, checks the nodes. */
+int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+int dl_redis_ping(dlock_client *c, int64_t *rtt_us, dl_err *err);
+/* Its queries by name (query.c). */
+int dl_redis_is_locked(dlock_client *c, const char *name, size_t len, int *locked, dl_err *err);
+int dl_redis_remaining_ttl(dlock_client *c, const char *name, size_t len, int64_t *ttl_ms,
+                           dl_err *err);
+int dl_redis_fence_current(dlock_client *c, const char *name, size_t len, uint64_t *fence,
+                           dl_err *err);
+int dl_redis_inspect(dlock_client *c, const char *name, size_t len, dlock_info *info,
+                     dl_err *err);
+int dl_redis_force_unlock(dlock_client *c, const char *name, size_t len, int *existed,
+                          dl_err *err);
+int dl_redis_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
+                         dl_err *err);
+
+/* The backend serving url: the one whose scheme it has, else Redis (whose
+ * URL parser explains a bad one). */
 const dl_backend *dl_backend_for(const char *url);
 /* Records DLOCK_ENOTSUP "<what> is not supported by the <name> backend" on c. */
 int dl_backend_unsupported(dlock_client *c, const char *what);

@@ -46,7 +46,7 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     if (!rc && !ops) rc = dl_seterr(&err, DLOCK_EINVAL, "unknown lock kind %d", (int)kind);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
-    if (c->backend && !(c->backend->kinds & (1u << kind))) {
+    if (!(c->backend->kinds & (1u << kind))) {
         dl_seterr(&err, DLOCK_ENOTSUP, "%s locks are not supported by the %s backend", ops->name,
                   c->backend->name);
         return dl_client_fail(c, &err);
@@ -63,8 +63,7 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     l->name_len = name_len;
     l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
     if (!l->fence_key) goto oom;
-    rc = c->backend ? (c->backend->lock_init ? c->backend->lock_init(l, &err) : DLOCK_OK)
-                    : ops->init(l, &err);
+    rc = c->backend->lock_init ? c->backend->lock_init(l, &err) : DLOCK_OK;
     if (rc) goto fail;
     l->lease.renew = ops->renew;
     l->lease.key = l->name;
@@ -80,11 +79,7 @@ oom:
     dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
 fail:
     if (l) {
-        if (c->backend) {
-            if (c->backend->lock_destroy) c->backend->lock_destroy(l);
-        } else if (l->ops && l->ops->destroy) {
-            l->ops->destroy(l);
-        }
+        if (c->backend->lock_destroy) c->backend->lock_destroy(l);
         free(l->name);
         free(l->fence_key);
         free(l->channel);
@@ -114,11 +109,7 @@ void dlock_lock_free(dlock_lock *l) {
         if (dlock_release(l) != DLOCK_OK) break;
     }
     wd_off(l);
-    if (l->c->backend) {
-        if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
-    } else if (l->ops->destroy) {
-        l->ops->destroy(l);
-    }
+    if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
     free(l->name);
     free(l->fence_key);
     free(l->channel);
@@ -177,14 +168,14 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
         }
         reenter = 1;
     } else {
-        int rc = l->c->backend ? dl_owner_thread(l, &err) : l->ops->owner(l, &err);
+        int rc = l->c->backend->owner ? l->c->backend->owner(l, &err)
+                                      : dl_owner_thread(l, &err);
         if (rc) return lock_fail(l, &err);
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
     dl_try t;
     memset(&t, 0, sizeof t);
-    int rc = l->c->backend ? l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err)
-                           : dl_lock_wait(l, wait_ms, lease, &t, &err);
+    int rc = l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err);
     if (rc) {
         if (!reenter) {
             l->token[0] = '\0';
@@ -197,7 +188,9 @@ int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fe
     l->lease_ms = lease;
     atomic_store(&l->lease.lost, 0);
     if (fence) *fence = t.fence;
-    if (l->c->backend) return lock_ok(l); /* session-held: no watchdog */
+    /* backends without the library's watchdog keep their holds themselves
+     * (a session, their own renewal) */
+    if (!(l->c->backend->caps & DL_CAP_WATCHDOG)) return lock_ok(l);
     if (lease_ms == DLOCK_WATCHDOG && !l->watchdog) {
         rc = wd_on(l, &err);
         if (rc) {
@@ -224,11 +217,6 @@ static int mark_lost(dlock_lock *l, const char *op, dl_err *err) {
                      op, dl_name_msg(l->name, l->name_len, nm, sizeof nm));
 }
 
-/* Borrows a connection and runs op on it. */
-static int with_conn(dlock_lock *l, dl_conn **conn, dl_err *err) {
-    return dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), conn, err);
-}
-
 int dlock_release(dlock_lock *l) {
     if (!l) return DLOCK_EINVAL;
     dl_err err = {0};
@@ -241,17 +229,8 @@ int dlock_release(dlock_lock *l) {
     /* stop renewing first, or a renewal racing the release would report the
      * lock lost */
     if (final) wd_off(l);
-    dl_conn *conn = NULL;
     long long res = 0;
-    int rc;
-    if (l->c->backend) {
-        rc = l->c->backend->release(l, &res, &err);
-    } else if (l->c->mode == DL_MODE_REDLOCK) {
-        rc = dl_redlock_release(l, &res, &err);
-    } else if (!(rc = with_conn(l, &conn, &err))) {
-        rc = l->ops->release(l, conn, &res, &err);
-        dl_pool_put(l->c, conn);
-    }
+    int rc = l->c->backend->release(l, &res, &err);
     if (rc) {
         if (final && was_wd) {
             dl_err e2 = {0};
@@ -285,22 +264,13 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
     }
     int was_wd = l->watchdog;
     wd_off(l);
-    dl_conn *conn = NULL;
     long long res = 0;
     int64_t t0 = dl_now_ms();
-    int rc;
-    if (l->c->backend) {
-        rc = l->c->backend->extend
+    int rc = l->c->backend->extend
                  ? l->c->backend->extend(l, lease_ms, &res, &err)
                  : dl_seterr(&err, DLOCK_ENOTSUP, "extend is not supported by the %s backend "
                                                   "(its locks live as long as the session)",
                              l->c->backend->name);
-    } else if (l->c->mode == DL_MODE_REDLOCK) {
-        rc = dl_redlock_extend(l, lease_ms, &res, &err);
-    } else if (!(rc = with_conn(l, &conn, &err))) {
-        rc = l->ops->extend(l, conn, lease_ms, &res, &err);
-        dl_pool_put(l->c, conn);
-    }
     if (rc) {
         if (was_wd) {
             dl_err e2 = {0};
@@ -367,16 +337,7 @@ int dlock_lock_check(dlock_lock *l, int *held, int64_t *count) {
     *held = 0;
     if (count) *count = 0;
     if (l->holds <= 0) return lock_ok(l);
-    dl_conn *conn = NULL;
-    int rc;
-    if (l->c->backend) {
-        rc = l->c->backend->check(l, held, &n, &err);
-    } else if (l->c->mode == DL_MODE_REDLOCK) {
-        rc = dl_redlock_check(l, held, &n, &err);
-    } else if (!(rc = with_conn(l, &conn, &err))) {
-        rc = l->ops->check(l, conn, held, &n, &err);
-        dl_pool_put(l->c, conn);
-    }
+    int rc = l->c->backend->check(l, held, &n, &err);
     if (rc) return lock_fail(l, &err);
     if (count) *count = n;
     return lock_ok(l);

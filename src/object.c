@@ -11,7 +11,7 @@ int dl_object_init(dl_object *o, dlock_client *c, const char *name, size_t name_
     dl_err err = {0};
     memset(o, 0, sizeof *o);
     o->c = c;
-    if (c->backend) return dl_backend_unsupported(c, "semaphores and latches");
+    if (!(c->backend->caps & DL_CAP_OBJECTS)) return dl_backend_unsupported(c, "semaphores and latches");
     if (c->mode == DL_MODE_REDLOCK)
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "semaphores and latches are not "
                                                           "supported on redlock://"});

@@ -30,20 +30,44 @@ static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t n
     return rc;
 }
 
-/* Another backend's answer to a query by name (DLOCK_ENOTSUP without one). */
-static int backend_query(dlock_client *c, const char *what, const char *name, size_t name_len,
-                         dlock_info *info, uint64_t *fence, int *existed) {
+/* A query by name through the client's backend: checks the name and the
+ * client, records the outcome on the client. op: 'l' is_locked, 't' TTL,
+ * 'f' fence, 'i' inspect, 'u' force unlock. */
+static int by_name(dlock_client *c, const char *what, int op, const char *name,
+                   size_t name_len, void *out) {
     dl_err err = {0};
     const dl_backend *b = c->backend;
     int rc = dl_check_name(name, &name_len, &err);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     if (rc) return dl_client_fail(c, &err);
-    if (info && !b->inspect) return dl_backend_unsupported(c, what);
-    if (fence && !b->fence_current) return dl_backend_unsupported(c, what);
-    if (existed && !b->force_unlock) return dl_backend_unsupported(c, what);
-    rc = info ? b->inspect(c, name, name_len, info, &err)
-         : fence ? b->fence_current(c, name, name_len, fence, &err)
-                 : b->force_unlock(c, name, name_len, existed, &err);
+    dlock_info info;
+    switch (op) {
+    case 'l':
+    case 't':
+        if (op == 'l' && b->is_locked) {
+            rc = b->is_locked(c, name, name_len, out, &err);
+        } else if (op == 't' && b->remaining_ttl) {
+            rc = b->remaining_ttl(c, name, name_len, out, &err);
+        } else { /* from inspect */
+            if (!b->inspect) return dl_backend_unsupported(c, what);
+            rc = b->inspect(c, name, name_len, &info, &err);
+            if (!rc && op == 'l') *(int *)out = info.exists;
+            if (!rc && op == 't') *(int64_t *)out = info.ttl_ms;
+        }
+        break;
+    case 'f':
+        if (!b->fence_current) return dl_backend_unsupported(c, what);
+        rc = b->fence_current(c, name, name_len, out, &err);
+        break;
+    case 'i':
+        if (!b->inspect) return dl_backend_unsupported(c, what);
+        rc = b->inspect(c, name, name_len, out, &err);
+        break;
+    default:
+        if (!b->force_unlock) return dl_backend_unsupported(c, what);
+        rc = b->force_unlock(c, name, name_len, out, &err);
+        break;
+    }
     if (rc) return dl_client_fail(c, &err);
     dl_client_ok(c);
     return DLOCK_OK;
@@ -51,74 +75,79 @@ static int backend_query(dlock_client *c, const char *what, const char *name, si
 
 int dlock_is_locked(dlock_client *c, const char *name, size_t name_len, int *locked) {
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
     if (!locked) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "locked is NULL"});
-    if (c->backend) {
-        dlock_info info;
-        int rc = backend_query(c, "is_locked", name, name_len, &info, NULL, NULL);
-        if (!rc) *locked = info.exists;
-        return rc;
-    }
-    redisReply *r = NULL;
-    int rc = name_cmd(c, "EXISTS", name, name_len, &r, &err);
-    if (rc) return dl_client_fail(c, &err);
-    *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    freeReplyObject(r);
-    dl_client_ok(c);
-    return DLOCK_OK;
+    return by_name(c, "is_locked", 'l', name, name_len, locked);
 }
 
 int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len, int64_t *ttl_ms) {
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
     if (!ttl_ms) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "ttl_ms is NULL"});
-    if (c->backend) {
-        dlock_info info;
-        int rc = backend_query(c, "remaining_ttl", name, name_len, &info, NULL, NULL);
-        if (!rc) *ttl_ms = info.ttl_ms;
-        return rc;
-    }
-    redisReply *r = NULL;
-    int rc = name_cmd(c, "PTTL", name, name_len, &r, &err);
-    if (rc) return dl_client_fail(c, &err);
-    long long v = -2;
-    if (dl_reply_int(r, &v)) rc = dl_seterr(&err, DLOCK_EPROTO, "PTTL: bad reply");
-    freeReplyObject(r);
-    if (rc) return dl_client_fail(c, &err);
-    *ttl_ms = v;
-    dl_client_ok(c);
-    return DLOCK_OK;
+    return by_name(c, "remaining_ttl", 't', name, name_len, ttl_ms);
 }
 
 int dlock_fence_current(dlock_client *c, const char *name, size_t name_len, uint64_t *fence) {
     if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
     if (!fence) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "fence is NULL"});
-    if (c->backend) return backend_query(c, "fence_current", name, name_len, NULL, fence, NULL);
-    int rc = dl_check_name(name, &name_len, &err);
-    if (rc) return dl_client_fail(c, &err);
+    return by_name(c, "fence_current", 'f', name, name_len, fence);
+}
+
+int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info *info) {
+    if (!c) return DLOCK_EINVAL;
+    if (!info) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "info is NULL"});
+    return by_name(c, "inspect", 'i', name, name_len, info);
+}
+
+int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *existed) {
+    if (!c) return DLOCK_EINVAL;
+    int e = 0;
+    int rc = by_name(c, "force_unlock", 'u', name, name_len, &e);
+    if (!rc && existed) *existed = e;
+    return rc;
+}
+
+/* ---- the Redis backend's queries ---- */
+
+int dl_redis_is_locked(dlock_client *c, const char *name, size_t name_len, int *locked,
+                       dl_err *err) {
+    redisReply *r = NULL;
+    int rc = name_cmd(c, "EXISTS", name, name_len, &r, err);
+    if (rc) return rc;
+    *locked = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+int dl_redis_remaining_ttl(dlock_client *c, const char *name, size_t name_len, int64_t *ttl_ms,
+                           dl_err *err) {
+    redisReply *r = NULL;
+    int rc = name_cmd(c, "PTTL", name, name_len, &r, err);
+    if (rc) return rc;
+    long long v = -2;
+    if (dl_reply_int(r, &v)) rc = dl_seterr(err, DLOCK_EPROTO, "PTTL: bad reply");
+    freeReplyObject(r);
+    if (!rc) *ttl_ms = v;
+    return rc;
+}
+
+int dl_redis_fence_current(dlock_client *c, const char *name, size_t name_len, uint64_t *fence,
+                           dl_err *err) {
     size_t kl;
     char *key = dl_derive_key("redisson_lock_token:", name, name_len, "", &kl);
-    if (!key) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+    if (!key) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     /* the derived key may be longer than a name may be: no name check here */
     const char *argv[2] = {"GET", key};
     size_t lens[2] = {3, kl};
     redisReply *r = NULL;
-    rc = dl_client_command(c, 2, argv, lens, &r, &err);
-    if (!rc && r->type == REDIS_REPLY_ERROR) {
-        rc = dl_reply_error(r, "GET", &err);
-        freeReplyObject(r);
-    }
+    int rc = dl_client_command(c, 2, argv, lens, &r, err);
     free(key);
-    if (rc) return dl_client_fail(c, &err);
+    if (rc) return rc;
     long long v = 0;
-    if (r->type != REDIS_REPLY_NIL && (dl_reply_int(r, &v) || v < 0))
-        rc = dl_seterr(&err, DLOCK_EPROTO, "fence counter is not a number");
+    if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "GET", err);
+    else if (r->type != REDIS_REPLY_NIL && (dl_reply_int(r, &v) || v < 0))
+        rc = dl_seterr(err, DLOCK_EPROTO, "fence counter is not a number");
     freeReplyObject(r);
-    if (rc) return dl_client_fail(c, &err);
-    *fence = (uint64_t)v;
-    dl_client_ok(c);
-    return DLOCK_OK;
+    if (!rc) *fence = (uint64_t)v;
+    return rc;
 }
 
 /* Classifies a HASH lock from its fields: Redisson's read-write lock has a
@@ -232,44 +261,27 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     return rc;
 }
 
-int dlock_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info *info) {
-    if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
-    if (!info) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "info is NULL"});
-    if (c->backend) return backend_query(c, "inspect", name, name_len, info, NULL, NULL);
-    int rc = dl_check_name(name, &name_len, &err);
-    if (rc) return dl_client_fail(c, &err);
+int dl_redis_inspect(dlock_client *c, const char *name, size_t name_len, dlock_info *info,
+                     dl_err *err) {
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    rc = dl_pool_get_key(c, name, name_len, deadline, &conn, &err);
-    if (!rc) {
-        rc = inspect_conn(conn, deadline, name, name_len, info, &err);
-        dl_pool_put(c, conn);
-    }
-    if (rc) return dl_client_fail(c, &err);
-    dl_client_ok(c);
-    return DLOCK_OK;
+    int rc = dl_pool_get_key(c, name, name_len, deadline, &conn, err);
+    if (rc) return rc;
+    rc = inspect_conn(conn, deadline, name, name_len, info, err);
+    dl_pool_put(c, conn);
+    return rc;
 }
 
-int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *existed) {
-    if (!c) return DLOCK_EINVAL;
-    dl_err err = {0};
-    if (c->backend) {
-        int e = 0;
-        int rc = backend_query(c, "force_unlock", name, name_len, NULL, NULL, &e);
-        if (!rc && existed) *existed = e;
-        return rc;
-    }
-    int rc = dl_check_name(name, &name_len, &err);
-    if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
-    if (rc) return dl_client_fail(c, &err);
+int dl_redis_force_unlock(dlock_client *c, const char *name, size_t name_len, int *existed,
+                          dl_err *err) {
+    int rc;
     size_t chl, wl, pl;
     char *chan = dl_derive_key("redisson_lock__channel:", name, name_len, "", &chl);
     char *waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &wl);
     char *prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &pl);
     if (!chan || !waiters || !prefix) {
         free(chan), free(waiters), free(prefix);
-        return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     }
     const char *keys[3] = {name, chan, waiters};
     size_t keylens[3] = {name_len, chl, wl};
@@ -305,10 +317,11 @@ int dlock_force_unlock(dlock_client *c, const char *name, size_t name_len, int *
     free(chan);
     free(waiters);
     free(prefix);
-    if (answered == 0 || (c->mode == DL_MODE_REDLOCK && answered < c->quorum))
-        return dl_client_fail(c, &first);
-    if (existed) *existed = any;
-    dl_client_ok(c);
+    if (answered == 0 || (c->mode == DL_MODE_REDLOCK && answered < c->quorum)) {
+        *err = first;
+        return first.code;
+    }
+    *existed = any;
     return DLOCK_OK;
 }
 
@@ -332,7 +345,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     if (!fn) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "callback is NULL"});
-    if (c->backend) return dl_backend_unsupported(c, "list");
+    if (!(c->backend->caps & DL_CAP_LIST)) return dl_backend_unsupported(c, "list");
     if (!pattern || !*pattern) pattern = "*";
     int rc = DLOCK_OK, stop = 0;
     /* a cluster's keys are spread over its masters: scan each */
@@ -381,7 +394,6 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
     return DLOCK_OK;
 }
 
-/* "info:SECTION:FIELD" reads INFO; anything else is CONFIG GET. */
 int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen) {
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
@@ -389,22 +401,28 @@ int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t bufle
         return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: bad arguments"});
     buf[0] = '\0';
     if (!strcmp(what, "backend")) {
-        snprintf(buf, buflen, "%s", c->backend ? c->backend->name : "redis");
+        snprintf(buf, buflen, "%s", c->backend->name);
         dl_client_ok(c);
         return DLOCK_OK;
     }
-    if (c->backend) {
-        if (!c->backend->server_fact) return dl_backend_unsupported(c, "server facts");
-        if (c->backend->server_fact(c, what, buf, buflen, &err)) return dl_client_fail(c, &err);
-        dl_client_ok(c);
-        return DLOCK_OK;
-    }
+    if (c->unusable)
+        return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "client failed to open; free it"});
+    if (!c->backend->server_fact) return dl_backend_unsupported(c, "server facts");
+    if (c->backend->server_fact(c, what, buf, buflen, &err)) return dl_client_fail(c, &err);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
+/* "info:SECTION:FIELD" reads INFO; anything else is CONFIG GET. */
+int dl_redis_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
+                         dl_err *errp) {
+    dl_err err = {0};
     redisReply *r = NULL;
     int rc;
     if (!strncmp(what, "info:", 5)) {
         const char *sec = what + 5, *colon = strchr(sec, ':');
         if (!colon || !colon[1])
-            return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "server fact: use info:SECTION:FIELD"});
+            return dl_seterr(errp, DLOCK_EINVAL, "server fact: use info:SECTION:FIELD");
         const char *argv[2] = {"INFO", sec};
         size_t lens[2] = {4, (size_t)(colon - sec)};
         rc = dl_client_command(c, 2, argv, lens, &r, &err);
@@ -440,7 +458,6 @@ int dlock_server_fact(dlock_client *c, const char *what, char *buf, size_t bufle
             snprintf(buf, buflen, "%.*s", (int)r->element[1]->len, r->element[1]->str);
     }
     if (r) freeReplyObject(r);
-    if (rc) return dl_client_fail(c, &err);
-    dl_client_ok(c);
-    return DLOCK_OK;
+    if (rc) *errp = err;
+    return rc;
 }

@@ -13,7 +13,7 @@ int dlock_acquire_token(dlock_client *c, const char *name, size_t name_len, int6
     dl_err err = {0};
     if (!token) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "token buffer is NULL"});
     token[0] = '\0';
-    if (c->backend)
+    if (!(c->backend->caps & DL_CAP_TOKENS))
         return dl_backend_unsupported(c, "a lock that outlives its process (acquire by token)");
     if (lease_ms <= 0) {
         dl_seterr(&err, DLOCK_EINVAL, "a token lock needs a lease > 0 ms (no watchdog)");
@@ -39,7 +39,8 @@ int dlock_acquire_token(dlock_client *c, const char *name, size_t name_len, int6
 static int token_op(dlock_client *c, const char *op, const char *name, size_t name_len,
                     const char *token, int64_t lease_ms) {
     dl_err err = {0};
-    if (c->backend) return dl_backend_unsupported(c, lease_ms ? "extend by token" : "release by token");
+    if (!(c->backend->caps & DL_CAP_TOKENS))
+        return dl_backend_unsupported(c, lease_ms ? "extend by token" : "release by token");
     if (!token || !*token || strlen(token) >= sizeof ((dlock_lock *)0)->token) {
         dl_seterr(&err, DLOCK_EINVAL, "%s: missing or malformed token", op);
         return dl_client_fail(c, &err);

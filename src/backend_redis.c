@@ -1,0 +1,87 @@
+/* The Redis backend: one server (redis://, rediss://, unix://), RedLock over
+ * independent masters (redlock://), Sentinel (redis-sentinel://) and Cluster
+ * (redis-cluster://). Its table entry is here; the work is done by the files
+ * of each concern: the client and its connection pools (client.c), the lock
+ * kinds' scripts (lock_<kind>.c), waiting (wait.c), RedLock (redlock.c), the
+ * queries (query.c). It is the only backend with every lock kind, the
+ * library's watchdog, token calls, listing, semaphores and latches, and the
+ * ID worker. */
+#include "internal.h"
+
+static int redis_lock_init(dlock_lock *l, dl_err *err) { return l->ops->init(l, err); }
+
+static void redis_lock_destroy(dlock_lock *l) {
+    if (l->ops->destroy) l->ops->destroy(l);
+}
+
+static int redis_owner(dlock_lock *l, dl_err *err) { return l->ops->owner(l, err); }
+
+/* Borrows a connection to the node holding the lock's key. */
+static int with_conn(dlock_lock *l, dl_conn **conn, dl_err *err) {
+    return dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), conn, err);
+}
+
+static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+                         dl_err *err) {
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
+    return dl_lock_wait(l, wait_ms, lease, t, err);
+}
+
+static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
+    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_release(l, res, err);
+    dl_conn *conn = NULL;
+    int rc = with_conn(l, &conn, err);
+    if (rc) return rc;
+    rc = l->ops->release(l, conn, res, err);
+    dl_pool_put(l->c, conn);
+    return rc;
+}
+
+static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
+    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_extend(l, lease_ms, res, err);
+    dl_conn *conn = NULL;
+    int rc = with_conn(l, &conn, err);
+    if (rc) return rc;
+    rc = l->ops->extend(l, conn, lease_ms, res, err);
+    dl_pool_put(l->c, conn);
+    return rc;
+}
+
+static int redis_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
+    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_check(l, held, count, err);
+    dl_conn *conn = NULL;
+    int rc = with_conn(l, &conn, err);
+    if (rc) return rc;
+    rc = l->ops->check(l, conn, held, count, err);
+    dl_pool_put(l->c, conn);
+    return rc;
+}
+
+static const char *const redis_schemes[] = {"redis://",         "rediss://",
+                                            "unix://",          "redlock://",
+                                            "redis-sentinel://", "redis-cluster://",
+                                            NULL};
+
+const dl_backend dl_backend_redis = {
+    .name = "redis",
+    .schemes = redis_schemes,
+    .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
+             (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
+    .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_IDWORKER,
+    .open = dl_redis_open,
+    .close = NULL, /* the client's nodes are freed by client.c */
+    .ping = dl_redis_ping,
+    .lock_init = redis_lock_init,
+    .lock_destroy = redis_lock_destroy,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .extend = redis_extend,
+    .check = redis_check,
+    .inspect = dl_redis_inspect,
+    .fence_current = dl_redis_fence_current,
+    .force_unlock = dl_redis_force_unlock,
+    .server_fact = dl_redis_server_fact,
+    .owner = redis_owner,
+    .is_locked = dl_redis_is_locked,
+    .remaining_ttl = dl_redis_remaining_ttl,
+};
