@@ -532,7 +532,11 @@ int bench_backends(bench_ctx *ctx) {
             continue;
         }
         char version[64] = "";
-        dlock_server_fact(b->client, "version", version, sizeof version);
+        if (dlock_server_fact(b->client, "version", version, sizeof version))
+            dlock_server_fact(b->client, "info:server:redis_version", version, sizeof version);
+        version[strcspn(version, " ,")] = '\0'; /* "15.20 (Debian ...)" */
+        char *junk = strstr(version, "-${");       /* ZooKeeper's unfilled build id */
+        if (junk) *junk = '\0';
         printf("   %-12s %s (server %s)%s\n", b->name, b->url, version[0] ? version : "?",
                b->has_lease ? "" : "; an explicit lease is DLOCK_ENOTSUP here");
         sr[ns].b = b, sr[ns].lease = DLOCK_WATCHDOG, sr[ns].ok = 1;
