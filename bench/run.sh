@@ -9,9 +9,14 @@
 # temporary directory (no persistence), and 5 more for the redlock scenario
 # (independent masters; not when --only leaves redlock out), waits for PING,
 # runs dlock_bench, and always stops the servers and removes the directory.
+# For the backends scenario (issue 9: --only backends, or full mode without
+# --only) it also starts private PostgreSQL, MariaDB, ZooKeeper and etcd
+# servers, whichever are installed ("SKIP <backend>: <reason>" for the others),
+# and passes their URLs as --backend-urls.
 # Exits 77 (skipped) when redis-server is not installed.
 #   --quick  well under a minute, for CI: timings are printed, never asserted
-#   (full mode: about 7 minutes with issue 7's peer scenarios; bench/suite runs
+#   (full mode: about 8 minutes with issue 7's peer scenarios and issue 9's
+#   backends; bench/suite runs
 #   bench/setup first and writes the docs' tables and charts afterwards)
 set -euo pipefail
 
