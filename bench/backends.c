@@ -493,8 +493,8 @@ int bench_backends(bench_ctx *ctx) {
         char st = 0;
         if (b->pid < 0) continue;
         if (read_full(b->rfd, &st, 1, PIPE_TIMEOUT_MS) || st != 'r') {
-            printf("   SKIP %s: the waiter process could not connect to %s (see above)\n",
-                   b->name, b->name);
+            printf("   SKIP %s: the waiter process could not connect (its message is above)\n",
+                   b->name);
             stop_waiter(b, 1);
             b->ok = 0;
         }
