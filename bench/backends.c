@@ -259,7 +259,8 @@ static int parse_urls(const bench_ctx *ctx, backend *bk, int *n) {
     for (size_t k = 0; k < NKNOWN; k++) {
         int found = 0;
         for (int i = 0; i < *n; i++) found |= !strcmp(bk[i].name, known[k]);
-        if (!found) printf("   SKIP %s: no URL given (--backend-urls %s=URL)\n", known[k], known[k]);
+        if (!found)
+            printf("   SKIP %s: no URL given (--backend-urls %s=URL)\n", known[k], known[k]);
     }
     return 0;
 }
