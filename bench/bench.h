@@ -34,6 +34,9 @@ typedef struct bench_ctx {
     /* comma-separated ports of a 3-master Redis Cluster on host, for the
      * cluster scenario (run.sh creates it); NULL: cluster skipped */
     const char *cluster_ports;
+    /* NAME=URL,NAME=URL,... of the other backends (issue 9), for the backends
+     * scenario (run.sh starts the servers); NULL: backends skipped */
+    const char *backend_urls;
 } bench_ctx;
 
 /* 1 if series `name` is selected by ctx->series. */
@@ -147,5 +150,7 @@ int bench_peer_contention(bench_ctx *ctx);
 int bench_redis_benchmark(bench_ctx *ctx);
 int bench_watchdog(bench_ctx *ctx);
 int bench_memory(bench_ctx *ctx);
+/* issue 9: backends.c */
+int bench_backends(bench_ctx *ctx);
 
 #endif

@@ -2,7 +2,8 @@
  * running (bench/run.sh starts a private one and calls this program).
  *
  *   dlock_bench --port P [--host H] [--quick] [--json FILE] [--only a,b]
- *               [--series raw,dlock,dlock-reentrant] [--redlock-ports P1,...,P5] [-v]
+ *               [--series raw,dlock,dlock-reentrant] [--redlock-ports P1,...,P5]
+ *               [--cluster-ports P1,P2,P3] [--backend-urls NAME=URL,...] [-v]
  *
  * Exit status: 0 when every scenario ran (whatever the timings: targets are
  * printed as PASS/WARN, never asserted), 1 when one failed to run, 2 on bad
@@ -38,6 +39,7 @@ static const scenario scenarios[] = {
     {"redlock", bench_redlock, "RedLock pairs over 3 and 5 masters vs one node"},
     {"cluster", bench_cluster, "pairs on a 3-master Redis Cluster vs one node"},
     {"idworker", bench_idworker, "ID worker ids/s, single INCR vs batched INCRBY"},
+    {"backends", bench_backends, "acquire+release pairs and handoff on every backend vs Redis"},
     {"watchdog", bench_watchdog, "one client holding 10,000 watchdog locks: CPU, commands"},
     {"memory", bench_memory, "Redis memory per held lock (FLUSHALLs: runs last)"},
 };
@@ -157,6 +159,9 @@ static void usage(FILE *f) {
                "               redlock scenario (skipped without)\n"
                "  --cluster-ports L  3 ports of a Redis Cluster's masters on the host, for\n"
                "               the cluster scenario (skipped without)\n"
+               "  --backend-urls L  NAME=URL,... of other backends (postgres, mysql,\n"
+               "               mysql-table, zk, etcd) for the backends scenario, measured\n"
+               "               beside this Redis (skipped without)\n"
                "  -v           per-round figures\n");
 }
 
@@ -174,6 +179,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--series") && i + 1 < argc) ctx.series = argv[++i];
         else if (!strcmp(a, "--redlock-ports") && i + 1 < argc) ctx.redlock_ports = argv[++i];
         else if (!strcmp(a, "--cluster-ports") && i + 1 < argc) ctx.cluster_ports = argv[++i];
+        else if (!strcmp(a, "--backend-urls") && i + 1 < argc) ctx.backend_urls = argv[++i];
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;

@@ -214,6 +214,26 @@ def markdown(doc, m, out_txt, command, charts):
         md.append(table(["series", "acq/s", "wait p50", "wait p99", "spread", "counter"], rows,
                         ["---", "---:", "---:", "---:", "---:", "---"]))
         md.append("")
+    # backends (issue 9)
+    if series_of(m, "backends"):
+        md.append("**Backends** (issue 9, `backends`: one handle per backend, DLOCK_WATCHDOG "
+                  "leases; `-lease`: the pairs with a 10 s explicit lease where the backend "
+                  "takes one; ratios against Redis in the same run)")
+        md.append("")
+        rows = []
+        for s in series_of(m, "backends"):
+            n = g("backends", s, "handoff_samples")
+            rows.append([s, num(g("backends", s, "pairs_per_s")),
+                         us(g("backends", s, "pair_p50_us")), us(g("backends", s, "pair_p99_us")),
+                         num(g("backends", s, "pairs_ratio_to_redis"), "x"),
+                         "-" if n is None else int(n), us(g("backends", s, "handoff_p50_us")),
+                         us(g("backends", s, "handoff_p99_us")),
+                         us(g("backends", s, "handoff_max_us")),
+                         num(g("backends", s, "handoff_p50_ratio_to_redis"), "x")])
+        md.append(table(["backend", "pairs/s", "pair p50", "pair p99", "pairs / redis",
+                         "handoffs", "handoff p50", "handoff p99", "handoff max",
+                         "handoff p50 / redis"], rows))
+        md.append("")
     # watchdog
     if g("watchdog", "dlock", "cpu_pct") is not None:
         md.append("**Watchdog**: one client process holding %d locks in watchdog mode" %
