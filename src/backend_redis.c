@@ -84,4 +84,9 @@ const dl_backend dl_backend_redis = {
     .owner = redis_owner,
     .is_locked = dl_redis_is_locked,
     .remaining_ttl = dl_redis_remaining_ttl,
+    .sem_acquire = dl_redis_sem_acquire,
+    .sem_release = dl_redis_sem_release,
+    .sem_available = dl_redis_sem_available,
+    .sem_try_set = dl_redis_sem_try_set,
+    .sem_add = dl_redis_sem_add,
 };
