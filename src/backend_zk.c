@@ -57,8 +57,36 @@
  *   asynchronous API plus a deadline; a late answer is dropped).
  * - The C client's own log goes to a no-op callback (per handle); nothing is
  *   printed. libzookeeper_mt runs two threads per session (I/O, completions).
- * - Not supported: leases, extend, force_unlock, list, semaphores, token
- *   operations, fair locks (plain locks here are FIFO anyway).
+ * - Semaphores (dlock_semaphore_*): {chroot}/dlock/sems/{hex(name)} is a
+ *   persistent node whose data is the total permits in decimal; "" while
+ *   unset (an acquire made the node before any try_set / add). try_set
+ *   writes it only while unset (create, or a set with the version read: a
+ *   compare-and-set); add adds to it (creating it at delta), again by
+ *   compare-and-set. Each permit held or waited for is one ephemeral
+ *   sequential child "lease-{guid}-{seq}" (data "1"): an acquire of k
+ *   permits creates its k children in one multi (all or none, consecutive
+ *   sequence numbers; found again by guid after a connection loss, as for
+ *   locks). The acquisition holds when the number of leases up to its last
+ *   one (in sequence order) fits the total, so holders are a prefix of the
+ *   queue and order is FIFO (a big request at the head holds up smaller
+ *   ones behind it). Otherwise it watches the children and the total (any
+ *   change wakes it: every waiter re-checks, a herd effect on the waiters of
+ *   one semaphore) and waits with the deadline; try once (DLOCK_EBUSY) and
+ *   a timed wait (DLOCK_ETIMEDOUT) delete its leases before returning.
+ *   Permits are owned: release(n) deletes n of the handle's own leases (the
+ *   latest first) and is DLOCK_EINVAL beyond what the handle holds (Redis's
+ *   release adds permits whoever calls it); freeing the handle gives its
+ *   permits back; a holder that dies frees them when its session ends; after
+ *   the session expired, release says DLOCK_ELOST. available = total - the
+ *   leases that fit (waiters are not counted). After add lowered the total
+ *   below what is held, the holders beyond it keep their permits (nobody
+ *   new gets one until enough are released) and available reads 0 (or the
+ *   total, if negative). An add or try_set whose answer is lost is not
+ *   re-sent (it could apply twice): DLOCK_EIO. At most 10000 permits per
+ *   acquire (one node each). The node of a name stays, like Redis's key.
+ * - Not supported: leases, extend, force_unlock, list, permit-expirable
+ *   semaphores, latches, token operations, fair locks (plain locks here are
+ *   FIFO anyway).
  */
 #include <errno.h>
 #include <limits.h>
