@@ -82,8 +82,10 @@
  *   below what is held, the holders beyond it keep their permits (nobody
  *   new gets one until enough are released) and available reads 0 (or the
  *   total, if negative). An add or try_set whose answer is lost is not
- *   re-sent (it could apply twice): DLOCK_EIO. At most 10000 permits per
- *   acquire (one node each). The node of a name stays, like Redis's key.
+ *   re-sent (it could apply twice): DLOCK_EIO. An acquire's multi is kept
+ *   under 512 KiB (the server's jute.maxbuffer is 1 MiB): about 5000
+ *   permits per acquire for a short name, 240 for the longest
+ *   (DLOCK_EINVAL beyond). The node of a name stays, like Redis's key.
  * - Not supported: leases, extend, force_unlock, list, permit-expirable
  *   semaphores, latches, token operations, fair locks (plain locks here are
  *   FIFO anyway).
@@ -1296,6 +1298,8 @@ static int zk_fence_current(dlock_client *c, const char *name, size_t len, uint6
  * children in one multi (atomic: consecutive sequence numbers, all or none). */
 
 #define ZK_LEASE_PREFIX "lease-"
+/* the most bytes of creates one acquire sends in its multi */
+#define ZK_MULTI_BYTES (512 * 1024)
 
 typedef struct zk_sem {
     char *node;                /* sems + "/" + hex(name) */
@@ -1566,10 +1570,14 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
     zk_sem *zs = o->bdata;
     char nm[80];
     dl_name_msg(o->name, o->name_len, nm, sizeof nm);
-    if (permits > 10000)
-        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': at most 10000 permits per acquire "
-                                            "on zookeeper (one node each; got %lld)",
-                         nm, (long long)permits);
+    /* one node per permit, all in one request, which must stay well under
+     * the server's jute.maxbuffer (1 MiB by default) */
+    int64_t maxk = ZK_MULTI_BYTES / ((int64_t)strlen(zs->node) + 64);
+    if (permits > maxk)
+        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': at most %lld permits per acquire "
+                                            "for this name on zookeeper (a node each, in one "
+                                            "request; got %lld)",
+                         nm, (long long)maxk, (long long)permits);
     if (zs->sess && sess_dead(zs->sess)) sem_drop(zs, 0); /* the session took them */
     if (zs->nleases + permits > zs->cap) {
         int64_t cap = zs->cap ? zs->cap : 4;

@@ -192,6 +192,9 @@ static dlock_client *client_s(int64_t session_ms) {
 
 static dlock_client *client(void) { return client_s(LONG_SESSION_MS); }
 
+#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
+#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
+
 static dlock_lock *lock(dlock_client *c, const char *name, dlock_kind kind) {
     dlock_lock *l = NULL;
     ASSERT_COK(c, dlock_lock_new(c, name, DLOCK_CSTR, kind, &l));
@@ -656,6 +659,33 @@ static void test_create_connection_loss(void) {
            "reconnection", (long long)(th_now_ms() - t0));
     ASSERT_LOK(h, dlock_release(h));
     dlock_lock_free(h);
+    /* a semaphore's multi create applied, its answer lost: the leases are
+     * found by guid, none made twice; a release's delete cut likewise */
+    dlock_semaphore *s = NULL, *ds = NULL;
+    int set = 0;
+    ASSERT_COK(c, dlock_semaphore_new(c, "lossy-sem", DLOCK_CSTR, &s));
+    ASSERT_COK(direct, dlock_semaphore_new(direct, "lossy-sem", DLOCK_CSTR, &ds));
+    ASSERT_SOK(s, dlock_semaphore_try_set(s, 3, &set));
+    ASSERT_EQ(set, 1);
+    unlink(dropped);
+    arm_proxy(arm, 14); /* multi */
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 2, 8000));
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the multi");
+    int64_t av = -1;
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 1); /* two leases, not four */
+    ASSERT_SCODE(ds, dlock_semaphore_acquire(ds, 2, 0), DLOCK_EBUSY);
+    th_log("connection cut after a semaphore's multi create was sent: its 2 leases found by "
+           "guid, none twice");
+    unlink(dropped);
+    arm_proxy(arm, 2);
+    ASSERT_SOK(s, dlock_semaphore_release(s, 2));
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the semaphore's delete");
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 3);
+    ASSERT_SCODE(s, dlock_semaphore_release(s, 1), DLOCK_EINVAL);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(ds);
     dlock_client_free(direct);
     dlock_lock_free(l);
     dlock_client_free(c);
@@ -962,8 +992,6 @@ static void test_facts_unsupported_errors(void) {
 }
 
 /* ---- semaphores: lease nodes under the semaphore's node ---- */
-#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
-#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
 
 static dlock_semaphore *sem(dlock_client *c, const char *name) {
     dlock_semaphore *s = NULL;
