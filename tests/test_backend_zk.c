@@ -6,8 +6,11 @@
  * session timeout, session expiry (a frozen holder) reported as lost,
  * read/write exclusion across processes, reentrancy, try-once and timed
  * waits leaving no node, odd names, server facts, unsupported capabilities
- * and `dlock run` (argv[1]: the CLI). Skips (77) without java or
- * zookeeper.jar.
+ * and `dlock run` (argv[1]: the CLI); the semaphore recipe: 12 processes on
+ * 3 permits, a killed holder, busy / timed out leaving no node, FIFO, a
+ * waiter woken by release and by add, try_set / add / available, a multi
+ * create cut by the proxy. DLOCK_ZK_ONLY=sem runs the semaphore part only.
+ * Skips (77) without java or zookeeper.jar.
  *
  * Clients live in forked children, or in the parent only between forks and
  * freed before the next fork: libzookeeper_mt runs threads, and a fork while
@@ -1198,6 +1201,82 @@ static void test_sem_calls(void) {
     dlock_client_free(c);
 }
 
+/* A waiter thread on its own client: acquire `permits` of g_wsem_name
+ * waiting forever; g_wdone set when it has them. */
+static const char *g_wsem_name;
+static int64_t g_wpermits;
+static atomic_int g_wdone;
+
+static void *sem_waiter(void *arg) {
+    dlock_client *c = arg;
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(c, g_wsem_name, DLOCK_CSTR, &s);
+    if (!rc) rc = dlock_semaphore_acquire(s, g_wpermits, DLOCK_WAIT_FOREVER);
+    atomic_store(&g_wdone, rc ? -1 : 1);
+    if (!rc) rc = dlock_semaphore_release(s, g_wpermits);
+    if (rc) atomic_store(&g_wdone, -1);
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+/* FIFO: a waiter for 2 at the head holds up a request for 1 behind it; a
+ * waiter on an unset semaphore wakes on try_set / add. */
+static void test_sem_fifo_wake(void) {
+    dlock_client *c = client(), *wc = client();
+    dlock_semaphore *h = sem(c, "sem:fifo"), *x = sem(c, "sem:fifo");
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 3, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 2, DLOCK_NOWAIT));
+    g_wsem_name = "sem:fifo";
+    g_wpermits = 2;
+    atomic_store(&g_wdone, 0);
+    long before = node_count();
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, sem_waiter, wc) == 0);
+    int64_t until = th_now_ms() + 5000;
+    while (node_count() < before + 2 && th_now_ms() < until) th_sleep_ms(5);
+    ASSERT_EQ(node_count(), before + 2); /* the waiter's two leases are queued */
+    ASSERT_EQ(avail(x), 1);
+    /* 1 is free, but the waiter for 2 is ahead: FIFO */
+    ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    ASSERT_EQ(atomic_load(&g_wdone), 0);
+    int64_t t0 = th_now_ms();
+    ASSERT_SOK(h, dlock_semaphore_release(h, 2));
+    while (atomic_load(&g_wdone) == 0 && th_now_ms() < t0 + 5000) th_sleep_ms(2);
+    ASSERT_EQ(atomic_load(&g_wdone), 1);
+    th_log("semaphore FIFO: a request for 1 refused behind a waiter for 2; the waiter woke "
+           "%lld ms after the release", (long long)(th_now_ms() - t0));
+    pthread_join(t, NULL);
+    ASSERT_EQ(avail(x), 3);
+
+    /* an unset semaphore: the waiter wakes when permits are added */
+    g_wsem_name = "sem:later";
+    g_wpermits = 1;
+    atomic_store(&g_wdone, 0);
+    dlock_semaphore *u = sem(c, "sem:later");
+    long b2 = node_count();
+    ASSERT(pthread_create(&t, NULL, sem_waiter, wc) == 0);
+    until = th_now_ms() + 5000;
+    while (node_count() < b2 + 2 && th_now_ms() < until) th_sleep_ms(5);
+    ASSERT_EQ(node_count(), b2 + 2); /* the semaphore's node (unset) and the lease */
+    ASSERT_EQ(avail(u), 0);
+    ASSERT_EQ(atomic_load(&g_wdone), 0);
+    t0 = th_now_ms();
+    ASSERT_SOK(u, dlock_semaphore_add(u, 1));
+    pthread_join(t, NULL);
+    ASSERT_EQ(atomic_load(&g_wdone), 1);
+    th_log("a waiter on an unset semaphore woke %lld ms after add", (long long)(th_now_ms() - t0));
+
+    /* too many permits for one request */
+    ASSERT_SCODE(u, dlock_semaphore_acquire(u, 1000000, DLOCK_NOWAIT), DLOCK_EINVAL);
+    want_zk_msg(dlock_semaphore_errmsg(u));
+    dlock_semaphore_free(u);
+    dlock_semaphore_free(h);
+    dlock_semaphore_free(x);
+    dlock_client_free(wc);
+    dlock_client_free(c);
+}
+
 /* ---- threads sharing one client (one session), a handle each ---- */
 #define NTHREADS 4
 #define TROUNDS 40
@@ -1258,6 +1337,7 @@ int main(int argc, char **argv) {
     test_sem_procs();
     test_sem_killed_holder();
     test_sem_calls();
+    test_sem_fifo_wake();
     const char *only = getenv("DLOCK_ZK_ONLY");
     if (only && !strcmp(only, "sem")) {
         th_log("semaphore tests passed (DLOCK_ZK_ONLY=sem)");
