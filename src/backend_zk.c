@@ -406,7 +406,7 @@ static void op_done(zk_op *op, int rc) {
     /* a create nobody waits for any more: its node, if any, must go */
     if (op->abandoned && rc == ZOK && op->path) orphan_add(op->s, op->path, NULL);
     for (int i = 0; op->abandoned && rc == ZOK && i < op->nm; i++)
-        orphan_add(op->s, op->mpaths[i], NULL);
+        if (op->mpaths[i]) orphan_add(op->s, op->mpaths[i], NULL);
     if (op->abandoned && op->prefix && zk_unknown(rc)) orphan_add(op->s, NULL, op->prefix);
     pthread_cond_broadcast(&op->cv);
     int left = --op->refs;
@@ -1351,24 +1351,25 @@ static int leases_of(zk_op *op, zk_lease **out, int *n, dl_err *err) {
 }
 
 /* The permits held: the leases of the acquisitions (guid groups) that fit
- * the total counting every lease up to their last one. Holders are a prefix
- * of the queue (a later group counts all earlier ones); *mine (may be NULL)
- * gets whether the group guid fits, *nmine its leases. */
+ * the total counting every lease up to their last one. A group is one run
+ * of the sorted leases (one multi: consecutive sequence numbers). Holders
+ * are a prefix of the queue (a later group counts all earlier ones); *mine
+ * (may be NULL) gets whether the group guid fits, *nmine its leases. */
 static int64_t leases_held(const zk_lease *v, int n, int64_t total, const char *guid,
                            int *mine, int *nmine) {
     int64_t held = 0;
     if (mine) *mine = 0;
     if (nmine) *nmine = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n;) {
         int last = i; /* the last lease of i's group */
-        for (int j = i + 1; j < n; j++)
-            if (!strcmp(v[j].guid, v[i].guid)) last = j;
+        while (last + 1 < n && !strcmp(v[last + 1].guid, v[i].guid)) last++;
         int fits = (int64_t)last + 1 <= total;
-        if (fits && last + 1 > held) held = last + 1;
+        if (fits) held = last + 1;
         if (guid && !strcmp(v[i].guid, guid)) {
             if (mine) *mine = fits;
-            if (nmine) (*nmine)++;
+            if (nmine) *nmine += last - i + 1;
         }
+        i = last + 1;
     }
     return held;
 }
