@@ -1450,8 +1450,10 @@ static int find_leases(zk_client *zc, zk_sess *s, const char *node, const char *
     int k = 0;
     for (int i = 0; !rc && i < nv; i++) {
         if (strcmp(v[i].guid, guid)) continue;
-        if (!(p[k] = join3(node, "/", v[i].name))) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        else k++;
+        if (!(p[k] = join3(node, "/", v[i].name)))
+            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        else
+            k++;
     }
     free(v);
     op_unref(op);
