@@ -3,9 +3,10 @@
  * (redis-cluster://). Its table entry is here; the work is done by the files
  * of each concern: the client and its connection pools (client.c), the lock
  * kinds' scripts (lock_<kind>.c), waiting (wait.c), RedLock (redlock.c), the
- * queries (query.c). It is the only backend with every lock kind, the
- * library's watchdog, token calls, listing, semaphores and latches, and the
- * ID worker. */
+ * queries (query.c), the semaphore (semaphore.c). It is the only backend
+ * with every lock kind, the library's watchdog, token calls, listing,
+ * permit-expirable semaphores and latches, and the ID worker (ZooKeeper has
+ * semaphores too). */
 #include "internal.h"
 
 static int redis_lock_init(dlock_lock *l, dl_err *err) { return l->ops->init(l, err); }
