@@ -418,6 +418,11 @@ DLOCK_EXPORT int dlock_multi_release(dlock_lock *const *locks, size_t n);
 /* ---- semaphore (Redisson RSemaphore layout) ----
  * STRING `name` holds the available permits; a release publishes the new
  * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
+ * On ZooKeeper (zk://) permits are owned by the handle that acquired them
+ * (lease nodes; docs/backends.md): release gives back only those, freeing
+ * the handle gives them back, a dead holder's come back at its session's
+ * end. Backends other than Redis and ZooKeeper: DLOCK_ENOTSUP from
+ * dlock_semaphore_new.
  * A handle is used by one thread at a time. */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -428,12 +433,15 @@ DLOCK_EXPORT const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
 /* Takes `permits` (>= 1) permits, waiting up to wait_ms (DLOCK_NOWAIT,
  * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available. */
 DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms);
-/* Gives back `permits` (>= 1) permits and wakes waiters. */
+/* Gives back `permits` (>= 1) permits and wakes waiters. ZooKeeper:
+ * DLOCK_EINVAL if this handle holds fewer; DLOCK_ELOST if the session
+ * holding them expired (they were freed). */
 DLOCK_EXPORT int dlock_semaphore_release(dlock_semaphore *s, int64_t permits);
 DLOCK_EXPORT int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits);
 /* Sets the permits only if the semaphore does not exist yet: *set 1/0. */
 DLOCK_EXPORT int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set);
-/* Adds delta (may be negative) to the available permits. */
+/* Adds delta (may be negative) to the available permits (ZooKeeper: to
+ * the total; creates the semaphore at delta if missing). */
 DLOCK_EXPORT int dlock_semaphore_add(dlock_semaphore *s, int64_t delta);
 
 /* ---- permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----

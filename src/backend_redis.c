@@ -3,9 +3,10 @@
  * (redis-cluster://). Its table entry is here; the work is done by the files
  * of each concern: the client and its connection pools (client.c), the lock
  * kinds' scripts (lock_<kind>.c), waiting (wait.c), RedLock (redlock.c), the
- * queries (query.c). It is the only backend with every lock kind, the
- * library's watchdog, token calls, listing, semaphores and latches, and the
- * ID worker. */
+ * queries (query.c), the semaphore (semaphore.c). It is the only backend
+ * with every lock kind, the library's watchdog, token calls, listing,
+ * permit-expirable semaphores and latches, and the ID worker (ZooKeeper has
+ * semaphores too). */
 #include "internal.h"
 
 static int redis_lock_init(dlock_lock *l, dl_err *err) { return l->ops->init(l, err); }
@@ -84,4 +85,9 @@ const dl_backend dl_backend_redis = {
     .owner = redis_owner,
     .is_locked = dl_redis_is_locked,
     .remaining_ttl = dl_redis_remaining_ttl,
+    .sem_acquire = dl_redis_sem_acquire,
+    .sem_release = dl_redis_sem_release,
+    .sem_available = dl_redis_sem_available,
+    .sem_try_set = dl_redis_sem_try_set,
+    .sem_add = dl_redis_sem_add,
 };

@@ -57,8 +57,38 @@
  *   asynchronous API plus a deadline; a late answer is dropped).
  * - The C client's own log goes to a no-op callback (per handle); nothing is
  *   printed. libzookeeper_mt runs two threads per session (I/O, completions).
- * - Not supported: leases, extend, force_unlock, list, semaphores, token
- *   operations, fair locks (plain locks here are FIFO anyway).
+ * - Semaphores (dlock_semaphore_*): {chroot}/dlock/sems/{hex(name)} is a
+ *   persistent node whose data is the total permits in decimal; "" while
+ *   unset (an acquire made the node before any try_set / add). try_set
+ *   writes it only while unset (create, or a set with the version read: a
+ *   compare-and-set); add adds to it (creating it at delta), again by
+ *   compare-and-set. Each permit held or waited for is one ephemeral
+ *   sequential child "lease-{guid}-{seq}" (data "1"): an acquire of k
+ *   permits creates its k children in one multi (all or none, consecutive
+ *   sequence numbers; found again by guid after a connection loss, as for
+ *   locks). The acquisition holds when the number of leases up to its last
+ *   one (in sequence order) fits the total, so holders are a prefix of the
+ *   queue and order is FIFO (a big request at the head holds up smaller
+ *   ones behind it). Otherwise it watches the children and the total (any
+ *   change wakes it: every waiter re-checks, a herd effect on the waiters of
+ *   one semaphore) and waits with the deadline; try once (DLOCK_EBUSY) and
+ *   a timed wait (DLOCK_ETIMEDOUT) delete its leases before returning.
+ *   Permits are owned: release(n) deletes n of the handle's own leases (the
+ *   latest first) and is DLOCK_EINVAL beyond what the handle holds (Redis's
+ *   release adds permits whoever calls it); freeing the handle gives its
+ *   permits back; a holder that dies frees them when its session ends; after
+ *   the session expired, release says DLOCK_ELOST. available = total - the
+ *   leases that fit (waiters are not counted). After add lowered the total
+ *   below what is held, the holders beyond it keep their permits (nobody
+ *   new gets one until enough are released) and available reads 0 (or the
+ *   total, if negative). An add or try_set whose answer is lost is not
+ *   re-sent (it could apply twice): DLOCK_EIO. An acquire's multi is kept
+ *   under 512 KiB (the server's jute.maxbuffer is 1 MiB): about 5000
+ *   permits per acquire for a short name, 240 for the longest
+ *   (DLOCK_EINVAL beyond). The node of a name stays, like Redis's key.
+ * - Not supported: leases, extend, force_unlock, list, permit-expirable
+ *   semaphores, latches, token operations, fair locks (plain locks here are
+ *   FIFO anyway).
  */
 #include <errno.h>
 #include <limits.h>
@@ -114,6 +144,7 @@ struct zk_orphan {
 typedef struct zk_client {
     char *hosts;
     char *root;                /* "{chroot}/dlock/locks" */
+    char *sems;                /* "{chroot}/dlock/sems" */
     int64_t cmd_timeout_ms;
     int64_t connect_timeout_ms;
     int session_ms;
@@ -320,6 +351,12 @@ typedef struct zk_op {
     struct Stat st;
     char **kids;               /* get_children: copies */
     int nkids;
+    char *data;                /* get: a copy of the data (NUL-terminated) */
+    int datalen;
+    zoo_op_t *mops;            /* multi: the creates, their results and paths */
+    zoo_op_result_t *mres;
+    char **mpaths;
+    int nm;
 } zk_op;
 
 static zk_op *op_new(zk_sess *s) {
@@ -339,6 +376,11 @@ static void op_free(zk_op *op) {
     free(op->prefix);
     for (int i = 0; i < op->nkids; i++) free(op->kids[i]);
     free(op->kids);
+    free(op->data);
+    for (int i = 0; i < op->nm; i++) free(op->mpaths[i]);
+    free(op->mpaths);
+    free(op->mops);
+    free(op->mres);
     free(op);
 }
 
@@ -363,6 +405,8 @@ static void op_done(zk_op *op, int rc) {
     op->done = 1;
     /* a create nobody waits for any more: its node, if any, must go */
     if (op->abandoned && rc == ZOK && op->path) orphan_add(op->s, op->path, NULL);
+    for (int i = 0; op->abandoned && rc == ZOK && i < op->nm; i++)
+        if (op->mpaths[i]) orphan_add(op->s, op->mpaths[i], NULL);
     if (op->abandoned && op->prefix && zk_unknown(rc)) orphan_add(op->s, NULL, op->prefix);
     pthread_cond_broadcast(&op->cv);
     int left = --op->refs;
@@ -379,8 +423,18 @@ static void c_stat(int rc, const struct Stat *st, const void *data) {
 }
 
 static void c_data(int rc, const char *v, int vlen, const struct Stat *st, const void *data) {
-    (void)v;
-    (void)vlen;
+    zk_op *op = (zk_op *)data;
+    if (rc == ZOK) {
+        int n = v && vlen > 0 ? vlen : 0;
+        op->data = malloc((size_t)n + 1);
+        if (!op->data) {
+            rc = ZSYSTEMERROR;
+        } else {
+            if (n) memcpy(op->data, v, (size_t)n);
+            op->data[n] = '\0';
+            op->datalen = n;
+        }
+    }
     c_stat(rc, st, data);
 }
 
@@ -469,16 +523,28 @@ static void c_orphan_kids(int rc, const struct String_vector *v, const void *dat
     pthread_mutex_lock(&s->mu);
     o->inflight = 0;
     if (rc == ZOK) {
-        const char *found = NULL;
-        for (int i = 0; v && i < v->count && !found; i++)
-            if (!strncmp(v->data[i], o->match, strlen(o->match))) found = v->data[i];
-        char *p = found ? join3(o->parent, "/", found) : NULL;
-        if (!found) {
-            orphan_unlink_locked(s, o);
-        } else if (p) {
-            o->path = p;
-            if (s->connected) orphans_send_locked(s);
+        /* every match: a semaphore's multi create makes several nodes */
+        int found = 0;
+        for (int i = 0; v && i < v->count; i++) {
+            if (strncmp(v->data[i], o->match, strlen(o->match))) continue;
+            char *p = join3(o->parent, "/", v->data[i]);
+            if (!p) continue; /* out of memory: the session's end takes it */
+            if (!found++) {
+                o->path = p;
+                continue;
+            }
+            zk_orphan *x = calloc(1, sizeof *x);
+            if (!x) {
+                free(p);
+                continue;
+            }
+            x->s = s;
+            x->path = p;
+            x->next = s->orphans;
+            s->orphans = x;
         }
+        if (!found) orphan_unlink_locked(s, o);
+        else if (s->connected) orphans_send_locked(s);
     } else if (orphan_settled(rc)) {
         orphan_unlink_locked(s, o);
     }
@@ -527,15 +593,16 @@ static void orphan_add(zk_sess *s, const char *path, const char *prefix) {
     }
 }
 
-enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS };
+enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS, OP_WATCH_KIDS, OP_GET, OP_SET };
 
 /* Runs one request bounded by the command timeout. create: flags (path gets
- * the created node), watch: a data watch on path (only set if it exists).
- * *out (may be NULL) gets the finished op, which the caller frees with
- * op_unref. Returns the ZooKeeper code; no answer in time is
- * ZK_NOANSWER. */
-static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
-                  zk_op **out) {
+ * the created node) and data; watch: get with a data watch on path (only set
+ * if it exists); watch_kids: get_children with a child watch; set: data
+ * if the node's version is flags. *out (may be NULL) gets the finished op,
+ * which the caller frees with op_unref. Returns the ZooKeeper code; no
+ * answer in time is ZK_NOANSWER. */
+static int zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+                       const char *data, zk_op **out) {
     if (out) *out = NULL;
     zk_op *op = op_new(s);
     if (!op) {
@@ -546,11 +613,19 @@ static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int fla
     switch (what) {
     case OP_CREATE:
         if (flags == ZOO_EPHEMERAL_SEQUENTIAL) op->prefix = strdup(path); /* NULL: no cleanup search */
-        sent = zoo_acreate2(s->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
+        sent = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1,
+                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
         break;
     case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, c_void, op); break;
     case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, op); break;
     case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, op); break;
+    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, op); break;
+    case OP_SET:
+        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, op);
+        break;
+    case OP_WATCH_KIDS:
+        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, op);
+        break;
     default: sent = zoo_aget_children(s->zh, path, 0, c_kids, op); break;
     }
     int rc = op_started(op, sent);
@@ -558,6 +633,11 @@ static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int fla
     if (rc == ZOK && out) *out = op;
     else op_unref(op);
     return rc;
+}
+
+static int zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+                  zk_op **out) {
+    return zk_req_data(zc, s, what, path, flags, NULL, out);
 }
 
 /* ---- client ---- */
@@ -569,6 +649,7 @@ static void zk_close(dlock_client *c) {
     pthread_mutex_destroy(&zc->mu);
     free(zc->hosts);
     free(zc->root);
+    free(zc->sems);
     free(zc);
     c->bctx = NULL;
 }
@@ -655,7 +736,8 @@ static int zk_open(dlock_client *c, const char *url, const dlock_options *o, dl_
         (cl >= 2 && !strcmp(chroot + cl - 2, "/.")) || (cl >= 3 && !strcmp(chroot + cl - 3, "/..")))
         return dl_seterr(err, DLOCK_EINVAL, "zookeeper URL: bad chroot path '%s'", p + hl);
     zc->root = join3(chroot, "/dlock", "/locks");
-    if (!zc->root) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    zc->sems = join3(chroot, "/dlock", "/sems");
+    if (!zc->root || !zc->sems) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     int rc = probe_hosts(zc, err);
     if (rc) return rc;
     zk_sess *s = NULL;
@@ -679,12 +761,13 @@ static int zk_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 
 /* ---- names and queue nodes ---- */
 
-static char *name_parent(zk_client *zc, const char *name, size_t len) {
+/* root + "/" + hex(name) */
+static char *name_under(const char *root, const char *name, size_t len) {
     static const char hx[] = "0123456789abcdef";
-    size_t rl = strlen(zc->root);
+    size_t rl = strlen(root);
     char *s = malloc(rl + 1 + 2 * len + 1);
     if (!s) return NULL;
-    memcpy(s, zc->root, rl);
+    memcpy(s, root, rl);
     s[rl] = '/';
     char *q = s + rl + 1;
     for (size_t i = 0; i < len; i++) {
@@ -693,6 +776,10 @@ static char *name_parent(zk_client *zc, const char *name, size_t len) {
     }
     *q = '\0';
     return s;
+}
+
+static char *name_parent(zk_client *zc, const char *name, size_t len) {
+    return name_under(zc->root, name, len);
 }
 
 /* A child "read-<guid>-<seq>" / "write-<guid>-<seq>". */
@@ -760,8 +847,10 @@ static int list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opo
     return DLOCK_OK;
 }
 
-/* Creates parent (a container) and its ancestors (persistent) where missing. */
-static int ensure_parents(zk_client *zc, zk_sess *s, const char *parent, dl_err *err) {
+/* Creates parent (with last_flags: a container for a lock's queue) and its
+ * ancestors (persistent) where missing. */
+static int ensure_parents(zk_client *zc, zk_sess *s, const char *parent, int last_flags,
+                          dl_err *err) {
     char *buf = strdup(parent);
     if (!buf) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     int rc = DLOCK_OK;
@@ -769,10 +858,10 @@ static int ensure_parents(zk_client *zc, zk_sess *s, const char *parent, dl_err 
         if (*q != '/' && *q != '\0') continue;
         char saved = *q;
         *q = '\0';
-        int zrc = zk_req(zc, s, OP_CREATE, buf, saved ? ZOO_PERSISTENT : ZOO_CONTAINER, NULL);
+        int zrc = zk_req(zc, s, OP_CREATE, buf, saved ? ZOO_PERSISTENT : last_flags, NULL);
         *q = saved;
         if (zrc != ZOK && zrc != ZNODEEXISTS) {
-            rc = zk_fail(zrc, "create the lock's parent nodes", err);
+            rc = zk_fail(zrc, "create the parent nodes", err);
             break;
         }
         if (!saved) break;
@@ -850,7 +939,7 @@ static int create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
             break;
         }
         if (zrc == ZNONODE && ++tries <= 3) {
-            rc = ensure_parents(zc, s, parent, err);
+            rc = ensure_parents(zc, s, parent, ZOO_CONTAINER, err);
             if (rc) break;
             continue;
         }
@@ -1201,6 +1290,516 @@ static int zk_fence_current(dlock_client *c, const char *name, size_t len, uint6
     return query(c, name, len, NULL, fence, err);
 }
 
+/* ---- semaphores ----
+ * {chroot}/dlock/sems/{hex(name)}: persistent, data = the total permits in
+ * decimal ("" while unset: made by an acquire before any try_set / add).
+ * Each permit held or asked for is one ephemeral sequential child
+ * "lease-{guid}-{seq}" (data "1"); an acquire of k permits creates its k
+ * children in one multi (atomic: consecutive sequence numbers, all or none). */
+
+#define ZK_LEASE_PREFIX "lease-"
+/* the most bytes of creates one acquire sends in its multi */
+#define ZK_MULTI_BYTES (512 * 1024)
+
+typedef struct zk_sem {
+    char *node;                /* sems + "/" + hex(name) */
+    zk_sess *sess;             /* set (a reference) while leases are held */
+    char **leases;             /* full paths of the lease nodes this handle holds */
+    int64_t nleases, cap;
+} zk_sem;
+
+/* Parses "lease-<guid>-<seq>"; guid into g (33 bytes). */
+static int parse_lease(const char *name, char *g, long long *seq) {
+    size_t pl = strlen(ZK_LEASE_PREFIX);
+    if (strncmp(name, ZK_LEASE_PREFIX, pl)) return 0;
+    const char *p = name + pl;
+    if (strlen(p) < 2 * ZK_GUID_BYTES + 2 || p[2 * ZK_GUID_BYTES] != '-') return 0;
+    memcpy(g, p, 2 * ZK_GUID_BYTES);
+    g[2 * ZK_GUID_BYTES] = '\0';
+    const char *sq = p + 2 * ZK_GUID_BYTES + 1;
+    char *end = NULL;
+    errno = 0;
+    *seq = strtoll(sq, &end, 10);
+    return *sq && !*end && !errno && *seq >= 0;
+}
+
+/* One lease child as listed. */
+typedef struct zk_lease {
+    const char *name;
+    char guid[2 * ZK_GUID_BYTES + 1];
+    long long seq;
+} zk_lease;
+
+static int lease_cmp(const void *a, const void *b) {
+    long long x = ((const zk_lease *)a)->seq, y = ((const zk_lease *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+/* The lease children in queue order (sequence). v points into op's kids. */
+static int leases_of(zk_op *op, zk_lease **out, int *n, dl_err *err) {
+    *out = NULL;
+    *n = 0;
+    zk_lease *v = calloc((size_t)(op && op->nkids ? op->nkids : 1), sizeof *v);
+    if (!v) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    int k = 0;
+    for (int i = 0; op && i < op->nkids; i++)
+        if (parse_lease(op->kids[i], v[k].guid, &v[k].seq)) v[k++].name = op->kids[i];
+    qsort(v, (size_t)k, sizeof *v, lease_cmp);
+    *out = v;
+    *n = k;
+    return DLOCK_OK;
+}
+
+/* The permits held: the leases of the acquisitions (guid groups) that fit
+ * the total counting every lease up to their last one. A group is one run
+ * of the sorted leases (one multi: consecutive sequence numbers). Holders
+ * are a prefix of the queue (a later group counts all earlier ones); *mine
+ * (may be NULL) gets whether the group guid fits, *nmine its leases. */
+static int64_t leases_held(const zk_lease *v, int n, int64_t total, const char *guid,
+                           int *mine, int *nmine) {
+    int64_t held = 0;
+    if (mine) *mine = 0;
+    if (nmine) *nmine = 0;
+    for (int i = 0; i < n;) {
+        int last = i; /* the last lease of i's group */
+        while (last + 1 < n && !strcmp(v[last + 1].guid, v[i].guid)) last++;
+        int fits = (int64_t)last + 1 <= total;
+        if (fits) held = last + 1;
+        if (guid && !strcmp(v[i].guid, guid)) {
+            if (mine) *mine = fits;
+            if (nmine) *nmine += last - i + 1;
+        }
+        i = last + 1;
+    }
+    return held;
+}
+
+/* Reads the total: *total (0 when unset), *set 1 if a value is there,
+ * *version the node's data version. ZNONODE: DLOCK_OK with *exists 0. */
+static int sem_read(zk_client *zc, zk_sess *s, const char *node, int watch, int64_t *total,
+                    int *set, int *version, int *exists, dl_err *err) {
+    *total = 0;
+    *set = 0;
+    *exists = 0;
+    zk_op *op = NULL;
+    int zrc = zk_req(zc, s, watch ? OP_WATCH : OP_GET, node, 0, &op);
+    if (zrc == ZNONODE) return DLOCK_OK;
+    if (zrc != ZOK) return zk_fail(zrc, "read the semaphore", err);
+    *exists = 1;
+    if (version) *version = op->st.version;
+    int rc = DLOCK_OK;
+    if (op->datalen > 0) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(op->data, &end, 10);
+        if (*end || errno)
+            rc = dl_seterr(err, DLOCK_EPROTO, "zookeeper: the semaphore node's data is not an "
+                                              "integer");
+        *total = v;
+        *set = 1;
+    }
+    op_unref(op);
+    return rc;
+}
+
+/* Creates the k leases of one acquisition in one multi. ZOK: op->mpaths. */
+static int multi_create(zk_client *zc, zk_sess *s, const char *prefix, int k, zk_op **out) {
+    *out = NULL;
+    zk_op *op = op_new(s);
+    if (!op) return ZSYSTEMERROR;
+    size_t plen = strlen(prefix) + 16;
+    op->prefix = strdup(prefix); /* an abandoned create is searched for by it */
+    op->mops = calloc((size_t)k, sizeof *op->mops);
+    op->mres = calloc((size_t)k, sizeof *op->mres);
+    op->mpaths = calloc((size_t)k, sizeof *op->mpaths);
+    int ok = op->prefix && op->mops && op->mres && op->mpaths;
+    for (int i = 0; ok && i < k; i++) {
+        if (!(op->mpaths[i] = calloc(1, plen))) ok = 0;
+        else op->nm = i + 1;
+    }
+    if (!ok) {
+        op->refs = 1;
+        op_unref(op);
+        return ZSYSTEMERROR;
+    }
+    for (int i = 0; i < k; i++)
+        zoo_create_op_init(&op->mops[i], op->prefix, "1", 1, &ZOO_OPEN_ACL_UNSAFE,
+                           ZOO_EPHEMERAL_SEQUENTIAL, op->mpaths[i], (int)plen);
+    int rc = op_started(op, zoo_amulti(s->zh, k, op->mops, op->mres, c_void, op));
+    if (rc == ZOK) rc = op_wait(op, dl_deadline(zc->cmd_timeout_ms), NULL);
+    if (rc == ZOK) *out = op;
+    else op_unref(op);
+    return rc;
+}
+
+/* Our leases by guid (after a create whose outcome is unknown): *paths
+ * (malloc'd) and *n; 0 when the create was not applied. */
+static int find_leases(zk_client *zc, zk_sess *s, const char *node, const char *guid,
+                       char ***paths, int *n, dl_err *err) {
+    *paths = NULL;
+    *n = 0;
+    zk_op *op = NULL;
+    int zrc = zk_req(zc, s, OP_KIDS, node, 0, &op);
+    if (zrc == ZNONODE) return DLOCK_OK;
+    if (zrc != ZOK) return zk_fail(zrc, "list the semaphore's leases", err);
+    zk_lease *v = NULL;
+    int nv = 0;
+    int rc = leases_of(op, &v, &nv, err);
+    char **p = rc ? NULL : calloc((size_t)(nv ? nv : 1), sizeof *p);
+    if (!rc && !p) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    int k = 0;
+    for (int i = 0; !rc && i < nv; i++) {
+        if (strcmp(v[i].guid, guid)) continue;
+        if (!(p[k] = join3(node, "/", v[i].name)))
+            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        else
+            k++;
+    }
+    free(v);
+    op_unref(op);
+    if (rc) {
+        for (int i = 0; i < k; i++) free(p[i]);
+        free(p);
+        return rc;
+    }
+    *paths = p;
+    *n = k;
+    return DLOCK_OK;
+}
+
+static void free_paths(char **p, int n) {
+    for (int i = 0; i < n; i++) free(p[i]);
+    free(p);
+}
+
+/* Creates the k leases (once, even across a connection loss) before
+ * deadline: *paths (malloc'd) with k entries. */
+static int create_leases(zk_client *zc, zk_sess *s, const char *node, const char *guid, int k,
+                         int64_t deadline, char ***paths, dl_err *err) {
+    *paths = NULL;
+    char *prefix = malloc(strlen(node) + 2 * ZK_GUID_BYTES + 16);
+    if (!prefix) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    sprintf(prefix, "%s/" ZK_LEASE_PREFIX "%s-", node, guid);
+    int rc = DLOCK_OK, tries = 0, maybe = 0;
+    for (;;) {
+        if (maybe) {
+            int n = 0;
+            rc = find_leases(zc, s, node, guid, paths, &n, err);
+            if (!rc && n == k) break;
+            if (!rc && n > 0) {
+                free_paths(*paths, n);
+                *paths = NULL;
+                rc = dl_seterr(err, DLOCK_EPROTO, "zookeeper: %d of our %d lease nodes found", n,
+                               k);
+                break;
+            }
+            free(*paths);
+            *paths = NULL;
+            if (rc) {
+                if (dl_now_ms() >= deadline) break;
+                dl_sleep_ms(50);
+                continue;
+            }
+            maybe = 0; /* not there: it was not applied */
+        }
+        zk_op *op = NULL;
+        int zrc = multi_create(zc, s, prefix, k, &op);
+        if (zrc == ZOK) {
+            *paths = calloc((size_t)k, sizeof **paths);
+            for (int i = 0; *paths && i < k; i++) {
+                (*paths)[i] = op->mpaths[i]; /* the full path of the node made */
+                op->mpaths[i] = NULL;
+            }
+            if (!*paths) {
+                for (int i = 0; i < k; i++) orphan_add(s, op->mpaths[i], NULL);
+                rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+            } else {
+                rc = DLOCK_OK;
+            }
+            op_unref(op);
+            break;
+        }
+        if (zrc == ZNONODE && ++tries <= 3) {
+            rc = ensure_parents(zc, s, node, ZOO_PERSISTENT, err);
+            if (rc) break;
+            continue;
+        }
+        if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
+            maybe = 1;
+            if (dl_now_ms() < deadline) continue;
+        }
+        rc = zk_fail(zrc, "create the semaphore's lease nodes", err);
+        break;
+    }
+    if (rc && maybe) orphan_add(s, NULL, prefix);
+    free(prefix);
+    return rc;
+}
+
+static int zk_sem_init(dl_object *o, dl_err *err) {
+    zk_sem *zs = calloc(1, sizeof *zs);
+    if (!zs) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    o->bdata = zs;
+    zk_client *zc = o->c->bctx;
+    zs->node = name_under(zc->sems, o->name, o->name_len);
+    if (!zs->node) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return DLOCK_OK;
+}
+
+/* Forgets the handle's leases (deleting them in the background if del). */
+static void sem_drop(zk_sem *zs, int del) {
+    for (int64_t i = 0; i < zs->nleases; i++) {
+        if (del && zs->sess) orphan_add(zs->sess, zs->leases[i], NULL);
+        free(zs->leases[i]);
+    }
+    zs->nleases = 0;
+    sess_unref(zs->sess);
+    zs->sess = NULL;
+}
+
+/* Freeing the handle gives its permits back. */
+static void zk_sem_destroy(dl_object *o) {
+    zk_sem *zs = o->bdata;
+    if (!zs) return;
+    sem_drop(zs, 1);
+    free(zs->leases);
+    free(zs->node);
+    free(zs);
+    o->bdata = NULL;
+}
+
+static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
+    zk_client *zc = o->c->bctx;
+    zk_sem *zs = o->bdata;
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    /* one node per permit, all in one request, which must stay well under
+     * the server's jute.maxbuffer (1 MiB by default) */
+    int64_t maxk = ZK_MULTI_BYTES / ((int64_t)strlen(zs->node) + 64);
+    if (permits > maxk)
+        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': at most %lld permits per acquire "
+                                            "for this name on zookeeper (a node each, in one "
+                                            "request; got %lld)",
+                         nm, (long long)maxk, (long long)permits);
+    if (zs->sess && sess_dead(zs->sess)) sem_drop(zs, 0); /* the session took them */
+    if (zs->nleases + permits > zs->cap) {
+        int64_t cap = zs->cap ? zs->cap : 4;
+        while (cap < zs->nleases + permits) cap *= 2;
+        char **nl = realloc(zs->leases, (size_t)cap * sizeof *nl);
+        if (!nl) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        zs->leases = nl;
+        zs->cap = cap;
+    }
+    zk_sess *s = NULL;
+    int rc = sess_get(zc, &s, err);
+    if (rc) return rc;
+    int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE
+                       : wait_ms == 0               ? dl_deadline(zc->cmd_timeout_ms)
+                                                    : dl_deadline(wait_ms);
+    char guid[2 * ZK_GUID_BYTES + 1];
+    rc = dl_random_hex(guid, ZK_GUID_BYTES, err);
+    char **paths = NULL;
+    int k = (int)permits;
+    if (!rc)
+        rc = create_leases(zc, s, zs->node, guid, k,
+                           wait_ms == 0 || deadline == DL_INF_DEADLINE
+                               ? dl_deadline(zc->cmd_timeout_ms)
+                               : deadline,
+                           &paths, err);
+    if (rc) {
+        sess_unref(s);
+        return rc;
+    }
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        uint64_t ev0 = s->events;
+        int dead = s->dead;
+        pthread_mutex_unlock(&s->mu);
+        if (dead) {
+            rc = dl_seterr(err, DLOCK_EIO, "semaphore '%s': the zookeeper session expired while "
+                                           "waiting", nm);
+            break;
+        }
+        /* both reads leave a watch: a release (delete) or a new total
+         * after them wakes us */
+        zk_op *op = NULL;
+        int zrc = zk_req(zc, s, OP_WATCH_KIDS, zs->node, 0, &op);
+        int64_t total = 0;
+        int set = 0, exists = 0;
+        rc = zrc == ZOK ? sem_read(zc, s, zs->node, 1, &total, &set, NULL, &exists, err)
+                        : zk_fail(zrc, "list the semaphore's leases", err);
+        if (rc == DLOCK_EIO && !sess_dead(s) && dl_now_ms() < deadline && wait_ms != 0) {
+            if (op) op_unref(op);
+            dl_sleep_ms(50); /* disconnected: the session may come back */
+            continue;
+        }
+        zk_lease *v = NULL;
+        int n = 0, mine = 0, nmine = 0;
+        if (!rc) rc = leases_of(op, &v, &n, err);
+        if (!rc) leases_held(v, n, total, guid, &mine, &nmine);
+        free(v);
+        if (op) op_unref(op);
+        if (rc) break;
+        if (nmine != k) {
+            rc = dl_seterr(err, DLOCK_EIO, "semaphore '%s': our lease nodes vanished (session "
+                                           "expired?)", nm);
+            break;
+        }
+        if (mine) {
+            if (zs->sess && zs->sess != s) sem_drop(zs, 0); /* an expired session's */
+            for (int i = 0; i < k; i++) zs->leases[zs->nleases++] = paths[i];
+            free(paths);
+            if (zs->sess) sess_unref(s); /* the handle has its reference already */
+            else zs->sess = s;
+            return DLOCK_OK;
+        }
+        if (wait_ms == 0) {
+            rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
+                           nm, (long long)permits);
+            break;
+        }
+        if (dl_now_ms() >= deadline) {
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT,
+                           "timed out waiting for %lld permit(s) of semaphore '%s'",
+                           (long long)permits, nm);
+            break;
+        }
+        pthread_mutex_lock(&s->mu);
+        while (s->events == ev0 && !s->dead && dl_now_ms() < deadline)
+            cv_wait_until(&s->cv, &s->mu, deadline);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (int i = 0; i < k; i++) give_up_node(zc, s, paths[i]);
+    free_paths(paths, k);
+    sess_unref(s);
+    return rc;
+}
+
+/* Gives back permits this handle holds (its latest leases first). */
+static int zk_sem_release(dl_object *o, int64_t permits, dl_err *err) {
+    zk_client *zc = o->c->bctx;
+    zk_sem *zs = o->bdata;
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    if (zs->sess && sess_dead(zs->sess)) {
+        int64_t had = zs->nleases;
+        sem_drop(zs, 0);
+        return dl_seterr(err, DLOCK_ELOST, "semaphore '%s': the zookeeper session holding this "
+                                           "handle's %lld permit(s) expired (they were freed)",
+                         nm, (long long)had);
+    }
+    if (permits > zs->nleases)
+        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': release of %lld permit(s), but this "
+                                            "handle holds %lld (on zookeeper a handle gives "
+                                            "back only permits it acquired)",
+                         nm, (long long)permits, (long long)zs->nleases);
+    int64_t until = dl_deadline(zc->cmd_timeout_ms > zc->session_ms ? zc->cmd_timeout_ms
+                                                                    : zc->session_ms);
+    while (permits > 0) {
+        const char *path = zs->leases[zs->nleases - 1];
+        int zrc;
+        for (;;) {
+            zrc = zk_req(zc, zs->sess, OP_DELETE, path, 0, NULL);
+            if (!zk_unknown(zrc) || sess_dead(zs->sess) || dl_now_ms() >= until) break;
+            dl_sleep_ms(50);
+        }
+        if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || sess_dead(zs->sess)) {
+            int64_t had = zs->nleases;
+            sem_drop(zs, 0);
+            return dl_seterr(err, DLOCK_ELOST, "semaphore '%s': the zookeeper session holding "
+                                               "this handle's %lld permit(s) expired", nm,
+                             (long long)had);
+        }
+        if (zrc != ZOK && zrc != ZNONODE) return zk_fail(zrc, "semaphore release", err);
+        free(zs->leases[--zs->nleases]);
+        permits--;
+    }
+    if (zs->nleases == 0) sem_drop(zs, 0);
+    return DLOCK_OK;
+}
+
+/* total - the permits held (the leases that fit; waiters are not counted). */
+static int zk_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
+    zk_client *zc = o->c->bctx;
+    zk_sem *zs = o->bdata;
+    zk_sess *s = NULL;
+    int rc = sess_get(zc, &s, err);
+    if (rc) return rc;
+    int64_t total = 0;
+    int set = 0, exists = 0;
+    zk_op *op = NULL;
+    rc = sem_read(zc, s, zs->node, 0, &total, &set, NULL, &exists, err);
+    if (!rc && exists) {
+        int zrc = zk_req(zc, s, OP_KIDS, zs->node, 0, &op);
+        if (zrc != ZOK && zrc != ZNONODE) rc = zk_fail(zrc, "list the semaphore's leases", err);
+    }
+    zk_lease *v = NULL;
+    int n = 0;
+    if (!rc) rc = leases_of(op, &v, &n, err);
+    if (!rc) *permits = total - leases_held(v, n, total, NULL, NULL, NULL);
+    free(v);
+    if (op) op_unref(op);
+    sess_unref(s);
+    return rc;
+}
+
+/* Sets the total: to permits only while unset (try_set), or adds delta. A
+ * write whose outcome is unknown (connection lost) is not re-sent: an add
+ * could be applied twice; DLOCK_EIO says so. */
+static int sem_write(dl_object *o, int add, int64_t v, int *set, dl_err *err) {
+    zk_client *zc = o->c->bctx;
+    zk_sem *zs = o->bdata;
+    const char *what = add ? "semaphore add" : "semaphore try_set";
+    zk_sess *s = NULL;
+    int rc = sess_get(zc, &s, err);
+    if (rc) return rc;
+    for (int tries = 0;; tries++) {
+        if (tries >= 100) {
+            rc = dl_seterr(err, DLOCK_EIO, "zookeeper: %s: the value kept changing", what);
+            break;
+        }
+        int64_t total = 0;
+        int has = 0, version = 0, exists = 0;
+        rc = sem_read(zc, s, zs->node, 0, &total, &has, &version, &exists, err);
+        if (rc) break;
+        if (!add && has) {
+            *set = 0;
+            break;
+        }
+        if (add && ((v > 0 && total > INT64_MAX - v) || (v < 0 && total < INT64_MIN - v))) {
+            rc = dl_seterr(err, DLOCK_EOVERFLOW, "%s: the permits would overflow", what);
+            break;
+        }
+        char num[24];
+        dl_fmt_ll(num, add ? total + v : v);
+        int zrc = exists ? zk_req_data(zc, s, OP_SET, zs->node, version, num, NULL)
+                         : zk_req_data(zc, s, OP_CREATE, zs->node, ZOO_PERSISTENT, num, NULL);
+        if (zrc == ZOK) {
+            if (set) *set = 1;
+            break;
+        }
+        if (zrc == ZBADVERSION || zrc == ZNODEEXISTS) continue; /* changed meanwhile */
+        if (zrc == ZNONODE && !exists) {
+            rc = ensure_parents(zc, s, zc->sems, ZOO_PERSISTENT, err);
+            if (rc) break;
+            continue;
+        }
+        if (zrc == ZNONODE) continue; /* deleted meanwhile */
+        rc = zk_fail(zrc, what, err);
+        break;
+    }
+    sess_unref(s);
+    return rc;
+}
+
+static int zk_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
+    return sem_write(o, 0, permits, set, err);
+}
+
+static int zk_sem_add(dl_object *o, int64_t delta, dl_err *err) {
+    return sem_write(o, 1, delta, NULL, err);
+}
+
 /* ---- server facts ---- */
 
 /* Sends the `srvr` four-letter word to the connected server; the first line
@@ -1324,4 +1923,11 @@ const dl_backend dl_backend_zookeeper = {
     .fence_current = zk_fence_current,
     .force_unlock = NULL,
     .server_fact = zk_server_fact,
+    .sem_init = zk_sem_init,
+    .sem_destroy = zk_sem_destroy,
+    .sem_acquire = zk_sem_acquire,
+    .sem_release = zk_sem_release,
+    .sem_available = zk_sem_available,
+    .sem_try_set = zk_sem_try_set,
+    .sem_add = zk_sem_add,
 };

@@ -308,12 +308,15 @@ typedef struct dl_object {
     char *channel;             /* the channel its waiters subscribe to */
     size_t channel_len;
     char errmsg[DL_ERRMSG_MAX];
+    void *bdata;               /* a backend's per-handle state (sem_init) */
 } dl_object;
 
-/* Checks and copies name and derives the channel chan_prefix + {name}.
- * Failures are recorded on c (dlock_errmsg) and returned. */
-int dl_object_init(dl_object *o, dlock_client *c, const char *name, size_t name_len,
-                   const char *chan_prefix);
+/* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
+ * DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH), checks and copies name and
+ * derives the channel chan_prefix + {name}. Failures are recorded on c
+ * (dlock_errmsg) and returned. */
+int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
+                   size_t name_len, const char *chan_prefix);
 void dl_object_clear(dl_object *o);
 /* Records err on the handle; returns its code. */
 int dl_object_fail(dl_object *o, const dl_err *err);
@@ -331,7 +334,8 @@ enum {
     DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
     DL_CAP_TOKENS = 1u << 1,   /* acquire / release / extend by token (token.c) */
     DL_CAP_LIST = 1u << 2,     /* dlock_list */
-    DL_CAP_OBJECTS = 1u << 3,  /* semaphores, expirable permits, latches */
+    DL_CAP_OBJECTS = 1u << 3,  /* expirable permits and latches (semaphores:
+                                * the sem_* calls of the table) */
     DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
 };
 
@@ -375,6 +379,20 @@ struct dl_backend {
     int (*is_locked)(dlock_client *c, const char *name, size_t len, int *locked, dl_err *err);
     int (*remaining_ttl)(dlock_client *c, const char *name, size_t len, int64_t *ttl_ms,
                          dl_err *err);
+    /* the semaphore (dlock_semaphore_*), when the backend has one (NULL
+     * sem_acquire: DLOCK_ENOTSUP). o is the handle's common part; sem_init
+     * (may be NULL) sets o->bdata, sem_destroy frees it. Arguments are
+     * checked by semaphore.c before: permits >= 1 (acquire, release),
+     * wait_ms >= 0 or DLOCK_WAIT_FOREVER, permits >= 0 (try_set), result
+     * pointers not NULL. Not acquired: DLOCK_EBUSY (wait_ms 0) or
+     * DLOCK_ETIMEDOUT, with a message. */
+    int (*sem_init)(dl_object *o, dl_err *err);
+    void (*sem_destroy)(dl_object *o);
+    int (*sem_acquire)(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err);
+    int (*sem_release)(dl_object *o, int64_t permits, dl_err *err);
+    int (*sem_available)(dl_object *o, int64_t *permits, dl_err *err);
+    int (*sem_try_set)(dl_object *o, int64_t permits, int *set, dl_err *err);
+    int (*sem_add)(dl_object *o, int64_t delta, dl_err *err);
 };
 
 /* Redis and its deployments (single, RedLock, Sentinel, Cluster): the
@@ -395,6 +413,12 @@ int dl_redis_force_unlock(dlock_client *c, const char *name, size_t len, int *ex
                           dl_err *err);
 int dl_redis_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
                          dl_err *err);
+/* Its semaphore (semaphore.c). */
+int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err);
+int dl_redis_sem_release(dl_object *o, int64_t permits, dl_err *err);
+int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err);
+int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err);
+int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err);
 
 /* The backend serving url: the one whose scheme it has, else Redis (whose
  * URL parser explains a bad one). */

@@ -70,7 +70,8 @@ int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_la
     if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_latch_new: NULL out"});
     dlock_latch *l = calloc(1, sizeof *l);
     if (!l) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&l->o, c, name, name_len, "redisson_countdownlatch__channel__");
+    int rc = dl_object_init(&l->o, c, DLOCK_KIND_LATCH, name, name_len,
+                            "redisson_countdownlatch__channel__");
     if (rc) {
         free(l);
         return rc;

@@ -6,12 +6,18 @@
 
 #include "internal.h"
 
-int dl_object_init(dl_object *o, dlock_client *c, const char *name, size_t name_len,
-                   const char *chan_prefix) {
+int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
+                   size_t name_len, const char *chan_prefix) {
     dl_err err = {0};
     memset(o, 0, sizeof *o);
     o->c = c;
-    if (!(c->backend->caps & DL_CAP_OBJECTS)) return dl_backend_unsupported(c, "semaphores and latches");
+    if (kind == DLOCK_KIND_SEMAPHORE) {
+        if (!c->backend->sem_acquire) return dl_backend_unsupported(c, "the semaphore");
+    } else if (!(c->backend->caps & DL_CAP_OBJECTS)) {
+        return dl_backend_unsupported(c, kind == DLOCK_KIND_LATCH
+                                             ? "the countdown latch"
+                                             : "the permit-expirable semaphore");
+    }
     if (c->mode == DL_MODE_REDLOCK)
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "semaphores and latches are not "
                                                           "supported on redlock://"});

@@ -146,7 +146,7 @@ int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_
     if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_permits_new: NULL out"});
     dlock_permits *p = calloc(1, sizeof *p);
     if (!p) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&p->o, c, name, name_len, "redisson_sc:");
+    int rc = dl_object_init(&p->o, c, DLOCK_KIND_PERMIT_SEMAPHORE, name, name_len, "redisson_sc:");
     if (rc) {
         free(p);
         return rc;

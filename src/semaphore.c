@@ -1,8 +1,14 @@
-/* The semaphore (Redisson RSemaphore layout): STRING `name` holds the
- * available permits; every change that can free permits publishes the new
- * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
-
- * Waiting: dl_sync_* in sync.c. */
+/* The semaphore. The public calls check their arguments and go through the
+ * client's backend table (sem_* calls); a backend without them answers
+ * DLOCK_ENOTSUP when the handle is made (object.c).
+ *
+ * Redis (the dl_redis_sem_* calls below; Redisson RSemaphore layout): STRING
+ * `name` holds the available permits; every change that can free permits
+ * publishes the new count on "redisson_sc:{name}". Permits are not owned:
+ * anyone may release. Waiting: dl_sync_* in sync.c.
+ *
+ * ZooKeeper: backend_zk.c (permits held by lease nodes, released by their
+ * holder only). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -61,10 +67,15 @@ int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dloc
     if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_semaphore_new: NULL out"});
     dlock_semaphore *s = calloc(1, sizeof *s);
     if (!s) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&s->o, c, name, name_len, "redisson_sc:");
+    int rc = dl_object_init(&s->o, c, DLOCK_KIND_SEMAPHORE, name, name_len, "redisson_sc:");
     if (rc) {
         free(s);
         return rc;
+    }
+    dl_err err = {0};
+    if (c->backend->sem_init && (rc = c->backend->sem_init(&s->o, &err))) {
+        dlock_semaphore_free(s);
+        return dl_client_fail(c, &err);
     }
     *out = s;
     dl_client_ok(c);
@@ -73,6 +84,7 @@ int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dloc
 
 void dlock_semaphore_free(dlock_semaphore *s) {
     if (!s) return;
+    if (s->o.c->backend->sem_destroy) s->o.c->backend->sem_destroy(&s->o);
     dl_object_clear(&s->o);
     free(s);
 }
@@ -110,45 +122,90 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
-int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms) {
-    if (!s) return DLOCK_EINVAL;
-    dl_err err = {0};
+/* ---- Redis ---- */
+
+int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
+    dlock_semaphore *s = (dlock_semaphore *)o;
     char nm[80];
-    if (permits < 1) {
-        dl_seterr(&err, DLOCK_EINVAL, "acquire: permits must be >= 1 (got %lld)", (long long)permits);
-        return sem_fail(s, &err);
-    }
-    if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
     dlock_client *c = s->o.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     long long got = 0;
-    int rc = dl_pool_get_key(c, s->o.name, s->o.name_len, dl_cmd_deadline(c), &conn, &err);
-    if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
+    int rc = dl_pool_get_key(c, s->o.name, s->o.name_len, dl_cmd_deadline(c), &conn, err);
+    if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
-        rc = dl_seterr(&err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
+        rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
                        dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm), (long long)permits);
         goto out;
     }
-    rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, &err);
+    rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, err);
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
-        rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, &err);
+        rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
         if (rc || got == 1) break;
         if (wait_left(deadline) == 0) {
-            rc = dl_seterr(&err, DLOCK_ETIMEDOUT,
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT,
                            "timed out waiting for %lld permit(s) of semaphore '%s'",
                            (long long)permits, dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm));
             break;
         }
         /* permits come back only through a release or add, which publish */
-        rc = dl_sync_wait(c, sub, deadline, &err);
+        rc = dl_sync_wait(c, sub, deadline, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */
     }
     dl_sync_unsubscribe(c, sub, s->o.channel, s->o.channel_len);
 out:
     dl_pool_put(c, conn);
+    return rc;
+}
+
+int dl_redis_sem_release(dl_object *o, int64_t permits, dl_err *err) {
+    long long v = 0;
+    return sem_eval((dlock_semaphore *)o, NULL, &add_script, "semaphore release", permits, &v,
+                    err);
+}
+
+int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err) {
+    long long v = 0;
+    return sem_eval((dlock_semaphore *)o, NULL, &add_script, "semaphore add", delta, &v, err);
+}
+
+int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
+    long long v = 0;
+    int rc = sem_eval((dlock_semaphore *)o, NULL, &try_set_script, "semaphore try_set", permits,
+                      &v, err);
+    if (!rc) *set = v == 1;
+    return rc;
+}
+
+int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
+    const char *argv[2] = {"GET", o->name};
+    size_t lens[2] = {3, o->name_len};
+    redisReply *r = NULL;
+    int rc = dl_client_command(o->c, 2, argv, lens, &r, err);
+    if (rc) return rc;
+    long long v = 0;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_reply_error(r, "semaphore available", err);
+    else if (r->type != REDIS_REPLY_NIL && dl_reply_int(r, &v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "semaphore available: the value is not an integer");
+    freeReplyObject(r);
+    if (!rc) *permits = v;
+    return rc;
+}
+
+/* ---- the public calls ---- */
+
+int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms) {
+    if (!s) return DLOCK_EINVAL;
+    dl_err err = {0};
+    if (permits < 1) {
+        dl_seterr(&err, DLOCK_EINVAL, "acquire: permits must be >= 1 (got %lld)", (long long)permits);
+        return sem_fail(s, &err);
+    }
+    if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
+    int rc = s->o.c->backend->sem_acquire(&s->o, permits, wait_ms, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
@@ -159,16 +216,14 @@ int dlock_semaphore_release(dlock_semaphore *s, int64_t permits) {
         dl_seterr(&err, DLOCK_EINVAL, "release: permits must be >= 1 (got %lld)", (long long)permits);
         return sem_fail(s, &err);
     }
-    long long v = 0;
-    int rc = sem_eval(s, NULL, &add_script, "semaphore release", permits, &v, &err);
+    int rc = s->o.c->backend->sem_release(&s->o, permits, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
 int dlock_semaphore_add(dlock_semaphore *s, int64_t delta) {
     if (!s) return DLOCK_EINVAL;
     dl_err err = {0};
-    long long v = 0;
-    int rc = sem_eval(s, NULL, &add_script, "semaphore add", delta, &v, &err);
+    int rc = s->o.c->backend->sem_add(&s->o, delta, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
@@ -184,11 +239,8 @@ int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set) {
         dl_seterr(&err, DLOCK_EINVAL, "try_set: permits must be >= 0 (got %lld)", (long long)permits);
         return sem_fail(s, &err);
     }
-    long long v = 0;
-    int rc = sem_eval(s, NULL, &try_set_script, "semaphore try_set", permits, &v, &err);
-    if (rc) return sem_fail(s, &err);
-    *set = v == 1;
-    return sem_ok(s);
+    int rc = s->o.c->backend->sem_try_set(&s->o, permits, set, &err);
+    return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
 int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
@@ -199,17 +251,8 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
         return sem_fail(s, &err);
     }
     *permits = 0;
-    const char *argv[2] = {"GET", s->o.name};
-    size_t lens[2] = {3, s->o.name_len};
-    redisReply *r = NULL;
-    int rc = dl_client_command(s->o.c, 2, argv, lens, &r, &err);
-    if (rc) return sem_fail(s, &err);
-    long long v = 0;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dl_reply_error(r, "semaphore available", &err);
-    else if (r->type != REDIS_REPLY_NIL && dl_reply_int(r, &v))
-        rc = dl_seterr(&err, DLOCK_EPROTO, "semaphore available: the value is not an integer");
-    freeReplyObject(r);
+    int64_t v = 0;
+    int rc = s->o.c->backend->sem_available(&s->o, &v, &err);
     if (rc) return sem_fail(s, &err);
     *permits = v;
     return sem_ok(s);

@@ -6,8 +6,11 @@
  * session timeout, session expiry (a frozen holder) reported as lost,
  * read/write exclusion across processes, reentrancy, try-once and timed
  * waits leaving no node, odd names, server facts, unsupported capabilities
- * and `dlock run` (argv[1]: the CLI). Skips (77) without java or
- * zookeeper.jar.
+ * and `dlock run` (argv[1]: the CLI); the semaphore recipe: 12 processes on
+ * 3 permits, a killed holder, busy / timed out leaving no node, FIFO, a
+ * waiter woken by release and by add, try_set / add / available, a multi
+ * create cut by the proxy. DLOCK_ZK_ONLY=sem runs the semaphore part only.
+ * Skips (77) without java or zookeeper.jar.
  *
  * Clients live in forked children, or in the parent only between forks and
  * freed before the next fork: libzookeeper_mt runs threads, and a fork while
@@ -20,6 +23,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -190,6 +194,9 @@ static dlock_client *client_s(int64_t session_ms) {
 }
 
 static dlock_client *client(void) { return client_s(LONG_SESSION_MS); }
+
+#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
+#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
 
 static dlock_lock *lock(dlock_client *c, const char *name, dlock_kind kind) {
     dlock_lock *l = NULL;
@@ -655,6 +662,33 @@ static void test_create_connection_loss(void) {
            "reconnection", (long long)(th_now_ms() - t0));
     ASSERT_LOK(h, dlock_release(h));
     dlock_lock_free(h);
+    /* a semaphore's multi create applied, its answer lost: the leases are
+     * found by guid, none made twice; a release's delete cut likewise */
+    dlock_semaphore *s = NULL, *ds = NULL;
+    int set = 0;
+    ASSERT_COK(c, dlock_semaphore_new(c, "lossy-sem", DLOCK_CSTR, &s));
+    ASSERT_COK(direct, dlock_semaphore_new(direct, "lossy-sem", DLOCK_CSTR, &ds));
+    ASSERT_SOK(s, dlock_semaphore_try_set(s, 3, &set));
+    ASSERT_EQ(set, 1);
+    unlink(dropped);
+    arm_proxy(arm, 14); /* multi */
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 2, 8000));
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the multi");
+    int64_t av = -1;
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 1); /* two leases, not four */
+    ASSERT_SCODE(ds, dlock_semaphore_acquire(ds, 2, 0), DLOCK_EBUSY);
+    th_log("connection cut after a semaphore's multi create was sent: its 2 leases found by "
+           "guid, none twice");
+    unlink(dropped);
+    arm_proxy(arm, 2);
+    ASSERT_SOK(s, dlock_semaphore_release(s, 2));
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not cut the semaphore's delete");
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 3);
+    ASSERT_SCODE(s, dlock_semaphore_release(s, 1), DLOCK_EINVAL);
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(ds);
     dlock_client_free(direct);
     dlock_lock_free(l);
     dlock_client_free(c);
@@ -895,9 +929,6 @@ static void test_facts_unsupported_errors(void) {
     ASSERT_COK(c, dlock_ping(c, &rtt));
     th_log("ping %lld us", (long long)rtt);
 
-    dlock_semaphore *s = NULL;
-    ASSERT_CCODE(c, dlock_semaphore_new(c, "sem", DLOCK_CSTR, &s), DLOCK_ENOTSUP);
-    want_zk_msg(dlock_errmsg(c));
     char tok[DLOCK_TOKEN_LEN + 1];
     ASSERT_CCODE(c, dlock_acquire_token(c, "t", DLOCK_CSTR, 0, 1000, tok, NULL), DLOCK_ENOTSUP);
     want_zk_msg(dlock_errmsg(c));
@@ -963,6 +994,289 @@ static void test_facts_unsupported_errors(void) {
     close(lfd);
 }
 
+/* ---- semaphores: lease nodes under the semaphore's node ---- */
+
+static dlock_semaphore *sem(dlock_client *c, const char *name) {
+    dlock_semaphore *s = NULL;
+    ASSERT_COK(c, dlock_semaphore_new(c, name, DLOCK_CSTR, &s));
+    return s;
+}
+
+static int64_t avail(dlock_semaphore *s) {
+    int64_t v = -12345;
+    ASSERT_SOK(s, dlock_semaphore_available(s, &v));
+    return v;
+}
+
+/* 12 processes, 3 permits, 3 rounds each: the holders count themselves in
+ * shared memory; never more than 3 at once, and 3 at some point. */
+#define SEM_PERMITS 3
+#define SEM_PROCS 12
+#define SEM_ROUNDS 3
+
+static void test_sem_procs(void) {
+    atomic_int *shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT(shm != MAP_FAILED);
+    atomic_int *cur = &shm[0], *max = &shm[1], *bad = &shm[2], *done = &shm[3];
+    atomic_store(cur, 0);
+    atomic_store(max, 0);
+    atomic_store(bad, 0);
+    atomic_store(done, 0);
+    pid_t kids[SEM_PROCS];
+    int64_t t0 = th_now_ms();
+    for (int k = 0; k < SEM_PROCS; k++) {
+        kids[k] = th_fork();
+        if (kids[k] == 0) {
+            dlock_client *c = client();
+            dlock_semaphore *s = NULL;
+            if (dlock_semaphore_new(c, "sem:procs", DLOCK_CSTR, &s)) _exit(2);
+            int set = 0;
+            if (dlock_semaphore_try_set(s, SEM_PERMITS, &set)) _exit(3);
+            for (int i = 0; i < SEM_ROUNDS; i++) {
+                if (dlock_semaphore_acquire(s, 1, DLOCK_WAIT_FOREVER)) {
+                    fprintf(stderr, "sem acquire: %s\n", dlock_semaphore_errmsg(s));
+                    _exit(4);
+                }
+                int n = atomic_fetch_add(cur, 1) + 1;
+                if (n > SEM_PERMITS) atomic_store(bad, n);
+                int m = atomic_load(max);
+                while (n > m && !atomic_compare_exchange_weak(max, &m, n)) {
+                }
+                usleep(30000);
+                atomic_fetch_sub(cur, 1);
+                if (dlock_semaphore_release(s, 1)) {
+                    fprintf(stderr, "sem release: %s\n", dlock_semaphore_errmsg(s));
+                    _exit(5);
+                }
+            }
+            atomic_fetch_add(done, set);
+            dlock_semaphore_free(s);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < SEM_PROCS; k++) ASSERT_EQ(th_wait_child(kids[k], 60000), 0);
+    th_log("semaphore of %d permits, %d processes x %d rounds: at most %d holders at once, "
+           "in %lld ms", SEM_PERMITS, SEM_PROCS, SEM_ROUNDS, atomic_load(max),
+           (long long)(th_now_ms() - t0));
+    ASSERT_EQ(atomic_load(bad), 0);
+    ASSERT_EQ(atomic_load(max), SEM_PERMITS);
+    ASSERT_EQ(atomic_load(done), 1); /* try_set: set by exactly one process */
+    munmap(shm, 4096);
+    dlock_client *c = client();
+    dlock_semaphore *s = sem(c, "sem:procs");
+    ASSERT_EQ(avail(s), SEM_PERMITS);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+/* A SIGKILLed holder's permit comes back when its session ends. */
+static void test_sem_killed_holder(void) {
+    int p[2];
+    ASSERT(pipe(p) == 0);
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        close(p[0]);
+        dlock_client *c = client_s(SESSION_MS);
+        dlock_semaphore *s = NULL;
+        int set = 0;
+        if (dlock_semaphore_new(c, "sem:crash", DLOCK_CSTR, &s) ||
+            dlock_semaphore_try_set(s, 1, &set) || !set || dlock_semaphore_acquire(s, 1, 0))
+            _exit(3);
+        (void)!write(p[1], "x", 1);
+        for (;;) pause();
+    }
+    close(p[1]);
+    char ch;
+    ASSERT_EQ(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    kill(kid, SIGKILL);
+    int64_t killed_at = th_now_ms();
+    ASSERT_EQ(th_wait_child(kid, 5000), 128 + SIGKILL);
+    dlock_client *c = client();
+    dlock_semaphore *s = sem(c, "sem:crash");
+    int64_t a = avail(s);
+    if (th_now_ms() - killed_at < SESSION_MS / 2) ASSERT_EQ(a, 0);
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 1, 10000));
+    int64_t el = th_now_ms() - killed_at;
+    th_log("semaphore holder killed: its permit taken %lld ms after the kill (session timeout "
+           "%d ms)", (long long)el, SESSION_MS);
+    ASSERT_GE(el, SESSION_MS / 2);
+    ASSERT_LT(el, SESSION_MS + 3000);
+    ASSERT_EQ(avail(s), 0);
+    ASSERT_SOK(s, dlock_semaphore_release(s, 1));
+    ASSERT_EQ(avail(s), 1);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+}
+
+static void test_sem_calls(void) {
+    dlock_client *c = client();
+    dlock_semaphore *h = sem(c, "sem:busy"), *l = sem(c, "sem:busy");
+    ASSERT_EQ(avail(h), 0); /* no node yet */
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 2, &set));
+    ASSERT_EQ(set, 1);
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 7, &set));
+    ASSERT_EQ(set, 0);
+    ASSERT_EQ(avail(h), 2);
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 2, DLOCK_NOWAIT));
+    ASSERT_EQ(avail(l), 0);
+    long before = node_count();
+    int64_t t0 = th_now_ms();
+    ASSERT_SCODE(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    th_log("sem try once: busy in %lld ms: %s", (long long)(th_now_ms() - t0),
+           dlock_semaphore_errmsg(l));
+    ASSERT_EQ(node_count(), before);
+    t0 = th_now_ms();
+    ASSERT_SCODE(l, dlock_semaphore_acquire(l, 1, 300), DLOCK_ETIMEDOUT);
+    int64_t el = th_now_ms() - t0;
+    th_log("sem timed 300 ms: timed out after %lld ms: %s", (long long)el,
+           dlock_semaphore_errmsg(l));
+    ASSERT_GE(el, 290);
+    ASSERT_LT(el, 1500);
+    ASSERT_EQ(node_count(), before);
+    /* release: only what the handle holds */
+    ASSERT_SCODE(h, dlock_semaphore_release(h, 3), DLOCK_EINVAL);
+    ASSERT(strstr(dlock_semaphore_errmsg(h), "holds 2") != NULL);
+    ASSERT_SCODE(l, dlock_semaphore_release(l, 1), DLOCK_EINVAL);
+    ASSERT_SCODE(h, dlock_semaphore_release(h, 0), DLOCK_EINVAL);
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    ASSERT_EQ(avail(h), 1);
+    ASSERT_SOK(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT));
+    ASSERT_EQ(avail(h), 0);
+    /* add: to the total */
+    ASSERT_SOK(h, dlock_semaphore_add(h, 1));
+    ASSERT_EQ(avail(h), 1);
+    ASSERT_SCODE(l, dlock_semaphore_acquire(l, 2, DLOCK_NOWAIT), DLOCK_EBUSY);
+    ASSERT_SOK(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT)); /* l holds 2 now */
+    ASSERT_EQ(avail(h), 0);
+    ASSERT_SOK(h, dlock_semaphore_add(h, -1)); /* total 2, 3 held: none available */
+    ASSERT_SOK(l, dlock_semaphore_release(l, 2));
+    ASSERT_EQ(avail(h), 1);
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    ASSERT_EQ(avail(h), 2);
+    /* freeing a handle gives its permits back */
+    ASSERT_SOK(l, dlock_semaphore_acquire(l, 2, DLOCK_NOWAIT));
+    ASSERT_EQ(avail(h), 0);
+    dlock_semaphore_free(l);
+    int64_t until = th_now_ms() + 5000;
+    while (avail(h) != 2 && th_now_ms() < until) th_sleep_ms(10);
+    ASSERT_EQ(avail(h), 2);
+    dlock_semaphore_free(h);
+
+    /* add creates the semaphore; an unset one has no permits; waiters wake
+     * on add */
+    dlock_semaphore *a = sem(c, "sem:add"), *u = sem(c, "sem:unset");
+    ASSERT_SOK(a, dlock_semaphore_add(a, 2));
+    ASSERT_EQ(avail(a), 2);
+    ASSERT_SOK(a, dlock_semaphore_try_set(a, 5, &set));
+    ASSERT_EQ(set, 0);
+    ASSERT_SCODE(u, dlock_semaphore_acquire(u, 1, 200), DLOCK_ETIMEDOUT);
+    ASSERT_SOK(u, dlock_semaphore_try_set(u, 1, &set)); /* the node exists, unset */
+    ASSERT_EQ(set, 1);
+    ASSERT_SOK(u, dlock_semaphore_acquire(u, 1, DLOCK_NOWAIT));
+    ASSERT_SOK(u, dlock_semaphore_release(u, 1));
+    dlock_semaphore_free(a);
+    dlock_semaphore_free(u);
+
+    /* odd names */
+    const char odd[] = {'s', '/', '\0', '.', '.'};
+    dlock_semaphore *o = NULL;
+    ASSERT_COK(c, dlock_semaphore_new(c, odd, sizeof odd, &o));
+    ASSERT_SOK(o, dlock_semaphore_try_set(o, 1, &set));
+    ASSERT_SOK(o, dlock_semaphore_acquire(o, 1, 0));
+    ASSERT_SOK(o, dlock_semaphore_release(o, 1));
+    dlock_semaphore_free(o);
+
+    /* permit-expirable semaphores and latches: not on zookeeper */
+    dlock_permits *pm = NULL;
+    ASSERT_CCODE(c, dlock_permits_new(c, "p", DLOCK_CSTR, &pm), DLOCK_ENOTSUP);
+    want_zk_msg(dlock_errmsg(c));
+    dlock_latch *lt = NULL;
+    ASSERT_CCODE(c, dlock_latch_new(c, "l", DLOCK_CSTR, &lt), DLOCK_ENOTSUP);
+    want_zk_msg(dlock_errmsg(c));
+    th_log("semaphore calls: try_set/add/available, busy and timed out leave no node, release "
+           "beyond the holding refused, free gives back; permits/latch: %s", dlock_errmsg(c));
+    dlock_client_free(c);
+}
+
+/* A waiter thread on its own client: acquire `permits` of g_wsem_name
+ * waiting forever; g_wdone set when it has them. */
+static const char *g_wsem_name;
+static int64_t g_wpermits;
+static atomic_int g_wdone;
+
+static void *sem_waiter(void *arg) {
+    dlock_client *c = arg;
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(c, g_wsem_name, DLOCK_CSTR, &s);
+    if (!rc) rc = dlock_semaphore_acquire(s, g_wpermits, DLOCK_WAIT_FOREVER);
+    atomic_store(&g_wdone, rc ? -1 : 1);
+    if (!rc) rc = dlock_semaphore_release(s, g_wpermits);
+    if (rc) atomic_store(&g_wdone, -1);
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+/* FIFO: a waiter for 2 at the head holds up a request for 1 behind it; a
+ * waiter on an unset semaphore wakes on try_set / add. */
+static void test_sem_fifo_wake(void) {
+    dlock_client *c = client(), *wc = client();
+    dlock_semaphore *h = sem(c, "sem:fifo"), *x = sem(c, "sem:fifo");
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 3, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 2, DLOCK_NOWAIT));
+    g_wsem_name = "sem:fifo";
+    g_wpermits = 2;
+    atomic_store(&g_wdone, 0);
+    long before = node_count();
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, sem_waiter, wc) == 0);
+    int64_t until = th_now_ms() + 5000;
+    while (node_count() < before + 2 && th_now_ms() < until) th_sleep_ms(5);
+    ASSERT_EQ(node_count(), before + 2); /* the waiter's two leases are queued */
+    ASSERT_EQ(avail(x), 1);
+    /* 1 is free, but the waiter for 2 is ahead: FIFO */
+    ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    ASSERT_EQ(atomic_load(&g_wdone), 0);
+    int64_t t0 = th_now_ms();
+    ASSERT_SOK(h, dlock_semaphore_release(h, 2));
+    while (atomic_load(&g_wdone) == 0 && th_now_ms() < t0 + 5000) th_sleep_ms(2);
+    ASSERT_EQ(atomic_load(&g_wdone), 1);
+    th_log("semaphore FIFO: a request for 1 refused behind a waiter for 2; the waiter woke "
+           "%lld ms after the release", (long long)(th_now_ms() - t0));
+    pthread_join(t, NULL);
+    ASSERT_EQ(avail(x), 3);
+
+    /* an unset semaphore: the waiter wakes when permits are added */
+    g_wsem_name = "sem:later";
+    g_wpermits = 1;
+    atomic_store(&g_wdone, 0);
+    dlock_semaphore *u = sem(c, "sem:later");
+    long b2 = node_count();
+    ASSERT(pthread_create(&t, NULL, sem_waiter, wc) == 0);
+    until = th_now_ms() + 5000;
+    while (node_count() < b2 + 2 && th_now_ms() < until) th_sleep_ms(5);
+    ASSERT_EQ(node_count(), b2 + 2); /* the semaphore's node (unset) and the lease */
+    ASSERT_EQ(avail(u), 0);
+    ASSERT_EQ(atomic_load(&g_wdone), 0);
+    t0 = th_now_ms();
+    ASSERT_SOK(u, dlock_semaphore_add(u, 1));
+    pthread_join(t, NULL);
+    ASSERT_EQ(atomic_load(&g_wdone), 1);
+    th_log("a waiter on an unset semaphore woke %lld ms after add", (long long)(th_now_ms() - t0));
+
+    /* too many permits for one request */
+    ASSERT_SCODE(u, dlock_semaphore_acquire(u, 1000000, DLOCK_NOWAIT), DLOCK_EINVAL);
+    want_zk_msg(dlock_semaphore_errmsg(u));
+    dlock_semaphore_free(u);
+    dlock_semaphore_free(h);
+    dlock_semaphore_free(x);
+    dlock_client_free(wc);
+    dlock_client_free(c);
+}
+
 /* ---- threads sharing one client (one session), a handle each ---- */
 #define NTHREADS 4
 #define TROUNDS 40
@@ -1020,6 +1334,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
     zk_start();
     /* every client in the parent is freed before the next fork */
+    test_sem_procs();
+    test_sem_killed_holder();
+    test_sem_calls();
+    test_sem_fifo_wake();
+    const char *only = getenv("DLOCK_ZK_ONLY");
+    if (only && !strcmp(only, "sem")) {
+        th_log("semaphore tests passed (DLOCK_ZK_ONLY=sem)");
+        return 0;
+    }
     test_counter();
     test_fifo();
     test_killed_holder();
