@@ -239,9 +239,11 @@ typedef struct dlock_lock dlock_lock;
 #define DLOCK_LOST_TAKEN 1        /* renewal found the lock no longer ours */
 #define DLOCK_LOST_UNREACHABLE 2  /* server unreachable for longer than the lease */
 
-/* Called on the client's watchdog thread when a held lock is found lost. It
- * must return quickly and must not call dlock functions; set a flag, write a
- * pipe or signal a thread. */
+/* Called on the client's watchdog thread when a held lock is found lost (on
+ * ZooKeeper, etcd and MySQL's table mode: the backend's session or renewal
+ * thread; register the callback there before acquiring). It must return
+ * quickly and must not call dlock functions; set a flag, write a pipe or
+ * signal a thread. */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, int reason, void *userdata);
 
 /* Creates a handle for the lock `name` of `kind` (DLOCK_KIND_PLAIN to

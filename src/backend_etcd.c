@@ -47,8 +47,8 @@
  *   revokes the old lease.
  * - Loss: the keep-alive finding a lease gone, or check / release / extend
  *   finding the key gone or re-created, means the lock is lost: release says
- *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1 (the loss callback
- *   is not called).
+ *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1; the keep-alive
+ *   thread runs the loss callback (DLOCK_LOST_TAKEN) for the holds it keeps.
  * - Fencing token: the lock key's create_revision (etcd's revision counter
  *   only grows, so tokens of one name strictly increase across holders).
  *   dlock_fence_current: the holder's token, or when free the store's
@@ -539,6 +539,9 @@ static void *ka_main(void *arg) {
             if (!el) continue;
             atomic_store(&el->lost, 1);
             atomic_store(&el->l->lease.lost, 1);
+            /* the lost-lease callback, as the Redis watchdog runs it (on
+             * this thread; registered before the acquire) */
+            if (el->l->lease.on_lost) el->l->lease.on_lost(&el->l->lease, DLOCK_LOST_TAKEN);
             ka_remove_locked(ec, el);
         }
         free(ids);

@@ -23,6 +23,8 @@
 
 #include "harness.h"
 
+#include <stdatomic.h>
+
 #define ETCD "/usr/bin/etcd"
 
 static char g_dir[128];
@@ -199,6 +201,14 @@ static void lease_of_key(const char *name, int newest, char *id, size_t idlen) {
 
 static void lease_of(const char *name, char *id, size_t idlen) {
     lease_of_key(name, 0, id, idlen);
+}
+
+/* The lost-lease callback's last reason (set on the keep-alive thread). */
+static atomic_int g_lost_reason;
+
+static void on_lost(dlock_lock *l, int reason, void *ud) {
+    (void)l, (void)ud;
+    atomic_store(&g_lost_reason, reason);
 }
 
 static void lease_revoke_http(const char *id) {
@@ -617,11 +627,13 @@ static void test_leases(void) {
     th_log("lease revoked: check says not held, release: %s", dlock_lock_errmsg(l));
     ASSERT_EQ(dlock_lock_holding(l), 0);
 
-    /* a watchdog lease revoked: the keep-alive notices */
+    /* a watchdog lease revoked: the keep-alive notices, and tells */
+    dlock_lock_on_lost(l, on_lost, NULL);
     ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
     lease_of("wd", id, sizeof id);
     lease_revoke_http(id);
     ASSERT_EVENTUALLY(dlock_lock_is_lost(l), 3000);
+    ASSERT_EVENTUALLY(atomic_load(&g_lost_reason) == DLOCK_LOST_TAKEN, 3000);
     ASSERT_EQ(dlock_lock_valid_ms(l), 0);
     ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
     th_log("watchdog lease revoked: lost, release: %s", dlock_lock_errmsg(l));
