@@ -855,7 +855,9 @@ static void test_waits_leave_no_node(void) {
     int64_t el = th_now_ms() - t0;
     th_log("timed 300 ms: timed out after %lld ms: %s", (long long)el, dlock_lock_errmsg(l));
     ASSERT_GE(el, 290);
-    ASSERT_LT(el, 1500);
+    /* the bound plus the last round trips (read, then delete our node): one
+     * slow answer of a JVM under a sanitizer run costs a second */
+    ASSERT_LT(el, 3000);
     ASSERT_EQ(node_count(), before);
     dlock_info info;
     ASSERT_COK(c, dlock_inspect(c, "busy", DLOCK_CSTR, &info));
@@ -1134,7 +1136,9 @@ static void test_sem_calls(void) {
     th_log("sem timed 300 ms: timed out after %lld ms: %s", (long long)el,
            dlock_semaphore_errmsg(l));
     ASSERT_GE(el, 290);
-    ASSERT_LT(el, 1500);
+    /* the bound plus the last round trips (read, then delete our leases):
+     * one slow answer of a JVM under a sanitizer run costs a second */
+    ASSERT_LT(el, 3000);
     ASSERT_EQ(node_count(), before);
     /* release: only what the handle holds */
     ASSERT_SCODE(h, dlock_semaphore_release(h, 3), DLOCK_EINVAL);
