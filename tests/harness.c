@@ -269,6 +269,52 @@ void th_log(const char *fmt, ...)
 }
 
 /* ---- servers ---- */
+static int free_port(void);
+
+int th_free_port(void) { return free_port(); }
+
+static void sleep_ms_raw(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void th_stop_pid(volatile pid_t *slot, int sig, int64_t timeout_ms)
+{
+    pid_t pid = *slot;
+    *slot = 0;
+    if (pid <= 0) return;
+    kill(pid, sig);
+    for (int64_t waited = 0; waited < timeout_ms; waited += 10) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        sleep_ms_raw(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+void th_rm_rf(char *dir)
+{
+    if (!dir[0]) return;
+    pid_t r = fork();
+    if (r == 0) {
+        execl("/bin/rm", "rm", "-rf", dir, (char *)NULL);
+        _exit(127);
+    }
+    if (r > 0) waitpid(r, NULL, 0);
+    dir[0] = '\0';
+}
+
+void th_on_fatal_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+}
+
 static int free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

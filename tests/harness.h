@@ -135,6 +135,19 @@ typedef struct th_server_opts {
 } th_server_opts;
 
 /* Starts a server (opts may be NULL); fails the test if it cannot. */
+/* ---- private servers of other kinds (ZooKeeper, etcd, PostgreSQL, MariaDB) ---- */
+/* A free 127.0.0.1 TCP port (bound, read, closed). */
+int th_free_port(void);
+/* Stops the process in *slot (0: none): sig, up to timeout_ms for it to
+ * exit, then SIGKILL; reaps it; sets *slot to 0. Async-signal-safe. */
+void th_stop_pid(volatile pid_t *slot, int sig, int64_t timeout_ms);
+/* rm -rf dir (a NUL-terminated buffer), then dir[0] = '\0'; nothing when
+ * it is already empty. Async-signal-safe. */
+void th_rm_rf(char *dir);
+/* Runs handler on SIGINT, SIGTERM, SIGHUP and SIGALRM (the test timeout):
+ * the handler stops the test's servers and _exits. */
+void th_on_fatal_signals(void (*handler)(int));
+
 th_server *th_server_start(const th_server_opts *opts);
 /* Stops the server (SIGTERM, bounded wait, SIGKILL), removes its directory and
  * frees it. NULL is a no-op. */

@@ -24,7 +24,7 @@
 static char g_dir[64];
 static char g_sock[128];
 static int g_port;
-static pid_t g_mysqld;
+static volatile pid_t g_mysqld;
 static pid_t g_owner;
 static char g_url[256];
 static char g_tools[4][256]; /* mariadbd, mariadb-install-db, mariadb-admin, mariadb */
@@ -39,17 +39,6 @@ __attribute__((unused)) static int find_tool(const char *name, char *out, size_t
         if (access(out, X_OK) == 0) return 1;
     }
     return 0;
-}
-
-__attribute__((unused)) static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
-        getsockname(s, (struct sockaddr *)&a, &len))
-        th_fail(__FILE__, __LINE__, "free port: %s", strerror(errno));
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* Runs argv (output to g_dir/log); returns its exit status. */
@@ -78,28 +67,8 @@ __attribute__((unused)) static int sql_root(const char *sql) {
 
 __attribute__((unused)) static void stop_server(void) {
     if (getpid() != g_owner) return;
-    if (g_mysqld > 0) {
-        kill(g_mysqld, SIGTERM);
-        int64_t dl = th_now_ms() + 20000;
-        while (waitpid(g_mysqld, NULL, WNOHANG) == 0) {
-            if (th_now_ms() > dl) {
-                kill(g_mysqld, SIGKILL);
-                waitpid(g_mysqld, NULL, 0);
-                break;
-            }
-            th_sleep_ms(20);
-        }
-        g_mysqld = 0;
-    }
-    if (g_dir[0]) {
-        pid_t r = fork();
-        if (r == 0) {
-            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
-            _exit(127);
-        }
-        if (r > 0) waitpid(r, NULL, 0);
-        g_dir[0] = '\0';
-    }
+    th_stop_pid(&g_mysqld, SIGTERM, 20000);
+    th_rm_rf(g_dir);
 }
 
 __attribute__((unused)) static void start_server(void) {
@@ -122,7 +91,7 @@ __attribute__((unused)) static void start_server(void) {
     int64_t t0 = th_now_ms();
     ASSERT_MSG(run(inst, 60000) == 0, "mariadb-install-db failed (see %s/cmd.log)", g_dir);
     for (int attempt = 0; attempt < 3; attempt++) {
-        g_port = free_port();
+        g_port = th_free_port();
         snprintf(port, sizeof port, "--port=%d", g_port);
         pid_t pid = th_fork();
         if (pid == 0) {

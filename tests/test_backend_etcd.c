@@ -36,44 +36,13 @@ static int g_port;
 static char g_url[128];  /* etcd://127.0.0.1:PORT */
 static char g_http[128]; /* http://127.0.0.1:PORT */
 
-static void sleep_ms_raw(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* SIGTERM, bounded wait, SIGKILL. Async-signal-safe. */
-static void stop_pid(volatile pid_t *slot) {
-    pid_t pid = *slot;
-    *slot = 0;
-    if (pid > 0) {
-        kill(pid, SIGTERM);
-        int done = 0;
-        for (int i = 0; i < 1000 && !done; i++) {
-            if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
-            else sleep_ms_raw(10);
-        }
-        if (!done) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
-    }
-}
-
 /* Stops every etcd; then rm -rf the dir. Async-signal-safe. */
 static void etcd_stop(void) {
     if (getpid() != g_owner) return;
-    stop_pid(&g_etcd);
-    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
-    stop_pid(&g_tls);
-    if (g_dir[0]) {
-        pid_t r = fork();
-        if (r == 0) {
-            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
-            _exit(127);
-        }
-        if (r > 0) waitpid(r, NULL, 0);
-        g_dir[0] = '\0';
-    }
+    th_stop_pid(&g_etcd, SIGTERM, 10000);
+    for (int i = 0; i < 3; i++) th_stop_pid(&g_members[i], SIGTERM, 10000);
+    th_stop_pid(&g_tls, SIGTERM, 10000);
+    th_rm_rf(g_dir);
 }
 
 static void on_signal(int sig) {
@@ -82,17 +51,6 @@ static void on_signal(int sig) {
     (void)!write(2, m, sizeof m - 1);
     etcd_stop();
     _exit(sig == SIGALRM ? 1 : 128 + sig);
-}
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ASSERT(s >= 0);
-    ASSERT(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(getsockname(s, (struct sockaddr *)&a, &al) == 0);
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* ---- plain HTTP to etcd, for what the test checks behind the library ---- */
@@ -228,8 +186,8 @@ static void etcd_start(void) {
     snprintf(log, sizeof log, "%s/etcd.log", g_dir);
     snprintf(data, sizeof data, "%s/etcd", g_dir);
     for (int attempt = 0; attempt < 3; attempt++) {
-        g_port = free_port();
-        int peer = free_port();
+        g_port = th_free_port();
+        int peer = th_free_port();
         char client[64], peerurl[64], cluster[80];
         snprintf(client, sizeof client, "http://127.0.0.1:%d", g_port);
         snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", peer);
@@ -831,8 +789,8 @@ static void test_cluster(void) {
     int cport[3], pport[3];
     char curl_[3][64], purl[3][64], cluster[300] = "", log[200], data[3][200];
     for (int i = 0; i < 3; i++) {
-        cport[i] = free_port();
-        pport[i] = free_port();
+        cport[i] = th_free_port();
+        pport[i] = th_free_port();
         snprintf(curl_[i], sizeof curl_[i], "http://127.0.0.1:%d", cport[i]);
         snprintf(purl[i], sizeof purl[i], "http://127.0.0.1:%d", pport[i]);
         snprintf(data[i], sizeof data[i], "%s/member%d", g_dir, i);
@@ -857,7 +815,7 @@ static void test_cluster(void) {
     }
     if (!up) {
         th_log("the three-member cluster did not come up (ports taken?): skipping; see %s", log);
-        for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+        for (int i = 0; i < 3; i++) th_stop_pid(&g_members[i], SIGTERM, 10000);
         return;
     }
     char url[300];
@@ -878,7 +836,7 @@ static void test_cluster(void) {
     for (int i = 0; i < 3; i++)
         if (!strcmp(ep, curl_[i])) dead = i;
     ASSERT(dead >= 0);
-    stop_pid(&g_members[dead]);
+    th_stop_pid(&g_members[dead], SIGTERM, 10000);
     th_log("member %s stopped while holding", ep);
     th_sleep_ms(4000); /* over a lease: renewed through the others */
     int held = 0;
@@ -895,7 +853,7 @@ static void test_cluster(void) {
     th_log("cluster: lock kept through the loss of its member, now on %s", ep2);
     dlock_lock_free(l);
     dlock_client_free(c);
-    for (int i = 0; i < 3; i++) stop_pid(&g_members[i]);
+    for (int i = 0; i < 3; i++) th_stop_pid(&g_members[i], SIGTERM, 10000);
 }
 
 /* ---- etcds:// ---- */
@@ -956,7 +914,7 @@ static void test_tls(void) {
                  dir, n, n, n, n);
         sh(cmd);
     }
-    int port = free_port(), peer = free_port();
+    int port = th_free_port(), peer = th_free_port();
     char client[64], peerurl[64], cluster[80], data[220], log[220];
     char f[5][220];
     snprintf(client, sizeof client, "https://127.0.0.1:%d", port);
@@ -979,7 +937,7 @@ static void test_tls(void) {
     }
     if (!up) {
         th_log("etcd with TLS did not come up (port taken?): skipping; see %s", log);
-        stop_pid(&g_tls);
+        th_stop_pid(&g_tls, SIGTERM, 10000);
         return;
     }
     char url[100];
@@ -1037,19 +995,14 @@ static void test_tls(void) {
         else ASSERT_NE(rc, DLOCK_OK);
         dlock_client_free(c);
     }
-    stop_pid(&g_tls);
+    th_stop_pid(&g_tls, SIGTERM, 10000);
 }
 
 int main(int argc, char **argv) {
     th_init("backend_etcd");
     g_owner = getpid();
     atexit(etcd_stop);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    th_on_fatal_signals(on_signal);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     etcd_start();
     /* the tests that fork come first, while the parent has no keep-alive

@@ -270,7 +270,7 @@ static void test_bad_url(void) {
     ASSERT_COK(c, dlock_client_new(&o, &c));
     dlock_client_free(c);
     /* nothing listening */
-    snprintf(url, sizeof url, "mysql://test:secret@127.0.0.1:%d/testdb", free_port());
+    snprintf(url, sizeof url, "mysql://test:secret@127.0.0.1:%d/testdb", th_free_port());
     o.url = url;
     o.password = NULL;
     o.connect_timeout_ms = 2000;

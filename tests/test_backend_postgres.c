@@ -29,38 +29,12 @@ static pid_t g_owner;
 static int g_port;
 static char g_url[256];
 
-static void sleep_ms_raw(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* SIGINT (fast shutdown), bounded wait, SIGKILL; then rm -rf the dir.
  * Async-signal-safe. */
 static void pg_stop(void) {
     if (getpid() != g_owner) return;
-    pid_t pid = g_pg;
-    g_pg = 0;
-    if (pid > 0) {
-        kill(pid, SIGINT);
-        int done = 0;
-        for (int i = 0; i < 1000 && !done; i++) {
-            if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
-            else sleep_ms_raw(10);
-        }
-        if (!done) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
-    }
-    if (g_dir[0]) {
-        pid_t r = fork();
-        if (r == 0) {
-            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
-            _exit(127);
-        }
-        if (r > 0) waitpid(r, NULL, 0);
-        g_dir[0] = '\0';
-    }
+    th_stop_pid(&g_pg, SIGINT, 10000);
+    th_rm_rf(g_dir);
 }
 
 static void on_signal(int sig) {
@@ -69,17 +43,6 @@ static void on_signal(int sig) {
     (void)!write(2, m, sizeof m - 1);
     pg_stop();
     _exit(sig == SIGALRM ? 1 : 128 + sig);
-}
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ASSERT(s >= 0);
-    ASSERT(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(getsockname(s, (struct sockaddr *)&a, &al) == 0);
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* Runs argv (as postgres when root) with stdout/stderr to log; returns the
@@ -157,7 +120,7 @@ static void pg_start(void) {
     int st = (int)run_as_pg(init, initlog, 1);
     ASSERT_MSG(st == 0, "initdb failed (%d): see %s", st, initlog);
     for (int attempt = 0; attempt < 3; attempt++) {
-        g_port = free_port();
+        g_port = th_free_port();
         char port[16];
         snprintf(port, sizeof port, "%d", g_port);
         char *srv[] = {PGBIN "/postgres", "-D", data, "-p", port, "-k", g_dir,
@@ -633,12 +596,7 @@ int main(int argc, char **argv) {
     th_init("backend_postgres");
     g_owner = getpid();
     atexit(pg_stop);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    th_on_fatal_signals(on_signal);
     pg_start();
     test_rw_reentrant();
     test_crash_and_waits();

@@ -47,37 +47,11 @@ static pid_t g_owner;
 static int g_port;
 static char g_url[256];
 
-static void sleep_ms_raw(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* SIGTERM, bounded wait, SIGKILL; then rm -rf the dir. Async-signal-safe. */
 static void zk_stop(void) {
     if (getpid() != g_owner) return;
-    pid_t pid = g_zk;
-    g_zk = 0;
-    if (pid > 0) {
-        kill(pid, SIGTERM);
-        int done = 0;
-        for (int i = 0; i < 500 && !done; i++) {
-            if (waitpid(pid, NULL, WNOHANG) == pid) done = 1;
-            else sleep_ms_raw(10);
-        }
-        if (!done) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
-    }
-    if (g_dir[0]) {
-        pid_t r = fork();
-        if (r == 0) {
-            execl("/bin/rm", "rm", "-rf", g_dir, (char *)NULL);
-            _exit(127);
-        }
-        if (r > 0) waitpid(r, NULL, 0);
-        g_dir[0] = '\0';
-    }
+    th_stop_pid(&g_zk, SIGTERM, 5000);
+    th_rm_rf(g_dir);
 }
 
 static void on_signal(int sig) {
@@ -86,17 +60,6 @@ static void on_signal(int sig) {
     (void)!write(2, m, sizeof m - 1);
     zk_stop();
     _exit(sig == SIGALRM ? 1 : 128 + sig);
-}
-
-static int free_port(void) {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ASSERT(s >= 0);
-    ASSERT(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(getsockname(s, (struct sockaddr *)&a, &al) == 0);
-    close(s);
-    return ntohs(a.sin_port);
 }
 
 /* The `srvr` four-letter word's answer into buf ("" when no answer). */
@@ -138,7 +101,7 @@ static void zk_start(void) {
     snprintf(data, sizeof data, "%s/data", g_dir);
     ASSERT(mkdir(data, 0700) == 0);
     for (int attempt = 0; attempt < 3; attempt++) {
-        g_port = free_port();
+        g_port = th_free_port();
         FILE *f = fopen(cfg, "w");
         ASSERT(f != NULL);
         fprintf(f,
@@ -1330,12 +1293,7 @@ int main(int argc, char **argv) {
     th_init("backend_zk");
     g_owner = getpid();
     atexit(zk_stop);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGALRM};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+    th_on_fatal_signals(on_signal);
     zk_start();
     /* every client in the parent is freed before the next fork */
     test_sem_procs();

@@ -36,20 +36,6 @@ static void stop_all(void)
     }
 }
 
-static int free_port(void)
-{
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t l = sizeof a;
-        ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-        ASSERT(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-        close(fd);
-        int p = ntohs(a.sin_port);
-        if (p < 50000) return p; /* the bus port is not derived: but keep it low */
-    }
-}
-
 static redisContext *raw(int p)
 {
     struct timeval tv = {2, 0};
@@ -187,10 +173,10 @@ int main(void)
     size_t off = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
     size_t uo = (size_t)snprintf(url, sizeof url, "redis-cluster://");
     for (int i = 0; i < NM; i++) {
-        port[i] = free_port();
+        port[i] = th_free_port();
         char sp[16], bus[16], d[200], lg[200];
         snprintf(sp, sizeof sp, "%d", port[i]);
-        snprintf(bus, sizeof bus, "%d", free_port());
+        snprintf(bus, sizeof bus, "%d", th_free_port());
         snprintf(d, sizeof d, "%s/%d", dir, port[i]);
         mkdir(d, 0700);
         snprintf(lg, sizeof lg, "%s/%d.log", dir, port[i]);

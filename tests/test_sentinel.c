@@ -36,19 +36,6 @@ static void stop_all(void)
     }
 }
 
-static int free_port(void)
-{
-    /* a port from the harness's own picker: start and stop a server would be
-     * slow; bind port 0 instead */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static pid_t spawn(char *const argv[])
 {
     pid_t p = th_fork();
@@ -133,7 +120,7 @@ int main(void)
     ASSERT_NOT_NULL(mkdtemp(dir));
     atexit(stop_all);
 
-    int pm = free_port(), pr = free_port();
+    int pm = th_free_port(), pr = th_free_port();
     char spm[16], spr[16], logm[200], logr[200];
     snprintf(spm, sizeof spm, "%d", pm);
     snprintf(spr, sizeof spr, "%d", pr);
@@ -153,7 +140,7 @@ int main(void)
     char url[512];
     size_t off = (size_t)snprintf(url, sizeof url, "redis-sentinel://");
     for (int i = 0; i < NSENT; i++) {
-        sp[i] = free_port();
+        sp[i] = th_free_port();
         char conf[200];
         snprintf(conf, sizeof conf, "%s/s%d.conf", dir, i);
         FILE *f = fopen(conf, "w");

@@ -31,17 +31,6 @@ static void stop_all(void)
     }
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    ASSERT(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)
 {
@@ -88,7 +77,7 @@ int main(void)
            dir, n, n, n, n);
     }
 
-    int port = free_port();
+    int port = th_free_port();
     char sport[16];
     snprintf(sport, sizeof sport, "%d", port);
     server = th_fork();
