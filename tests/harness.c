@@ -305,6 +305,30 @@ void th_rm_rf(char *dir)
     dir[0] = '\0';
 }
 
+int th_run_capture(char *const argv[], const char *out, char *buf, size_t len,
+                   int64_t timeout_ms)
+{
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st = th_wait_child(pid, timeout_ms);
+    buf[0] = '\0';
+    FILE *f = fopen(out, "r");
+    if (f) {
+        size_t n = fread(buf, 1, len - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    return st;
+}
+
 void th_on_fatal_signals(void (*handler)(int))
 {
     struct sigaction sa;

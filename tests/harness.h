@@ -144,6 +144,11 @@ void th_stop_pid(volatile pid_t *slot, int sig, int64_t timeout_ms);
 /* rm -rf dir (a NUL-terminated buffer), then dir[0] = '\0'; nothing when
  * it is already empty. Async-signal-safe. */
 void th_rm_rf(char *dir);
+/* Runs argv (argv[0] a path) with stdout and stderr to the file out, waits
+ * up to timeout_ms, and reads what it wrote into buf (NUL-terminated);
+ * returns its status as th_wait_child does. */
+int th_run_capture(char *const argv[], const char *out, char *buf, size_t len,
+                   int64_t timeout_ms);
 /* Runs handler on SIGINT, SIGTERM, SIGHUP and SIGALRM (the test timeout):
  * the handler stops the test's servers and _exits. */
 void th_on_fatal_signals(void (*handler)(int));

@@ -728,25 +728,7 @@ static void test_unsupported_and_errors(void) {
 static int run_cli(char *const argv[], char *buf, size_t buflen) {
     char out[300];
     snprintf(out, sizeof out, "%s/cli.out", g_dir);
-    pid_t pid = th_fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    int st = th_wait_child(pid, 20000);
-    buf[0] = '\0';
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(buf, 1, buflen - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return st;
+    return th_run_capture(argv, out, buf, buflen, 20000);
 }
 
 static void test_cli(const char *cli) {

@@ -541,29 +541,11 @@ static void test_facts(void) {
 static int run_cli(const char *cli, const char *const *args, char *buf, size_t len) {
     char out[300];
     snprintf(out, sizeof out, "%s/cli.out", g_dir);
-    pid_t pid = th_fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        const char *argv[16] = {cli, "--url", g_url};
-        int n = 3;
-        for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(cli, (char *const *)argv);
-        _exit(127);
-    }
-    int st = th_wait_child(pid, 20000);
-    buf[0] = '\0';
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(buf, 1, len - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return st;
+    const char *argv[16] = {cli, "--url", g_url};
+    int n = 3;
+    for (int i = 0; args[i] && n < 15; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    return th_run_capture((char *const *)argv, out, buf, len, 20000);
 }
 
 static void test_cli(const char *cli) {

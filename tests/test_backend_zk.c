@@ -661,27 +661,10 @@ static void test_create_connection_loss(void) {
 
 /* ---- the CLI ---- */
 static int run_cli(const char *cli, char *const args[], char *buf, size_t len) {
+    (void)cli; /* args[0] */
     char out[300];
     snprintf(out, sizeof out, "%s/cli.out", g_dir);
-    pid_t pid = th_fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(cli, args);
-        _exit(127);
-    }
-    int st = th_wait_child(pid, 20000);
-    buf[0] = '\0';
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(buf, 1, len - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return st;
+    return th_run_capture(args, out, buf, len, 20000);
 }
 
 static void test_cli(const char *cli) {
