@@ -76,36 +76,6 @@ typedef struct backend {
 static const char pair_lock[] = "bench:backends:pairs";
 static const char handoff_lock[] = "bench:backends:handoff";
 
-/* ---- pipes ---- */
-
-static int read_full(int fd, void *buf, size_t len, int timeout_ms) {
-    char *p = buf;
-    while (len > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = poll(&pfd, 1, timeout_ms);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        ssize_t r = read(fd, p, len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static int new_client(const char *url, dlock_client **out, char *why, size_t whylen) {
     dlock_options o;
     dlock_options_init(&o);
@@ -134,11 +104,11 @@ static int waiter_main(const char *url, int cmd_fd, int res_fd) {
         failed = 1;
     }
     if (failed) fprintf(stderr, "dlock_bench: backends: waiter: %s\n", why);
-    if (write_full(res_fd, failed ? "x" : "r", 1)) failed = 1;
+    if (bench_write_full(res_fd, failed ? "x" : "r", 1)) failed = 1;
     while (!failed) {
         char op;
-        if (read_full(cmd_fd, &op, 1, 10 * PIPE_TIMEOUT_MS) || op != 'g') break;
-        if (write_full(res_fd, "w", 1)) break;
+        if (bench_read_full(cmd_fd, &op, 1, 10 * PIPE_TIMEOUT_MS) || op != 'g') break;
+        if (bench_write_full(res_fd, "w", 1)) break;
         int64_t held = -1;
         int rc = dlock_acquire(l, WAIT_MS, DLOCK_WATCHDOG, NULL);
         if (rc == DLOCK_OK) {
@@ -151,7 +121,7 @@ static int waiter_main(const char *url, int cmd_fd, int res_fd) {
                     dlock_lock_errmsg(l));
             failed = 1;
         }
-        if (write_full(res_fd, &held, sizeof held)) break;
+        if (bench_write_full(res_fd, &held, sizeof held)) break;
     }
     dlock_lock_free(l);
     dlock_client_free(c);
@@ -189,7 +159,7 @@ static int start_waiter(backend *b) {
 
 static int stop_waiter(backend *b, int kill_it) {
     if (b->pid < 0) return 0;
-    if (!kill_it) write_full(b->wfd, "q", 1);
+    if (!kill_it) bench_write_full(b->wfd, "q", 1);
     close(b->wfd);
     close(b->rfd);
     if (kill_it) kill(b->pid, SIGTERM);
@@ -388,7 +358,7 @@ static int one_handoff(const bench_ctx *ctx, redisContext *rc, backend *b, int64
         return -1;
     }
     char w = 0;
-    if (write_full(b->wfd, "g", 1) || read_full(b->rfd, &w, 1, PIPE_TIMEOUT_MS) || w != 'w') {
+    if (bench_write_full(b->wfd, "g", 1) || bench_read_full(b->rfd, &w, 1, PIPE_TIMEOUT_MS) || w != 'w') {
         fprintf(stderr, "dlock_bench: backends: %s waiter did not start waiting\n", b->name);
         return -1;
     }
@@ -408,7 +378,7 @@ static int one_handoff(const bench_ctx *ctx, redisContext *rc, backend *b, int64
         return -1;
     }
     int64_t t1 = -1;
-    if (read_full(b->rfd, &t1, sizeof t1, PIPE_TIMEOUT_MS) || t1 < 0) {
+    if (bench_read_full(b->rfd, &t1, sizeof t1, PIPE_TIMEOUT_MS) || t1 < 0) {
         fprintf(stderr, "dlock_bench: backends: %s waiter failed or timed out\n", b->name);
         return -1;
     }
@@ -493,7 +463,7 @@ int bench_backends(bench_ctx *ctx) {
         backend *b = &bk[i];
         char st = 0;
         if (b->pid < 0) continue;
-        if (read_full(b->rfd, &st, 1, PIPE_TIMEOUT_MS) || st != 'r') {
+        if (bench_read_full(b->rfd, &st, 1, PIPE_TIMEOUT_MS) || st != 'r') {
             printf("   SKIP %s: the waiter process could not connect (its message is above)\n",
                    b->name);
             stop_waiter(b, 1);

@@ -42,6 +42,10 @@ typedef struct bench_ctx {
 /* 1 if series `name` is selected by ctx->series. */
 int bench_series_on(const bench_ctx *ctx, const char *name);
 /* 1 if name is in the comma-separated list (NULL list: everything). */
+/* Reads exactly len bytes from fd, waiting at most timeout_ms for each
+ * chunk; writes exactly len bytes. 0, or -1 on error, EOF or timeout. */
+int bench_read_full(int fd, void *buf, size_t len, int timeout_ms);
+int bench_write_full(int fd, const void *buf, size_t len);
 int bench_in_list(const char *list, const char *name);
 
 /* ---- time ---- */

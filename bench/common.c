@@ -1,10 +1,12 @@
-/* Shared helpers of the benchmarks: clock, samples, metrics, JSON, hiredis. */
+/* Shared helpers of the benchmarks: clock, pipes, samples, metrics, JSON, hiredis. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -19,6 +21,36 @@ void bench_sleep_us(int64_t us) {
     struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
+}
+
+/* ---- pipes between the benchmark's processes ---- */
+
+int bench_read_full(int fd, void *buf, size_t len, int timeout_ms) {
+    char *p = buf;
+    while (len > 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = poll(&pfd, 1, timeout_ms);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        ssize_t r = read(fd, p, len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+int bench_write_full(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
 }
 
 int bench_in_list(const char *list, const char *name) {

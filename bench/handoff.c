@@ -71,36 +71,6 @@ static void channel_of(int s, char *buf, size_t len) {
              s == S_FAIR || s == S_DLOCK ? ":*" : "");
 }
 
-/* ---- pipe helpers ---- */
-
-static int read_full(int fd, void *buf, size_t len, int timeout_ms) {
-    char *p = buf;
-    while (len > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = poll(&pfd, 1, timeout_ms);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        ssize_t r = read(fd, p, len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* ---- B: the waiter (child process) ---- */
 
 static int make_client(const bench_ctx *ctx, dlock_client **out) {
@@ -167,7 +137,7 @@ static int waiter_main(const bench_ctx *ctx, int s, int cmd_fd, int res_fd) {
     }
     for (;;) {
         char op;
-        if (read_full(cmd_fd, &op, 1, PIPE_TIMEOUT_MS) || op != 'g') break;
+        if (bench_read_full(cmd_fd, &op, 1, PIPE_TIMEOUT_MS) || op != 'g') break;
         int64_t held = -1;
         if (!failed && RAW_SERIES(s)) {
             held = raw_wait_once(sub, cmd, lock_name[s], chan, s == S_NOTIFY);
@@ -186,7 +156,7 @@ static int waiter_main(const bench_ctx *ctx, int s, int cmd_fd, int res_fd) {
                         dlock_lock_errmsg(l));
         }
         if (held < 0) failed = 1;
-        if (write_full(res_fd, &held, sizeof held)) break;
+        if (bench_write_full(res_fd, &held, sizeof held)) break;
     }
     dlock_lock_free(l);
     dlock_client_free(c);
@@ -266,7 +236,7 @@ static int start_waiter(const bench_ctx *ctx, int s, waiter *w) {
 /* Tells B to quit and reaps it; -1 if it failed. */
 static int stop_waiter(waiter *w, int kill_it) {
     if (w->pid < 0) return 0;
-    write_full(w->wfd, "q", 1);
+    bench_write_full(w->wfd, "q", 1);
     close(w->wfd);
     close(w->rfd);
     int status = 0;
@@ -296,7 +266,7 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
         return -1;
     }
     /* B starts waiting; A waits until B sleeps on the channel */
-    if (write_full(w->wfd, "g", 1) || await_subscriber(h, s, chan)) return -1;
+    if (bench_write_full(w->wfd, "g", 1) || await_subscriber(h, s, chan)) return -1;
     bench_sleep_us(SETTLE_US);
     int64_t t0 = bench_now_ns();
     if (RAW_SERIES(s)) {
@@ -313,7 +283,7 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
         return -1;
     }
     int64_t t1 = -1;
-    if (read_full(w->rfd, &t1, sizeof t1, PIPE_TIMEOUT_MS) || t1 < 0) {
+    if (bench_read_full(w->rfd, &t1, sizeof t1, PIPE_TIMEOUT_MS) || t1 < 0) {
         fprintf(stderr, "dlock_bench: the waiter of %s failed or timed out\n", lock_name[s]);
         return -1;
     }

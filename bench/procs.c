@@ -33,47 +33,19 @@ typedef struct round_res {
     int64_t ops, finish_ns, nwaits;
 } round_res;
 
-static int read_full(int fd, void *buf, size_t len, int timeout_ms) {
-    char *p = buf;
-    while (len > 0) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = poll(&pfd, 1, timeout_ms);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        ssize_t r = read(fd, p, len);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static int child_main(const bench_ctx *ctx, const bench_procs_spec *spec, int idx, int cmd_fd,
                       int res_fd) {
     void *state = NULL;
     int failed = spec->setup(ctx, idx, &state) != 0;
     char ready = failed ? 'f' : 'r';
-    if (write_full(res_fd, &ready, 1) || failed) {
+    if (bench_write_full(res_fd, &ready, 1) || failed) {
         if (state) spec->teardown(state);
         return 1;
     }
     bench_samples waits = {0};
     for (;;) {
         round_cmd cmd;
-        if (read_full(cmd_fd, &cmd, sizeof cmd, -1) || cmd.op != 'r') break;
+        if (bench_read_full(cmd_fd, &cmd, sizeof cmd, -1) || cmd.op != 'r') break;
         waits.n = 0;
         round_res res;
         memset(&res, 0, sizeof res); /* padding too: it goes down a pipe */
@@ -93,8 +65,8 @@ static int child_main(const bench_ctx *ctx, const bench_procs_spec *spec, int id
         }
         res.finish_ns = now;
         res.nwaits = spec->record_waits ? (int64_t)waits.n : 0;
-        if (write_full(res_fd, &res, sizeof res)) break;
-        if (res.nwaits && write_full(res_fd, waits.v, (size_t)res.nwaits * sizeof *waits.v))
+        if (bench_write_full(res_fd, &res, sizeof res)) break;
+        if (res.nwaits && bench_write_full(res_fd, waits.v, (size_t)res.nwaits * sizeof *waits.v))
             break;
         if (res.status) failed = 1;
     }
@@ -154,7 +126,7 @@ int bench_procs_start(const bench_ctx *ctx, const bench_procs_spec *spec, int k,
     }
     for (int i = 0; i < p->k && !failed; i++) {
         char ready = 0;
-        if (read_full(p->rfd[i], &ready, 1, PIPE_TIMEOUT_MS) || ready != 'r') {
+        if (bench_read_full(p->rfd[i], &ready, 1, PIPE_TIMEOUT_MS) || ready != 'r') {
             fprintf(stderr, "dlock_bench: worker process %d failed to start\n", i);
             failed = 1;
         }
@@ -174,12 +146,12 @@ int bench_procs_round(bench_procs *p, int64_t start_ns, int64_t end_ns, int64_t 
     cmd.start_ns = start_ns;
     cmd.end_ns = end_ns;
     for (int i = 0; i < p->k; i++)
-        if (write_full(p->wfd[i], &cmd, sizeof cmd)) return -1;
+        if (bench_write_full(p->wfd[i], &cmd, sizeof cmd)) return -1;
     int failed = 0;
     int timeout = (int)((end_ns - bench_now_ns()) / 1000000) + PIPE_TIMEOUT_MS;
     for (int i = 0; i < p->k; i++) {
         round_res res;
-        if (read_full(p->rfd[i], &res, sizeof res, timeout)) {
+        if (bench_read_full(p->rfd[i], &res, sizeof res, timeout)) {
             fprintf(stderr, "dlock_bench: worker process %d did not report\n", i);
             return -1;
         }
@@ -191,7 +163,7 @@ int bench_procs_round(bench_procs *p, int64_t start_ns, int64_t end_ns, int64_t 
         finish_ns[i] = res.finish_ns;
         for (int64_t j = 0; j < res.nwaits; j++) {
             int64_t w;
-            if (read_full(p->rfd[i], &w, sizeof w, PIPE_TIMEOUT_MS)) return -1;
+            if (bench_read_full(p->rfd[i], &w, sizeof w, PIPE_TIMEOUT_MS)) return -1;
             if (waits && bench_samples_add(waits, w)) failed = 1;
         }
     }
@@ -204,7 +176,7 @@ int bench_procs_stop(bench_procs *p, int kill_it) {
     memset(&q, 0, sizeof q);
     q.op = 'q';
     for (int i = 0; i < p->k; i++) {
-        write_full(p->wfd[i], &q, sizeof q);
+        bench_write_full(p->wfd[i], &q, sizeof q);
         close(p->wfd[i]);
         close(p->rfd[i]);
         if (kill_it) kill(p->pid[i], SIGTERM);
