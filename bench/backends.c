@@ -327,13 +327,8 @@ static int run_pairs(const bench_ctx *ctx, series *sr, int ns) {
 /* 1 when B is seen waiting (or the backend cannot show it), 0 not yet, -1 error */
 static int waiter_seen(const bench_ctx *ctx, redisContext *rc, backend *b) {
     if (b->waiter_check == 1 && rc) {
-        char pat[128];
-        snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", handoff_lock);
-        redisReply *r = redisCommand(rc, "PUBSUB CHANNELS %s", pat);
-        if (!r) return -1;
-        int seen = r->type == REDIS_REPLY_ARRAY && r->elements >= 1;
-        freeReplyObject(r);
-        return seen;
+        long long n = bench_lock_waiters(rc, handoff_lock);
+        return n < 0 ? -1 : n >= 1;
     }
     if (b->waiter_check == 2) {
         dlock_info info;

@@ -46,6 +46,13 @@ int bench_series_on(const bench_ctx *ctx, const char *name);
  * chunk; writes exactly len bytes. 0, or -1 on error, EOF or timeout. */
 int bench_read_full(int fd, void *buf, size_t len, int timeout_ms);
 int bench_write_full(int fd, const void *buf, size_t len);
+/* Blocked waiters of lock name, as the server shows them: subscribers of its
+ * unlock channel (reentrant) plus the plain lock's registered and the fair
+ * lock's queued waiters subscribed to their own channel
+ * "redisson_lock__channel:{name}:<id>" (a waiter that got the lock keeps its
+ * channel subscribed a while, so a subscribed channel alone is no waiter).
+ * -1 on a connection error. */
+long long bench_lock_waiters(redisContext *rc, const char *name);
 int bench_in_list(const char *list, const char *name);
 
 /* ---- time ---- */

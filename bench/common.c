@@ -289,3 +289,33 @@ void bench_fmt_num(char *buf, size_t len, double v) {
         snprintf(buf, len, "%.1f", v);
     }
 }
+
+static long long bench_numsub(redisContext *rc, const char *channel) {
+    redisReply *r = redisCommand(rc, "PUBSUB NUMSUB %s", channel);
+    if (!r) return -1;
+    long long n = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+long long bench_lock_waiters(redisContext *rc, const char *name) {
+    char ch[512];
+    snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
+    long long n = bench_numsub(rc, ch);
+    for (int k = 0; n >= 0 && k < 2; k++) {
+        redisReply *r = k ? redisCommand(rc, "LRANGE redisson_lock_queue:{%s} 0 -1", name)
+                          : redisCommand(rc, "ZRANGE dlock_waiters:{%s} 0 -1", name);
+        if (!r) return -1;
+        for (size_t i = 0; n >= 0 && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+            snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}:%s", name, r->element[i]->str);
+            long long m = bench_numsub(rc, ch);
+            n = m < 0 ? -1 : n + (m > 0);
+        }
+        freeReplyObject(r);
+    }
+    return n;
+}

@@ -23,8 +23,9 @@
  * A is this process; each series has its own waiter B, a child forked per
  * block. Both read CLOCK_MONOTONIC (one clock for every process on the
  * machine); B sends its timestamp back through a pipe. Before each release A
- * waits until PUBSUB NUMSUB (fair: PUBSUB CHANNELS with a pattern, as each
- * fair waiter has its own channel) shows B subscribed, then a further
+ * waits until the server shows B waiting (raw: PUBSUB NUMSUB of its channel;
+ * dlock: B registered (plain) or queued (fair) and subscribed to its own
+ * channel, bench_lock_waiters), then a further
  * settle time so that B is asleep in its wait, not still finishing its
  * subscribe-then-retry step. Within a block the handoffs go round-robin over
  * the series, so noise hits all alike; the first of a block are warm-up.
@@ -64,11 +65,10 @@ static const dlock_kind lock_kind[S_COUNT] = {DLOCK_KIND_PLAIN, DLOCK_KIND_PLAIN
 /* The series A drives with hiredis (raw commands, no dlock handle). */
 #define RAW_SERIES(s) ((s) == S_RAW || (s) == S_NOTIFY)
 
-/* The channel B sleeps on. Fair and plain waiters have their own channel,
- * "redisson_lock__channel:{name}:<owner>": a PUBSUB CHANNELS pattern. */
+/* The lock's unlock channel: the raw waiter's; plain and fair waiters sleep
+ * on a channel of their own, "redisson_lock__channel:{name}:<id>". */
 static void channel_of(int s, char *buf, size_t len) {
-    snprintf(buf, len, "redisson_lock__channel:{%s}%s", lock_name[s],
-             s == S_FAIR || s == S_DLOCK ? ":*" : "");
+    snprintf(buf, len, "redisson_lock__channel:{%s}", lock_name[s]);
 }
 
 /* ---- B: the waiter (child process) ---- */
@@ -175,21 +175,22 @@ typedef struct holder {
     unsigned mask;          /* the series this scenario runs (1 << S_...) */
 } holder;
 
-/* Waits until B is subscribed to chan (a pattern for the fair lock). */
+/* Waits until B is subscribed to chan (raw), or waiting on lock s (dlock:
+ * registered or queued, and subscribed). */
 static int await_subscriber(holder *h, int s, const char *chan) {
     int64_t give_up = bench_now_ns() + (int64_t)PIPE_TIMEOUT_MS * 1000000;
     while (bench_now_ns() < give_up) {
-        int own = s == S_FAIR || s == S_DLOCK; /* a channel per waiter */
-        redisReply *r = own ? redisCommand(h->ctl, "PUBSUB CHANNELS %s", chan)
-                            : redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
-        if (!r) return -1;
         long long n = -1;
-        if (own && r->type == REDIS_REPLY_ARRAY)
-            n = (long long)r->elements;
-        else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                 r->element[1]->type == REDIS_REPLY_INTEGER)
-            n = r->element[1]->integer;
-        freeReplyObject(r);
+        if (RAW_SERIES(s)) {
+            redisReply *r = redisCommand(h->ctl, "PUBSUB NUMSUB %s", chan);
+            if (!r) return -1;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                r->element[1]->type == REDIS_REPLY_INTEGER)
+                n = r->element[1]->integer;
+            freeReplyObject(r);
+        } else if ((n = bench_lock_waiters(h->ctl, lock_name[s])) < 0) {
+            return -1;
+        }
         if (n >= 1) return 0;
         bench_sleep_us(50);
     }

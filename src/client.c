@@ -42,6 +42,70 @@ static int drain(dl_conn *conn, int64_t deadline) {
     }
 }
 
+/* Back in the pool for less than DL_FRESH_MS: taken without a check. */
+static int fresh(const dl_conn *conn) { return dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS; }
+
+/* Takes an idle connection off n's list, one that is not lingering if there
+ * is one (a lingering one costs an UNSUBSCRIBE before other use). */
+static dl_conn *take_idle(dl_node *n) {
+    pthread_mutex_lock(&n->mu);
+    dl_conn **pick = NULL;
+    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next)
+        if (!(*pp)->linger) {
+            pick = pp;
+            break;
+        }
+    if (!pick && n->idle) pick = &n->idle;
+    dl_conn *conn = NULL;
+    if (pick) {
+        conn = *pick;
+        *pick = conn->next;
+        conn->next = NULL;
+        n->nidle--;
+    }
+    pthread_mutex_unlock(&n->mu);
+    return conn;
+}
+
+/* Takes n's idle connection lingering on channel (any channel: NULL). */
+static dl_conn *take_lingering(dl_node *n, const char *channel, size_t channel_len) {
+    pthread_mutex_lock(&n->mu);
+    dl_conn *conn = NULL;
+    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next) {
+        dl_conn *x = *pp;
+        if (x->linger && (!channel || (x->linger_len == channel_len &&
+                                       !memcmp(x->linger, channel, channel_len)))) {
+            *pp = x->next;
+            x->next = NULL;
+            n->nidle--;
+            conn = x;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+    return conn;
+}
+
+/* Queues the UNSUBSCRIBE a lingering connection owes, and sends it when
+ * flush (its confirmation is then read by drain); unflushed, it goes out
+ * with the caller's next command (a SUBSCRIBE, which reads past it). */
+static int unlinger(dl_conn *conn, int flush, int64_t deadline) {
+    int sh = dl_sharded(conn);
+    const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", conn->linger};
+    size_t lens[2] = {sh ? 12u : 11u, conn->linger_len};
+    dl_err err;
+    int ok = dl_conn_append(conn, 2, argv, lens, &err) == DLOCK_OK &&
+             (!flush || dl_conn_flush(conn, deadline, &err) == DLOCK_OK);
+    free(conn->linger);
+    conn->linger = NULL;
+    conn->linger_len = 0;
+    if (ok && flush) {
+        conn->subscribed = 0;
+        conn->draining = 1;
+    }
+    return ok;
+}
+
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
     if (n->sentinel) {
         /* at most once a second: has the master moved? */
@@ -49,21 +113,17 @@ int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
         dl_sentinel_refresh(n, 0, &ignored);
     }
     for (;;) {
-        pthread_mutex_lock(&n->mu);
-        dl_conn *conn = n->idle;
-        if (conn) {
-            n->idle = conn->next;
-            n->nidle--;
-            conn->next = NULL;
-        }
-        pthread_mutex_unlock(&n->mu);
+        dl_conn *conn = take_idle(n);
         if (!conn) break;
         /* checked outside the mutex: draining reads from the network. A
          * connection back in the pool for less than DL_FRESH_MS is taken as
          * is: a server does not close and restart that fast, and a failure
-         * would be reported anyway (never retried blindly) */
-        if ((!conn->draining || drain(conn, deadline)) &&
-            (dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS || !dl_conn_stale(conn))) {
+         * would be reported anyway (never retried blindly). A lingering
+         * subscription is ended first (its messages are dropped) */
+        int ok = conn->linger ? unlinger(conn, 1, deadline) && drain(conn, deadline)
+                              : (!conn->draining || drain(conn, deadline)) &&
+                                    (fresh(conn) || !dl_conn_stale(conn));
+        if (ok) {
             *out = conn;
             return DLOCK_OK;
         }
@@ -138,6 +198,68 @@ void dl_node_put(dl_conn *conn) {
     }
     pthread_mutex_unlock(&n->mu);
     dl_conn_close(conn);
+}
+
+void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len) {
+    if (!sub) return;
+    dl_node *n = sub->node;
+    char *copy = NULL;
+    if (n && !sub->broken && sub->subscribed && !sub->olen && !sub->draining && !sub->linger)
+        copy = malloc(channel_len + 1);
+    if (!copy) {
+        dl_unsubscribe_async(sub, channel, channel_len);
+        return;
+    }
+    memcpy(copy, channel, channel_len);
+    copy[channel_len] = '\0';
+    sub->linger = copy;
+    sub->linger_len = channel_len;
+    sub->idle_since_ms = dl_now_ms();
+    pthread_mutex_lock(&n->mu);
+    if (n->nidle < n->max_idle) {
+        sub->next = n->idle;
+        n->idle = sub;
+        n->nidle++;
+        sub = NULL;
+    }
+    pthread_mutex_unlock(&n->mu);
+    dl_conn_close(sub); /* the pool is full: closing unsubscribes too */
+}
+
+dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len) {
+    dl_conn *conn = take_lingering(n, channel, channel_len);
+    if (!conn) return NULL;
+    /* idle for a while: it may have died (a pending message, which nobody
+     * sends on a channel whose waiter stopped waiting, looks the same) */
+    if (!fresh(conn) && dl_conn_stale(conn)) {
+        dl_conn_close(conn);
+        return NULL;
+    }
+    free(conn->linger);
+    conn->linger = NULL;
+    conn->linger_len = 0;
+    return conn;
+}
+
+int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
+                    dl_conn **out, int *subscribed, dl_err *err) {
+    *subscribed = 0;
+    dl_conn *conn = dl_node_take_linger(n, channel, channel_len);
+    if (conn) {
+        *subscribed = 1;
+        *out = conn;
+        return DLOCK_OK;
+    }
+    /* another channel's: its UNSUBSCRIBE goes out with the caller's SUBSCRIBE */
+    conn = take_lingering(n, NULL, 0);
+    if (conn) {
+        if ((fresh(conn) || !dl_conn_stale(conn)) && unlinger(conn, 0, 0)) {
+            *out = conn;
+            return DLOCK_OK;
+        }
+        dl_conn_close(conn);
+    }
+    return dl_node_get(n, deadline, out, err);
 }
 
 int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err) {

@@ -98,6 +98,10 @@ struct dl_conn {
     int broken;                /* I/O failed: never reuse */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
+    char *linger;              /* idle in its pool but still subscribed to this
+                                * one channel (a waiter's own channel), the
+                                * UNSUBSCRIBE not sent yet: dl_node_put_linger */
+    size_t linger_len;
     int64_t idle_since_ms;     /* monotonic ms it was returned to its pool */
     struct dl_node *node;      /* the pool it returns to */
     dl_conn *next;             /* pool link */
@@ -289,6 +293,24 @@ int dl_pool_get_key(dlock_client *c, const char *key, size_t len, int64_t deadli
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
 /* Returns a connection to its node: kept if healthy and not subscribed. */
 void dl_node_put(dl_conn *conn);
+/* A waiter's subscription outlives its wait: the waiter that holds the lock
+ * returns at once, without writing UNSUBSCRIBE. sub (subscribed to channel
+ * alone) goes back to its pool still subscribed; the UNSUBSCRIBE goes out
+ * with the connection's next use, or not at all when the next waiter on its
+ * node wants the same channel (dl_node_get_sub). A plain dl_node_get takes
+ * such a connection last and unsubscribes it first. Falls back to
+ * dl_unsubscribe_async when it cannot keep it. */
+void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len);
+/* A connection of the node to subscribe to channel with. *subscribed = 1:
+ * it already is (a lingering connection of an earlier wait on the same
+ * channel; no I/O was done); 0: the caller subscribes it (an UNSUBSCRIBE
+ * from another lingering channel may be queued on it, and goes out with the
+ * SUBSCRIBE). */
+int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
+                    dl_conn **out, int *subscribed, dl_err *err);
+/* The lingering connection of the node subscribed to channel, if one is idle
+ * (no I/O; NULL if none). */
+dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len);
 /* Borrows a connection to the client's main node (single: the server;
  * redlock: the first master, used for queries) before deadline. */
 int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
@@ -541,6 +563,10 @@ struct dl_kind_ops {
     dlock_kind kind;
     const char *name;
     int reentrant;
+    /* l->channel is this waiter's own (no one else listens on it, and no
+     * release publishes on it once the waiter stopped waiting): its
+     * subscription may linger after an acquire (dl_node_put_linger) */
+    int own_channel;
     /* sets up l->channel (and l->kdata) when the handle is created */
     int (*init)(dlock_lock *l, dl_err *err);
     void (*destroy)(dlock_lock *l);

@@ -384,6 +384,7 @@ const dl_kind_ops dl_fair_ops = {
     .kind = DLOCK_KIND_FAIR,
     .name = "fair",
     .reentrant = 1,
+    .own_channel = 1,
     .init = fair_init,
     .destroy = fair_destroy,
     .owner = fair_owner,

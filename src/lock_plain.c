@@ -208,6 +208,7 @@ const dl_kind_ops dl_plain_ops = {
     .kind = DLOCK_KIND_PLAIN,
     .name = "plain",
     .reentrant = 0,
+    .own_channel = 1,
     .init = plain_init,
     .destroy = plain_destroy,
     .owner = plain_owner,

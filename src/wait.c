@@ -139,19 +139,31 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     char nm[80];
     int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
+    dl_node *node = conn->node;
+    /* still subscribed to our own channel since an earlier wait of this
+     * owner (a lingering subscription): this first attempt already comes
+     * after subscribing */
+    if (l->ops->own_channel && wait_ms != 0)
+        sub = dl_node_take_linger(node, l->channel, l->channel_len);
     rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
-    if (rc || t->acquired) goto out;
+    if (rc || t->acquired) goto done;
     if (wait_ms == 0) {
         rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
                        dl_name_msg(l->name, l->name_len, nm, sizeof nm));
-        goto out;
+        goto done;
     }
-    rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &sub, err);
-    if (!rc) rc = subscribe(l, sub, "SUBSCRIBE", err);
+    int tried = sub != NULL; /* the attempt above counts */
+    if (!sub) {
+        int already = 0;
+        rc = dl_node_get_sub(node, l->channel, l->channel_len, dl_cmd_deadline(c), &sub,
+                             &already, err);
+        if (!rc && !already) rc = subscribe(l, sub, "SUBSCRIBE", err);
+    }
     int64_t recheck = DL_NOTTL_RECHECK_MIN_MS;
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
-        rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
+        if (!tried) rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
+        tried = 0;
         if (rc || t->acquired) break;
         int64_t now = dl_now_ms();
         if (now >= deadline) {
@@ -175,16 +187,20 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         if (!rc && granted) break;
     }
     if (rc && l->ops->abandon && !conn->broken) l->ops->abandon(l, conn);
-    /* leave without waiting for the UNSUBSCRIBE confirmation: the caller
-     * holds the lock (or gave up) now, not one round trip later */
-    dl_unsubscribe_async(sub, l->channel, l->channel_len);
+done:
+    if (sub && !rc && t->acquired && l->ops->own_channel) {
+        /* the caller holds the lock now, not one write later: the
+         * subscription lingers until the connection's next use */
+        dl_node_put_linger(sub, l->channel, l->channel_len);
+    } else {
+        /* leave without waiting for the UNSUBSCRIBE confirmation */
+        dl_unsubscribe_async(sub, l->channel, l->channel_len);
+    }
     sub = NULL;
-out:
     if (!rc && t->acquired && c->wait_replicas > 0) {
         rc = wait_acks(l, conn, err);
         if (rc) t->acquired = 0;
     }
-    dl_pool_put(c, sub);
     dl_pool_put(c, conn);
     return rc;
 }

@@ -642,19 +642,39 @@ void th_cmd_ok(redisContext *rc, const char *fmt, ...)
     freeReplyObject(r);
 }
 
-/* Waiters on the lock's channel (reentrant, Redisson) plus those on a
- * channel of their own "redisson_lock__channel:{name}:<id>" (plain, fair). */
-long long th_subscribers(redisContext *rc, const char *name)
+/* Subscribers of channel (PUBSUB NUMSUB). */
+static long long numsub(redisContext *rc, const char *channel)
 {
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB redisson_lock__channel:{%s}", name);
+    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
     long long n = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_INTEGER)
         n = r->element[1]->integer;
     freeReplyObject(r);
-    r = th_cmd(rc, "PUBSUB CHANNELS redisson_lock__channel:{%s}:*", name);
-    if (r->type == REDIS_REPLY_ARRAY) n += (long long)r->elements;
-    freeReplyObject(r);
+    return n;
+}
+
+/* Waiters on the lock's channel (reentrant, Redisson) plus those on a
+ * channel of their own "redisson_lock__channel:{name}:<id>" (plain, fair)
+ * that are registered as waiting: <id> in the plain lock's registry
+ * dlock_waiters:{name} or in the fair lock's queue. (A waiter that got the
+ * lock keeps its own channel subscribed for a while: a lingering
+ * subscription, which is not a waiter.) */
+long long th_subscribers(redisContext *rc, const char *name)
+{
+    char ch[512];
+    snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
+    long long n = numsub(rc, ch);
+    for (int k = 0; k < 2; k++) {
+        redisReply *r = k ? th_cmd(rc, "LRANGE redisson_lock_queue:{%s} 0 -1", name)
+                          : th_cmd(rc, "ZRANGE dlock_waiters:{%s} 0 -1", name);
+        for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+            snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}:%s", name, r->element[i]->str);
+            if (numsub(rc, ch) > 0) n++;
+        }
+        freeReplyObject(r);
+    }
     return n;
 }
 

@@ -188,7 +188,9 @@ char *th_cmd_str(redisContext *rc, const char *fmt, ...);
 /* Runs a command expecting a status reply "OK" (or any non-error reply). */
 void th_cmd_ok(redisContext *rc, const char *fmt, ...);
 
-/* Number of subscribers of the unlock channel "redisson_lock__channel:{name}". */
+/* Blocked waiters of lock name: subscribers of its unlock channel
+ * "redisson_lock__channel:{name}" plus the registered plain and fair waiters
+ * subscribed to their own channel "redisson_lock__channel:{name}:<id>". */
 long long th_subscribers(redisContext *rc, const char *name);
 /* Waits until at least n clients are subscribed to name's unlock channel
  * (i.e. blocked waiters); fails the test after timeout_ms. */

@@ -115,13 +115,18 @@ start_extra_redis() {
 
 rcli() { redis-cli -p "$PORT" "$@"; }
 
-# waiters NAME: processes blocked on lock NAME: subscribers of its channel
-# (reentrant) plus channels of their own "...{NAME}:<id>" (plain, fair)
+# Blocked waiters of lock $1: subscribers of its unlock channel, plus the
+# plain lock's registered and the fair lock's queued waiters subscribed to
+# their own channel (a waiter that got the lock keeps its channel for a
+# while: a lingering subscription, not a waiter).
 waiters() {
-    local common own
-    common=$(rcli pubsub numsub "redisson_lock__channel:{$1}" | tail -1)
-    own=$(rcli pubsub channels "redisson_lock__channel:{$1}:*" | grep -c .)
-    echo $((common + own))
+    local n m sub
+    n=$(rcli pubsub numsub "redisson_lock__channel:{$1}" | tail -1)
+    for m in $(rcli zrange "dlock_waiters:{$1}" 0 -1) $(rcli lrange "redisson_lock_queue:{$1}" 0 -1); do
+        sub=$(rcli pubsub numsub "redisson_lock__channel:{$1}:$m" | tail -1)
+        [ "${sub:-0}" -gt 0 ] && n=$((n + 1))
+    done
+    echo "$n"
 }
 
 ok() { echo "ok   - $*"; }
