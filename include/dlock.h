@@ -339,7 +339,9 @@ typedef struct dlock_info {
     int64_t ttl_ms;      /* as dlock_remaining_ttl */
     uint64_t fence;      /* last fencing token issued */
     int64_t hold_count;  /* reentrant: the holder's count; plain: 1 when held */
-    int64_t waiters;     /* clients subscribed to the unlock channel */
+    int64_t waiters;     /* blocked waiters: subscribers of the unlock channel
+                          * (reentrant, Redisson), plus the plain lock's
+                          * registered and the fair lock's queued waiters */
     char holder[160];    /* plain: the token; reentrant: the first field; "" */
     int holders;         /* number of holder fields (reentrant), 1 or 0 (plain) */
     /* read-write lock: readers holding, 1 if a writer holds */

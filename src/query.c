@@ -186,7 +186,9 @@ static void inspect_hash(const redisReply *h, long long queued, dlock_info *info
 }
 
 /* One pipelined round trip: TYPE, PTTL, GET fence, PUBSUB NUMSUB, GET, HGETALL,
- * LLEN of a fair lock's queue, ZCARD of an expirable semaphore's leases.
+ * LLEN of a fair lock's queue, ZCARD of an expirable semaphore's leases,
+ * ZCARD of the plain lock's waiter registry (its waiters listen on channels
+ * of their own, as the fair lock's do, so NUMSUB does not count them).
  * The reads of the wrong type answer WRONGTYPE, which is ignored. */
 static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_t name_len,
                         dlock_info *info, dl_err *err) {
@@ -198,17 +200,21 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     char *tkey = dl_derive_key("", name, name_len, ":timeout", &tkl);
     char *schan = dl_derive_key("redisson_sc:", name, name_len, "", &scl);
     char *lchan = dl_derive_key("redisson_countdownlatch__channel__", name, name_len, "", &lcl);
-    int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan)
+    size_t wkl;
+    char *wkey = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &wkl);
+    int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan || !wkey)
                  ? dl_seterr(err, DLOCK_ENOMEM, "out of memory")
                  : DLOCK_OK;
-    enum { N = 9 };
+    enum { N = 10 };
     /* the waiters of a semaphore or a latch listen on their own channels */
     const char *cmds[N][4] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
                               {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name},
-                              {"LLEN", qkey}, {"ZCARD", tkey}, {"PUBSUB", "NUMSUB", schan, lchan}};
+                              {"LLEN", qkey}, {"ZCARD", tkey}, {"PUBSUB", "NUMSUB", schan, lchan},
+                              {"ZCARD", wkey}};
     size_t lens[N][4] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
-                         {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}, {6, 6, scl, lcl}};
-    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2, 4};
+                         {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}, {6, 6, scl, lcl},
+                         {5, wkl}};
+    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2, 4, 2};
     for (int i = 0; i < N && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
     if (!rc) rc = dl_conn_flush(conn, deadline, err);
     redisReply *r[N] = {0};
@@ -241,13 +247,17 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
                 info->leased = leased;
                 info->waiters = sw + lw;
             } else {
+                long long registered = 0;
+                if (dl_reply_int(r[9], &registered)) registered = 0;
                 info->kind = DLOCK_KIND_PLAIN;
+                info->waiters += registered;
                 info->holders = 1;
                 info->hold_count = 1;
                 snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[4]->len, r[4]->str);
             }
         } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY) {
             inspect_hash(r[5], queued, info);
+            if (info->kind == DLOCK_KIND_FAIR) info->waiters += queued;
         }
     }
     for (int i = 0; i < N; i++)
@@ -258,6 +268,7 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     free(tkey);
     free(schan);
     free(lchan);
+    free(wkey);
     return rc;
 }
 

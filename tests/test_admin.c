@@ -12,12 +12,13 @@ typedef struct {
     const char *name;
     int rc;
     int64_t t_got;
+    dlock_kind kind; /* 0: reentrant */
 } waiter;
 
 static void *wait_thread(void *arg)
 {
     waiter *w = arg;
-    dlock_lock *l = th_lock(w->c, w->name, DLOCK_KIND_REENTRANT);
+    dlock_lock *l = th_lock(w->c, w->name, w->kind ? w->kind : DLOCK_KIND_REENTRANT);
     w->rc = dlock_acquire(l, 10000, 5000, NULL);
     w->t_got = th_now_ms();
     if (w->rc == DLOCK_OK) dlock_release(l);
@@ -134,6 +135,30 @@ int main(void)
     ASSERT_COK(c, dlock_force_unlock(c, "adm:re", DLOCK_CSTR, &existed));
     ASSERT_EQ(existed, 0);
     ASSERT_COK(c, dlock_force_unlock(c, "adm:re", DLOCK_CSTR, NULL));
+
+    /* a plain and a fair lock with one blocked waiter each: these waiters
+     * listen on channels of their own, and are counted from the plain
+     * lock's registry and the fair lock's queue */
+    for (int k = 0; k < 2; k++) {
+        dlock_kind kind = k ? DLOCK_KIND_FAIR : DLOCK_KIND_PLAIN;
+        const char *nm = k ? "adm:fairw" : "adm:plainw";
+        dlock_lock *hl = th_lock(c, nm, kind);
+        ASSERT_LOK(hl, dlock_acquire(hl, DLOCK_NOWAIT, 20000, NULL));
+        ASSERT_COK(c, dlock_inspect(c, nm, DLOCK_CSTR, &info));
+        ASSERT_EQ(info.waiters, 0);
+        waiter w2 = {other, nm, -1, 0, kind};
+        pthread_t t2;
+        ASSERT_EQ(pthread_create(&t2, NULL, wait_thread, &w2), 0);
+        th_wait_subscribers(rc, nm, 1, 5000);
+        ASSERT_COK(c, dlock_inspect(c, nm, DLOCK_CSTR, &info));
+        ASSERT_EQ(info.kind, (int)kind);
+        ASSERT_EQ(info.waiters, 1);
+        if (k) ASSERT_EQ(info.queued, 1);
+        ASSERT_LOK(hl, dlock_release(hl));
+        ASSERT_EQ(pthread_join(t2, NULL), 0);
+        ASSERT_CODE(w2.rc, DLOCK_OK);
+        dlock_lock_free(hl);
+    }
 
     /* foreign keys */
     th_cmd_ok(rc, "RPUSH adm:list a b");

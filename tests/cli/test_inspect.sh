@@ -55,6 +55,8 @@ check "reentrant holder and waiter both ran ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc
 waiter=$!
 BG_PIDS+=("$waiter")
 wait_until '[ "$(waiters plainlock)" -ge 1 ]'
+expect 0 "status of a plain lock with a blocked waiter" status --json plainlock
+json_check "plain lock waiter counted" 'd["kind"] == "plain" and d["waiters"] == 1' "$TMP/out"
 expect 0 "force-unlock (stdin not a terminal)" force-unlock plainlock
 check "force-unlock says it deleted" "grep -q 'deleted' '$TMP/err'"
 wait "$waiter"
