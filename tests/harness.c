@@ -642,8 +642,7 @@ void th_cmd_ok(redisContext *rc, const char *fmt, ...)
     freeReplyObject(r);
 }
 
-/* Subscribers of channel (PUBSUB NUMSUB). */
-static long long numsub(redisContext *rc, const char *channel)
+long long th_numsub(redisContext *rc, const char *channel)
 {
     redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
     long long n = 0;
@@ -664,14 +663,14 @@ long long th_subscribers(redisContext *rc, const char *name)
 {
     char ch[512];
     snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
-    long long n = numsub(rc, ch);
+    long long n = th_numsub(rc, ch);
     for (int k = 0; k < 2; k++) {
         redisReply *r = k ? th_cmd(rc, "LRANGE redisson_lock_queue:{%s} 0 -1", name)
                           : th_cmd(rc, "ZRANGE dlock_waiters:{%s} 0 -1", name);
         for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
             if (r->element[i]->type != REDIS_REPLY_STRING) continue;
             snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}:%s", name, r->element[i]->str);
-            if (numsub(rc, ch) > 0) n++;
+            if (th_numsub(rc, ch) > 0) n++;
         }
         freeReplyObject(r);
     }

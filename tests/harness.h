@@ -188,6 +188,8 @@ char *th_cmd_str(redisContext *rc, const char *fmt, ...);
 /* Runs a command expecting a status reply "OK" (or any non-error reply). */
 void th_cmd_ok(redisContext *rc, const char *fmt, ...);
 
+/* Subscribers of channel (PUBSUB NUMSUB). */
+long long th_numsub(redisContext *rc, const char *channel);
 /* Blocked waiters of lock name: subscribers of its unlock channel
  * "redisson_lock__channel:{name}" plus the registered plain and fair waiters
  * subscribed to their own channel "redisson_lock__channel:{name}:<id>". */

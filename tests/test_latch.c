@@ -34,17 +34,6 @@ static int64_t count(dlock_latch *l)
     return n;
 }
 
-static long long numsub(redisContext *rc, const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER)
-        n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 /* The next message on a subscribed raw connection: its payload (malloc'd). */
 static char *next_message(redisContext *sub, const char *channel)
 {
@@ -192,7 +181,7 @@ static void bound(dlock_client *c, redisContext *rc)
     ASSERT_GE(took, 290);
     ASSERT_LE(took, 300 + MARGIN);
     ASSERT(strlen(dlock_latch_errmsg(l)) > 0);
-    ASSERT_EQ(numsub(rc, "redisson_countdownlatch__channel__{la:bound}"), 0);
+    ASSERT_EQ(th_numsub(rc, "redisson_countdownlatch__channel__{la:bound}"), 0);
     ASSERT_EQ(count(l), 1);
     /* a new count ("1") does not release a waiter; set(0) does */
     ASSERT_LAOK(l, dlock_latch_set(l, 0));
@@ -234,7 +223,7 @@ static void waiters(const th_server *srv, redisContext *rc)
             _exit(0);
         }
     }
-    ASSERT_EVENTUALLY(numsub(rc, chan) == NWAITERS, 10000);
+    ASSERT_EVENTUALLY(th_numsub(rc, chan) == NWAITERS, 10000);
     /* a new count announced ("1") wakes them to re-check only */
     ASSERT_LAOK(l, dlock_latch_set(l, 3));
     for (int k = 0; k < 2; k++) {
@@ -261,7 +250,7 @@ static void waiters(const th_server *srv, redisContext *rc)
     th_log("%d waiters released, the last %lld ms after the final count_down", NWAITERS,
            (long long)latest);
     ASSERT_LT(latest, 2000);
-    ASSERT_EQ(numsub(rc, chan), 0);
+    ASSERT_EQ(th_numsub(rc, chan), 0);
     dlock_latch_free(l);
     dlock_client_free(c);
 }

@@ -140,27 +140,57 @@ static void release_w(waiter *w)
     ASSERT_EQ(waiter_result(w).rc, DLOCK_OK);
 }
 
+/* The parts' cast: a raw connection, the holder h (its own client) and the
+ * waiter thread W (its own client), on NAME of kind. */
+typedef struct cast {
+    redisContext *rc;
+    dlock_client *hc, *wc;
+    dlock_lock *h;
+    waiter w;
+} cast;
+
+static void cast_start(cast *k, th_server *s, dlock_kind kind)
+{
+    k->rc = th_redis(s);
+    k->hc = th_client(s, 0);
+    k->wc = th_client(s, 0);
+    k->h = th_lock(k->hc, NAME, kind);
+    waiter_start(&k->w, th_lock(k->wc, NAME, kind));
+}
+
+/* Stops W and frees everything; once W's client is gone, so are its
+ * lingering subscriptions. */
+static void cast_stop(cast *k)
+{
+    waiter_stop(&k->w);
+    dlock_lock_free(k->w.l);
+    dlock_client_free(k->wc);
+    redisContext *rc = k->rc;
+    ASSERT_EVENTUALLY(own_channels(rc) == 0, 2000);
+    dlock_lock_free(k->h);
+    dlock_client_free(k->hc);
+    redisFree(rc);
+}
+
 /* ---- parts ---- */
 
 static void part_reuse(th_server *s)
 {
-    redisContext *rc = th_redis(s);
-    dlock_client *hc = th_client(s, 0), *wc = th_client(s, 0);
-    dlock_lock *h = th_lock(hc, NAME, DLOCK_KIND_FAIR);
-    waiter w;
-    waiter_start(&w, th_lock(wc, NAME, DLOCK_KIND_FAIR));
+    cast k;
+    cast_start(&k, s, DLOCK_KIND_FAIR);
+    redisContext *rc = k.rc;
     uint64_t last = 0;
     long long sub0 = stat_calls(rc, "subscribe"), unsub0 = stat_calls(rc, "unsubscribe");
     for (int round = 0; round < ROUNDS; round++) {
         long long ev0 = stat_calls(rc, "evalsha") + stat_calls(rc, "eval");
-        wres r = handoff(rc, h, &w);
+        wres r = handoff(rc, k.h, &k.w);
         ASSERT_EQ(r.rc, DLOCK_OK);
         ASSERT_U64_GT(r.fence, last);
         last = r.fence;
         /* held by W, and W's channel still subscribed */
         ASSERT_EQ(own_channels(rc), 1);
         ASSERT_EQ(th_cmd_int(rc, "LLEN redisson_lock_queue:{%s}", NAME), 0);
-        release_w(&w);
+        release_w(&k.w);
         long long scripts = stat_calls(rc, "evalsha") + stat_calls(rc, "eval") - ev0;
         th_log("round %d: fence %llu, %lld scripts (holder's acquire and release, W's "
                "attempts and release)", round, (unsigned long long)r.fence, scripts);
@@ -171,46 +201,32 @@ static void part_reuse(th_server *s)
     }
     ASSERT_EQ(stat_calls(rc, "subscribe") - sub0, 1);
     ASSERT_EQ(stat_calls(rc, "unsubscribe") - unsub0, 0);
-    waiter_stop(&w);
-    dlock_lock_free(w.l);
-    dlock_client_free(wc);
-    ASSERT_EVENTUALLY(own_channels(rc) == 0, 2000);
-    dlock_lock_free(h);
-    dlock_client_free(hc);
-    redisFree(rc);
+    cast_stop(&k);
 }
 
 static void part_plain(th_server *s)
 {
-    redisContext *rc = th_redis(s);
-    dlock_client *hc = th_client(s, 0), *wc = th_client(s, 0);
-    dlock_lock *h = th_lock(hc, NAME, DLOCK_KIND_PLAIN);
-    waiter w;
-    waiter_start(&w, th_lock(wc, NAME, DLOCK_KIND_PLAIN));
+    cast k;
+    cast_start(&k, s, DLOCK_KIND_PLAIN);
+    redisContext *rc = k.rc;
     long long sub0 = stat_calls(rc, "subscribe"), unsub0 = stat_calls(rc, "unsubscribe");
     for (int round = 0; round < ROUNDS; round++) {
-        wres r = handoff(rc, h, &w);
+        wres r = handoff(rc, k.h, &k.w);
         ASSERT_EQ(r.rc, DLOCK_OK);
         /* exactly W's current channel: the old ones were unsubscribed */
         redisReply *c = th_cmd(rc, "PUBSUB CHANNELS %s", CHAN_PATTERN);
         ASSERT_EQ(c->type, REDIS_REPLY_ARRAY);
         ASSERT_EQ(c->elements, 1);
         char want[256];
-        snprintf(want, sizeof want, "redisson_lock__channel:{%s}:%s", NAME, w.token);
+        snprintf(want, sizeof want, "redisson_lock__channel:{%s}:%s", NAME, k.w.token);
         ASSERT_STR_EQ(c->element[0]->str, want);
         freeReplyObject(c);
         ASSERT_EQ(th_subscribers(rc, NAME), 0); /* it holds: no waiter */
-        release_w(&w);
+        release_w(&k.w);
     }
     ASSERT_EQ(stat_calls(rc, "subscribe") - sub0, ROUNDS);
     ASSERT_EQ(stat_calls(rc, "unsubscribe") - unsub0, ROUNDS - 1);
-    waiter_stop(&w);
-    dlock_lock_free(w.l);
-    dlock_client_free(wc);
-    ASSERT_EVENTUALLY(own_channels(rc) == 0, 2000);
-    dlock_lock_free(h);
-    dlock_client_free(hc);
-    redisFree(rc);
+    cast_stop(&k);
 }
 
 static void part_pool(th_server *s)
@@ -281,14 +297,13 @@ static void part_dead(th_server *s)
 
 static void part_stale(th_server *s)
 {
-    redisContext *rc = th_redis(s);
-    dlock_client *hc = th_client(s, 0), *wc = th_client(s, 0);
-    dlock_lock *h = th_lock(hc, NAME, DLOCK_KIND_FAIR);
-    waiter w;
-    waiter_start(&w, th_lock(wc, NAME, DLOCK_KIND_FAIR));
+    cast k;
+    cast_start(&k, s, DLOCK_KIND_FAIR);
+    redisContext *rc = k.rc;
+    dlock_lock *h = k.h;
     for (int i = 0; i < 3; i++) { /* the counter moves past 1 */
-        ASSERT_EQ(handoff(rc, h, &w).rc, DLOCK_OK);
-        release_w(&w);
+        ASSERT_EQ(handoff(rc, h, &k.w).rc, DLOCK_OK);
+        release_w(&k.w);
     }
     redisReply *c = th_cmd(rc, "PUBSUB CHANNELS %s", CHAN_PATTERN);
     ASSERT_EQ(c->type, REDIS_REPLY_ARRAY);
@@ -301,8 +316,8 @@ static void part_stale(th_server *s)
     ASSERT_EQ(th_cmd_int(rc, "PUBLISH %s 0", chan), 1);
     uint64_t hf = 0;
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 10000, &hf));
-    waiter_send(&w, 'a', 300);
-    wres r = waiter_result(&w);
+    waiter_send(&k.w, 'a', 300);
+    wres r = waiter_result(&k.w);
     ASSERT_EQ(r.rc, DLOCK_ETIMEDOUT);
     redisReply *o = th_cmd(rc, "HGETALL %s", NAME);
     ASSERT_EQ(o->elements, 2);
@@ -310,12 +325,7 @@ static void part_stale(th_server *s)
     freeReplyObject(o);
     ASSERT_LOK(h, dlock_release(h));
     ASSERT_EQ(th_cmd_int(rc, "EXISTS %s redisson_lock_queue:{%s}", NAME, NAME), 0);
-    waiter_stop(&w);
-    dlock_lock_free(w.l);
-    dlock_lock_free(h);
-    dlock_client_free(wc);
-    dlock_client_free(hc);
-    redisFree(rc);
+    cast_stop(&k);
 }
 
 int main(int argc, char **argv)

@@ -59,17 +59,6 @@ static long long zscore(redisContext *rc, const char *key, const char *id)
     return v;
 }
 
-static long long numsub(redisContext *rc, const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER)
-        n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 static int is_hex_id(const char *id)
 {
     if (strlen(id) != DLOCK_PERMIT_ID_LEN) return 0;
@@ -251,7 +240,7 @@ static void crash(const th_server *srv, redisContext *rc, const char *name, int 
     th_log("%s: the killed holder's permit (lease %lld ms%s) was had %lld ms after SIGKILL",
            name, (long long)lease, watchdog ? ", watchdog" : "", (long long)took);
     ASSERT_LE(took, lease + MARGIN);
-    ASSERT_EQ(numsub(rc, "redisson_sc:{pm:crash}"), 0);
+    ASSERT_EQ(th_numsub(rc, "redisson_sc:{pm:crash}"), 0);
     ASSERT_POK(p, dlock_permits_release(p, id));
     ASSERT_EQ(avail(p), 1);
     dlock_permits_free(p);
@@ -335,7 +324,7 @@ static void wake_on_release(const th_server *srv, redisContext *rc)
         dlock_client_free(cc);
         _exit(code == DLOCK_OK ? 0 : 2);
     }
-    ASSERT_EVENTUALLY(numsub(rc, "redisson_sc:{pm:wake}") == 1, 5000);
+    ASSERT_EVENTUALLY(th_numsub(rc, "redisson_sc:{pm:wake}") == 1, 5000);
     int64_t t_rel = th_now_ms();
     ASSERT_POK(p, dlock_permits_release(p, a));
     ASSERT_EQ(th_wait_child(pid, 10000), 0);

@@ -41,17 +41,6 @@ static int64_t avail(dlock_semaphore *s)
     return n;
 }
 
-static long long numsub(redisContext *rc, const char *channel)
-{
-    redisReply *r = th_cmd(rc, "PUBSUB NUMSUB %s", channel);
-    long long n = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_INTEGER)
-        n = r->element[1]->integer;
-    freeReplyObject(r);
-    return n;
-}
-
 static void basics(const th_server *srv, dlock_client *c, redisContext *rc)
 {
     dlock_semaphore *s = sem(c, "sem:basic");
@@ -208,7 +197,7 @@ static void waiting(const th_server *srv, dlock_client *c, redisContext *rc)
     th_log("bounded wait of 300 ms gave up after %lld ms", (long long)took);
     ASSERT_GE(took, 290);
     ASSERT_LE(took, 300 + MARGIN);
-    ASSERT_EQ(numsub(rc, "redisson_sc:{sem:wait}"), 0); /* unsubscribed */
+    ASSERT_EQ(th_numsub(rc, "redisson_sc:{sem:wait}"), 0); /* unsubscribed */
 
     /* a waiter (another process) for 2 permits wakes on the release that
      * makes 2 available, not earlier, not at the end of its 10 s wait */
@@ -229,7 +218,7 @@ static void waiting(const th_server *srv, dlock_client *c, redisContext *rc)
         dlock_client_free(cc);
         _exit(0);
     }
-    ASSERT_EVENTUALLY(numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
+    ASSERT_EVENTUALLY(th_numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
     ASSERT_SOK(s, dlock_semaphore_release(s, 1)); /* 1 of 2: wakes it, it must wait on */
     th_sleep_ms(200);
     ASSERT_EQ(th_cmd_int(rc, "EXISTS sem:wait:got"), 0);
@@ -255,7 +244,7 @@ static void waiting(const th_server *srv, dlock_client *c, redisContext *rc)
         dlock_client_free(cc);
         _exit(rc2 == DLOCK_OK ? 0 : 1);
     }
-    ASSERT_EVENTUALLY(numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
+    ASSERT_EVENTUALLY(th_numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
     ASSERT_SOK(s, dlock_semaphore_add(s, 1));
     ASSERT_EQ(th_wait_child(pid, 5000), 0);
     ASSERT_EQ(avail(s), 0);
