@@ -203,6 +203,40 @@ static void *locker_main(void *arg)
     return NULL;
 }
 
+/* A signal came while the locker waits: cancel its wait, so that it leaves
+ * the lock's queue or waiter registry (and gives back a lock handed to it
+ * meanwhile) instead of leaving a dead entry that others wait behind. If the
+ * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step; the
+ * permits (--limit) cannot be cancelled: they are left as before (the
+ * wait's entry times out, a permit had meanwhile runs out with its lease). */
+#define CANCEL_GRACE_MS 5000
+static int readable_within(int fd, int ms)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    int n;
+    do
+        n = poll(&p, 1, ms);
+    while (n < 0 && errno == EINTR);
+    return n > 0;
+}
+
+static void give_up_waiting(locker *lk)
+{
+    char b;
+    if (lk->permits)
+        return;
+    for (size_t i = 0; i < lk->nlocks; i++)
+        if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
+            return; /* a backend whose waits cannot be cancelled */
+    if (!readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) || read_byte(lk->done_pipe[0], &b))
+        return;
+    if (lk->acquire_rc != DLOCK_OK)
+        return;
+    write_byte(lk->cmd_pipe[1], 'r');
+    if (readable_within(lk->done_pipe[0], CANCEL_GRACE_MS))
+        (void)read_byte(lk->done_pipe[0], &b);
+}
+
 /* The lost-lease callback (watchdog thread): only a pipe write. */
 static void on_lost(dlock_lock *l, int reason, void *userdata)
 {
@@ -691,8 +725,8 @@ int cmd_run(int argc, char **argv, cli_global *g)
     }
     started = 1;
 
-    /* Wait for the acquire; a signal meanwhile ends dlock (nothing is held
-     * yet, or the lease runs out if the acquire won the race). */
+    /* Wait for the acquire; a signal meanwhile ends dlock, after cancelling
+     * the wait (give_up_waiting: nothing is left queued or held). */
     for (;;) {
         struct pollfd pfd[2] = {{lk.done_pipe[0], POLLIN, 0}, {sigfd, POLLIN, 0}};
         if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
@@ -709,6 +743,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 if (g->verbose)
                     cli_err(CMD, "signal %u while waiting for %s; giving up", si.ssi_signo,
                             what);
+                give_up_waiting(&lk);
                 _exit(128 + (int)si.ssi_signo);
             }
         }

@@ -88,6 +88,7 @@ typedef enum dlock_code {
     DLOCK_ENOQUORUM = 16,   /* RedLock: fewer than a majority of nodes answered */
     DLOCK_EREPLICAS = 17,   /* too few replicas acknowledged an acquire (wait_replicas) */
     DLOCK_ETLS = 18,        /* TLS handshake or certificate verification failed */
+    DLOCK_ECANCELED = 19,   /* the wait was cancelled (dlock_lock_cancel) */
     DLOCK_CODE_LAST_        /* not a code: one past the last */
 } dlock_code;
 
@@ -277,9 +278,25 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  * A reentrant handle already held by this thread re-enters (hold count + 1,
  * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT,
- * or a failure code; on any non-OK return nothing is held. */
+ * DLOCK_ECANCELED (dlock_lock_cancel), or a failure code; on any non-OK
+ * return nothing is held. */
 DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                                uint64_t *fence);
+
+/* Cancels the dlock_acquire of l under way in another thread (cancel every
+ * lock of a dlock_multi_acquire's set to cancel it: it waits for one at a
+ * time, and gives back the ones it had): it stops waiting, leaves the lock's queue or waiter
+ * registry, gives back a lock that a release handed to it meanwhile (fair
+ * lock), and returns DLOCK_ECANCELED, within a command round trip. An
+ * acquire that already had the lock returns DLOCK_OK as usual. Only acquires
+ * under way when this is called are cancelled; a later one waits as usual.
+ * Safe from any thread and from a signal handler (async-signal-safe: it
+ * updates an atomic counter and writes to an eventfd), but not concurrently
+ * with dlock_lock_free(l). Redis (single server, Sentinel, Cluster) and
+ * RedLock only.
+ * Returns DLOCK_OK, DLOCK_EINVAL (NULL), DLOCK_ENOTSUP (another backend:
+ * its waits cannot be cancelled). */
+DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
 
 /* Releases one hold (the last hold deletes the key and publishes the unlock
  * message on "redisson_lock__channel:{name}"). The server deletes the key only

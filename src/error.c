@@ -24,6 +24,7 @@ static const char *const names[] = {
     [DLOCK_ENOQUORUM] = "no quorum of nodes answered",
     [DLOCK_EREPLICAS] = "not acknowledged by enough replicas",
     [DLOCK_ETLS] = "TLS handshake or certificate verification failed",
+    [DLOCK_ECANCELED] = "wait cancelled",
 };
 
 const char *dlock_strerror(int code) {

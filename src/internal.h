@@ -359,6 +359,7 @@ enum {
     DL_CAP_OBJECTS = 1u << 3,  /* expirable permits and latches (semaphores:
                                 * the sem_* calls of the table) */
     DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
+    DL_CAP_CANCEL = 1u << 5,   /* dlock_lock_cancel (waits in wait.c / redlock.c) */
 };
 
 struct dl_backend {
@@ -556,7 +557,30 @@ struct dlock_lock {
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
     void *bdata;               /* another backend's per-lock state */
+    /* dlock_lock_cancel: it adds 1 to cancel_gen and writes to cancel_fd
+     * (an eventfd the waiting thread creates on its first wait; -1 before);
+     * an acquire notes cancel_gen when it starts (cancel_seen) and stops
+     * waiting once it differs */
+    atomic_uint cancel_gen;
+    atomic_int cancel_fd;
+    unsigned cancel_seen;
 };
+
+/* dlock_acquire without noting where cancels stand (l->cancel_seen): for
+ * dlock_multi_acquire, which notes it for every lock of the set first. */
+int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence);
+
+/* Cancellation of a wait (dlock_lock_cancel). */
+/* 1 if the acquire under way was cancelled. */
+int dl_canceled(dlock_lock *l);
+/* The handle's eventfd, created on first use (-1 if it cannot be: a cancel
+ * is then noticed at the next wake-up of the wait). Only the thread that
+ * acquires calls it. */
+int dl_cancel_fd(dlock_lock *l);
+/* Reads the eventfd empty (after poll saw it readable). */
+void dl_cancel_drain(dlock_lock *l);
+/* Sets DLOCK_ECANCELED for lock l's wait in err. */
+int dl_cancel_err(dlock_lock *l, dl_err *err);
 
 /* What a lock kind does; one table per kind, one file per kind. */
 struct dl_kind_ops {

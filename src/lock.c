@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -72,6 +74,8 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     l->lease.on_lost = lease_lost;
     atomic_init(&l->lease.lost, 0);
     atomic_init(&l->lease.last_ok, 0);
+    atomic_init(&l->cancel_gen, 0);
+    atomic_init(&l->cancel_fd, -1);
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
@@ -110,10 +114,53 @@ void dlock_lock_free(dlock_lock *l) {
     }
     wd_off(l);
     if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
+    int fd = atomic_load(&l->cancel_fd);
+    if (fd >= 0) close(fd);
     free(l->name);
     free(l->fence_key);
     free(l->channel);
     free(l);
+}
+
+/* ---- cancelling a wait ---- */
+
+int dlock_lock_cancel(dlock_lock *l) {
+    if (!l) return DLOCK_EINVAL;
+    if (!(l->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
+    atomic_fetch_add(&l->cancel_gen, 1u);
+    int fd = atomic_load(&l->cancel_fd);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n = write(fd, &one, sizeof one); /* EAGAIN: it is readable anyway */
+        (void)n;
+    }
+    return DLOCK_OK;
+}
+
+int dl_canceled(dlock_lock *l) { return atomic_load(&l->cancel_gen) != l->cancel_seen; }
+
+int dl_cancel_fd(dlock_lock *l) {
+    int fd = atomic_load(&l->cancel_fd);
+    if (fd < 0) {
+        fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd >= 0) atomic_store(&l->cancel_fd, fd);
+    }
+    return fd;
+}
+
+void dl_cancel_drain(dlock_lock *l) {
+    int fd = atomic_load(&l->cancel_fd);
+    uint64_t v;
+    if (fd >= 0) {
+        ssize_t n = read(fd, &v, sizeof v);
+        (void)n;
+    }
+}
+
+int dl_cancel_err(dlock_lock *l, dl_err *err) {
+    char nm[80];
+    return dl_seterr(err, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled",
+                     dl_name_msg(l->name, l->name_len, nm, sizeof nm));
 }
 
 const char *dlock_lock_errmsg(const dlock_lock *l) {
@@ -129,6 +176,11 @@ int dl_owner_thread(dlock_lock *l, dl_err *err) {
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence) {
     if (!l) return DLOCK_EINVAL;
+    l->cancel_seen = atomic_load(&l->cancel_gen); /* earlier cancels are not for this call */
+    return dl_acquire(l, wait_ms, lease_ms, fence);
+}
+
+int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence) {
     dl_err err = {0};
     if (wait_ms < DLOCK_WAIT_FOREVER) {
         dl_seterr(&err, DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER");

@@ -40,6 +40,9 @@ int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms, int
     size_t *order = malloc(n * sizeof *order);
     if (!order) return DLOCK_ENOMEM;
     canon_order(locks, n, order);
+    /* a cancel of a lock of the set from now on ends the wait for it (a
+     * cancel of every lock ends the whole set's) */
+    for (size_t i = 0; i < n; i++) locks[i]->cancel_seen = atomic_load(&locks[i]->cancel_gen);
     int64_t deadline = dl_deadline(wait_ms);
     int rc = DLOCK_OK;
     size_t taken = 0;
@@ -53,7 +56,7 @@ int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms, int
             if (left < 0) left = 0;
         }
         uint64_t fence = 0;
-        rc = dlock_acquire(l, left, lease_ms, &fence);
+        rc = dl_acquire(l, left, lease_ms, &fence);
         if (rc) {
             /* a wait that ran out on a later lock is the whole set's timeout */
             if (rc == DLOCK_EBUSY && wait_ms != 0) rc = DLOCK_ETIMEDOUT;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <poll.h>
+
 #include "internal.h"
 
 #define DL_RL_MAX 64
@@ -150,10 +152,12 @@ int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                          "lease %lld ms is too short for RedLock (node timeout %lld ms)",
                          (long long)lease_ms, (long long)c->node_timeout_ms);
     int64_t deadline = dl_deadline(wait_ms);
+    int cfd = wait_ms != 0 ? dl_cancel_fd(l) : -1;
     for (;;) {
         size_t answered = 0;
         int rc = attempt(l, lease_ms, t, &answered, err);
         if (rc || t->acquired) return rc;
+        if (wait_ms != 0 && dl_canceled(l)) return dl_cancel_err(l, err);
         int64_t now = dl_now_ms();
         if (wait_ms == 0 || now >= deadline) {
             if (answered < c->quorum) return no_quorum(c, answered, err);
@@ -169,7 +173,14 @@ int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
             DL_RL_RETRY_MIN_MS + (int64_t)dl_random_below(DL_RL_RETRY_MAX_MS - DL_RL_RETRY_MIN_MS);
         if (t->pttl >= 0 && t->pttl + 1 < delay) delay = t->pttl + 1;
         if (now + delay > deadline) delay = deadline - now;
-        dl_sleep_ms(delay);
+        if (cfd < 0) {
+            dl_sleep_ms(delay);
+            continue;
+        }
+        /* the delay, cut short by a cancel */
+        struct pollfd p = {.fd = cfd, .events = POLLIN};
+        if (poll(&p, 1, (int)delay) > 0) dl_cancel_drain(l);
+        if (dl_canceled(l)) return dl_cancel_err(l, err);
     }
 }
 

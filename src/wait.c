@@ -57,12 +57,14 @@ int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_
     return rc;
 }
 
-/* Waits until the subscriber connection has a message, or until deadline.
+/* Waits until the subscriber connection has a message, or until deadline,
+ * or until the wait is cancelled (dlock_lock_cancel).
  * Returns DLOCK_OK (*granted set if the message handed the lock over),
- * DLOCK_ETIMEDOUT, or a failure. */
+ * DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or a failure. */
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
     *granted = 0;
+    int cfd = atomic_load(&l->cancel_fd);
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
@@ -70,16 +72,24 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
             return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
         }
         if (!reply) {
+            if (dl_canceled(l)) return dl_cancel_err(l, err);
             int64_t left = until - dl_now_ms();
             if (left <= 0) return DLOCK_ETIMEDOUT;
-            struct pollfd p = {.fd = sub->fd, .events = POLLIN};
-            int n = dl_conn_has_pending(sub) ? 1 : poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+            struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
+            int n = dl_conn_has_pending(sub)
+                        ? 1
+                        : poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) {
                 sub->broken = 1;
                 return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
             }
             if (n == 0) continue;
+            if (cfd >= 0 && p[1].revents) {
+                /* a cancel (or a stale one, from before this acquire) */
+                dl_cancel_drain(l);
+                if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
+            }
             /* readable: read what is there (no second poll); a message
              * that arrived in part is completed on the next round */
             int rc = dl_conn_poll_reply(sub, (redisReply **)&reply, err);
@@ -152,6 +162,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                        dl_name_msg(l->name, l->name_len, nm, sizeof nm));
         goto done;
     }
+    dl_cancel_fd(l); /* from here on, a cancel wakes the wait below */
     int tried = sub != NULL; /* the attempt above counts */
     if (!sub) {
         int already = 0;
@@ -165,6 +176,10 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         if (!tried) rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
         tried = 0;
         if (rc || t->acquired) break;
+        if (dl_canceled(l)) {
+            rc = dl_cancel_err(l, err);
+            break;
+        }
         int64_t now = dl_now_ms();
         if (now >= deadline) {
             rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'",

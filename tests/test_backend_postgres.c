@@ -300,6 +300,8 @@ static void test_crash_and_waits(void) {
         dlock_lock *x = th_lock(c, "pg:lease", DLOCK_KIND_PLAIN);
         ASSERT_LCODE(x, dlock_acquire(x, DLOCK_NOWAIT, 5000, NULL), DLOCK_ENOTSUP);
         ASSERT(strstr(dlock_lock_errmsg(x), "postgres") != NULL);
+        /* its waits (a server-side lock wait) cannot be cancelled */
+        ASSERT_EQ(dlock_lock_cancel(x), DLOCK_ENOTSUP);
         dlock_lock_free(x);
     }
     ASSERT_LOK(l, dlock_release(l));

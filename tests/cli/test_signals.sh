@@ -143,5 +143,24 @@ wait "$DPID"
 rc=$?
 check "SIGTERM while waiting: exit 143, no child ($rc)" "[ $rc = 143 ] && [ ! -e '$TMP/marker' ]"
 check "the holder's lock is untouched" "[ \"\$(rcli get waited)\" = '$token' ]"
+check "the waiter left the registry at once" "[ \"\$(rcli zcard 'dlock_waiters:{waited}')\" = 0 ]"
+
+# The same with the fair lock: the wait is cancelled, so the waiter leaves
+# the queue at once and the next waiter is not held up behind a dead entry.
+"$DLOCK" run --kind fair -w 30s fairwait -- sleep 30 &
+HOLDER=$!
+BG_PIDS+=("$HOLDER")
+wait_until '[ "$(rcli exists fairwait)" = 1 ]'
+"$DLOCK" run --kind fair fairwait touch "$TMP/marker" &
+DPID=$!
+BG_PIDS+=("$DPID")
+wait_until '[ "$(waiters fairwait)" -ge 1 ]'
+kill -TERM "$DPID"
+wait "$DPID"
+rc=$?
+check "SIGTERM while waiting (fair): exit 143, no child ($rc)" "[ $rc = 143 ] && [ ! -e '$TMP/marker' ]"
+check "the fair waiter left the queue at once" "[ \"\$(rcli llen 'redisson_lock_queue:{fairwait}')\" = 0 ]"
+kill -TERM "$HOLDER"
+wait "$HOLDER" 2>/dev/null
 
 finish
