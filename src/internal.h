@@ -557,12 +557,14 @@ struct dlock_lock {
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
     void *bdata;               /* another backend's per-lock state */
-    /* dlock_lock_cancel: it adds 1 to cancel_gen and writes to cancel_fd
-     * (an eventfd the waiting thread creates on its first wait; -1 before);
-     * an acquire notes cancel_gen when it starts (cancel_seen) and stops
-     * waiting once it differs */
+    /* dlock_lock_cancel: it adds 1 to cancel_gen and writes to cancel_fd,
+     * the eventfd of the wait under way (-1 when none); an acquire notes
+     * cancel_gen when it starts (cancel_seen) and stops waiting once it
+     * differs. cancel_busy counts cancels between reading cancel_fd and
+     * writing to it: the wait closes its eventfd only when none is */
     atomic_uint cancel_gen;
     atomic_int cancel_fd;
+    atomic_int cancel_busy;
     unsigned cancel_seen;
 };
 
@@ -573,10 +575,13 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
 /* Cancellation of a wait (dlock_lock_cancel). */
 /* 1 if the acquire under way was cancelled. */
 int dl_canceled(dlock_lock *l);
-/* The handle's eventfd, created on first use (-1 if it cannot be: a cancel
- * is then noticed at the next wake-up of the wait). Only the thread that
- * acquires calls it. */
-int dl_cancel_fd(dlock_lock *l);
+/* A wait starts: creates its eventfd, which a cancel writes to, and
+ * returns it (-1 if it cannot be created: a cancel is then noticed at the
+ * next wake-up of the wait). Only the thread that acquires calls it. */
+int dl_cancel_begin(dlock_lock *l);
+/* The wait is over: closes its eventfd (once no cancel is writing to it).
+ * A no-op without dl_cancel_begin. */
+void dl_cancel_end(dlock_lock *l);
 /* Reads the eventfd empty (after poll saw it readable). */
 void dl_cancel_drain(dlock_lock *l);
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     atomic_init(&l->lease.last_ok, 0);
     atomic_init(&l->cancel_gen, 0);
     atomic_init(&l->cancel_fd, -1);
+    atomic_init(&l->cancel_busy, 0);
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
@@ -114,8 +116,6 @@ void dlock_lock_free(dlock_lock *l) {
     }
     wd_off(l);
     if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
-    int fd = atomic_load(&l->cancel_fd);
-    if (fd >= 0) close(fd);
     free(l->name);
     free(l->fence_key);
     free(l->channel);
@@ -127,6 +127,7 @@ void dlock_lock_free(dlock_lock *l) {
 int dlock_lock_cancel(dlock_lock *l) {
     if (!l) return DLOCK_EINVAL;
     if (!(l->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
+    atomic_fetch_add(&l->cancel_busy, 1);
     atomic_fetch_add(&l->cancel_gen, 1u);
     int fd = atomic_load(&l->cancel_fd);
     if (fd >= 0) {
@@ -134,18 +135,26 @@ int dlock_lock_cancel(dlock_lock *l) {
         ssize_t n = write(fd, &one, sizeof one); /* EAGAIN: it is readable anyway */
         (void)n;
     }
+    atomic_fetch_sub(&l->cancel_busy, 1);
     return DLOCK_OK;
 }
 
 int dl_canceled(dlock_lock *l) { return atomic_load(&l->cancel_gen) != l->cancel_seen; }
 
-int dl_cancel_fd(dlock_lock *l) {
-    int fd = atomic_load(&l->cancel_fd);
-    if (fd < 0) {
-        fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (fd >= 0) atomic_store(&l->cancel_fd, fd);
-    }
+int dl_cancel_begin(dlock_lock *l) {
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    atomic_store(&l->cancel_fd, fd);
     return fd;
+}
+
+void dl_cancel_end(dlock_lock *l) {
+    int fd = atomic_exchange(&l->cancel_fd, -1);
+    if (fd < 0) return;
+    /* a cancel that read the descriptor before the exchange writes to it
+     * before its count drops: closing earlier could let the number be
+     * reused and the write land in another file */
+    while (atomic_load(&l->cancel_busy) > 0) sched_yield();
+    close(fd);
 }
 
 void dl_cancel_drain(dlock_lock *l) {

@@ -141,7 +141,18 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
     return DLOCK_OK;
 }
 
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cfd, dl_try *t,
+                        dl_err *err);
+
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+    int cfd = wait_ms != 0 ? dl_cancel_begin(l) : -1;
+    int rc = redlock_wait(l, wait_ms, lease_ms, cfd, t, err);
+    dl_cancel_end(l);
+    return rc;
+}
+
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cfd, dl_try *t,
+                        dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];
     if (!l->ops->call)
@@ -152,7 +163,6 @@ int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                          "lease %lld ms is too short for RedLock (node timeout %lld ms)",
                          (long long)lease_ms, (long long)c->node_timeout_ms);
     int64_t deadline = dl_deadline(wait_ms);
-    int cfd = wait_ms != 0 ? dl_cancel_fd(l) : -1;
     for (;;) {
         size_t answered = 0;
         int rc = attempt(l, lease_ms, t, &answered, err);

@@ -162,7 +162,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                        dl_name_msg(l->name, l->name_len, nm, sizeof nm));
         goto done;
     }
-    dl_cancel_fd(l); /* from here on, a cancel wakes the wait below */
+    dl_cancel_begin(l); /* from here on, a cancel wakes the wait below */
     int tried = sub != NULL; /* the attempt above counts */
     if (!sub) {
         int already = 0;
@@ -203,6 +203,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     }
     if (rc && l->ops->abandon && !conn->broken) l->ops->abandon(l, conn);
 done:
+    dl_cancel_end(l);
     if (sub && !rc && t->acquired && l->ops->own_channel) {
         /* the caller holds the lock now, not one write later: the
          * subscription lingers until the connection's next use */

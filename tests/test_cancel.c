@@ -8,13 +8,15 @@
  *            (a waiter that just died would stall it until its queue entry's
  *            deadline, 5 s)
  *   stale    a cancel with no acquire under way is not for later ones: an
- *            acquire with a 300 ms wait then times out (DLOCK_ETIMEDOUT)
+ *            acquire with a 300 ms wait then times out (DLOCK_ETIMEDOUT);
+ *            waits leave no descriptor behind (each has its own eventfd)
  *   signal   the cancel comes from a SIGUSR1 handler
  *   multi    dlock_multi_acquire of {a, b}, b held elsewhere: cancelling both
  *            ends it with DLOCK_ECANCELED and a is given back
  *   redlock  RedLock over 3 servers: the retry sleep is cut short too */
 #include "harness.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -141,6 +143,17 @@ static void part_fair(th_server *s)
     redisFree(rc);
 }
 
+/* Open descriptors of this process. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ASSERT(d != NULL);
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
 static void part_stale(th_server *s)
 {
     dlock_client *hc = th_client(s, 0), *wc = th_client(s, 0);
@@ -151,10 +164,15 @@ static void part_stale(th_server *s)
     int64_t t0 = th_now_ms();
     ASSERT_LCODE(l, dlock_acquire(l, 300, 10000, NULL), DLOCK_ETIMEDOUT);
     ASSERT_GE(th_now_ms() - t0, 250);
-    /* cancelled twice before a wait that has its own fd now: still not */
+    /* cancelled twice more between waits: still not for the next one */
     ASSERT_EQ(dlock_lock_cancel(l), DLOCK_OK);
     ASSERT_EQ(dlock_lock_cancel(l), DLOCK_OK);
     ASSERT_LCODE(l, dlock_acquire(l, 300, 10000, NULL), DLOCK_ETIMEDOUT);
+    /* each wait's eventfd is closed when it ends: no descriptor is left */
+    int fds0 = open_fds();
+    for (int i = 0; i < 20; i++)
+        ASSERT_LCODE(l, dlock_acquire(l, 10, 10000, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_EQ(open_fds(), fds0);
     ASSERT_LOK(h, dlock_release(h));
     ASSERT_LOK(l, dlock_acquire(l, 300, 10000, NULL));
     ASSERT_LOK(l, dlock_release(l));
