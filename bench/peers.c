@@ -339,12 +339,13 @@ static int make_client(const bench_ctx *ctx, dlock_client **c) {
     return 0;
 }
 
+#define PEER_PAIRS_ROUNDS 20 /* as the pairs scenario: a steadier median on a VM that swings */
 int bench_peer_pairs(bench_ctx *ctx) {
-    const int rounds = ctx->quick ? 3 : 10;
+    const int rounds = ctx->quick ? 3 : PEER_PAIRS_ROUNDS;
     const int round_ms = ctx->quick ? 200 : 500;
     peer pw[P_COUNT];
     int have[P_COUNT] = {1, 1, 0, 0};
-    double rate[P_COUNT][10];
+    double rate[P_COUNT][PEER_PAIRS_ROUNDS];
     bench_samples lat[P_COUNT];
     memset(lat, 0, sizeof lat);
     for (int s = 0; s < P_COUNT; s++) pw[s].pid = -1;
@@ -422,7 +423,7 @@ int bench_peer_pairs(bench_ctx *ctx) {
                "pair p99", "ratio raw", "ratio best peer");
         for (int s = 0; s < P_COUNT; s++) {
             if (!have[s] || !bench_series_on(ctx, pp_name[s])) continue;
-            double ratio[10];
+            double ratio[PEER_PAIRS_ROUNDS];
             double med = bench_median_d(rate[s], (size_t)rounds);
             double p50 = (double)bench_samples_quantile(&lat[s], 0.5) / 1e3;
             double p99 = (double)bench_samples_quantile(&lat[s], 0.99) / 1e3;

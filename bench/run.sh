@@ -5,7 +5,7 @@
 #                [--bin PATH/TO/dlock_bench]
 #
 # Without --bin it builds dlock_bench first (RelWithDebInfo, into
-# build/bench). It starts redis-server on a free 127.0.0.1 port in a fresh
+# build/bench-run). It starts redis-server on a free 127.0.0.1 port in a fresh
 # temporary directory (no persistence), and 5 more for the redlock scenario
 # (independent masters; not when --only leaves redlock out), waits for PING,
 # runs dlock_bench, and always stops the servers and removes the directory.
@@ -42,7 +42,8 @@ if [ -z "$REDIS_SERVER" ]; then
 fi
 
 if [ -z "$BIN" ]; then
-  B="$ROOT/build/bench"
+  # not build/bench: a `cmake -B build` tree puts its bench/ subdirectory there
+  B="$ROOT/build/bench-run"
   cmake -S "$ROOT" -B "$B" -DDLOCK_BUILD_TESTS=OFF -DDLOCK_BUILD_EXAMPLES=OFF \
         -DDLOCK_BUILD_CLI=OFF -DDLOCK_BUILD_BENCH=ON >/dev/null
   cmake --build "$B" --target dlock_bench -j"$(nproc)" >/dev/null

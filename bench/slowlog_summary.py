@@ -5,7 +5,7 @@
 
 Run a redis-server with `--slowlog-log-slower-than 0 --slowlog-max-len 1000000`
 (every command is logged with its execution time in microseconds), point
-dlock_bench at it (`build/bench/bench/dlock_bench --port PORT --only
+dlock_bench at it (`build/bench-run/bench/dlock_bench --port PORT --only
 fair_handoff`), then run this: it prints, per command, the number of calls and
 the median and 90th percentile of their server time. Scripts (EVALSHA) are
 told apart by their SHA1 prefix and first key; the commands a script runs are
