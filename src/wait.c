@@ -86,7 +86,8 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
             }
             if (n == 0) continue;
             if (cfd >= 0 && p[1].revents) {
-                /* a cancel (or a stale one, from before this acquire) */
+                /* a cancel: told at the top of the loop (a message that
+                 * came with it is read first) */
                 dl_cancel_drain(l);
                 if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
             }
