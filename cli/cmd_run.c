@@ -206,9 +206,8 @@ static void *locker_main(void *arg)
 /* A signal came while the locker waits: cancel its wait, so that it leaves
  * the lock's queue or waiter registry (and gives back a lock handed to it
  * meanwhile) instead of leaving a dead entry that others wait behind. If the
- * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step; the
- * permits (--limit) cannot be cancelled: they are left as before (the
- * wait's entry times out, a permit had meanwhile runs out with its lease). */
+ * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step. On a
+ * backend whose waits cannot be cancelled, dlock just exits, as before. */
 #define CANCEL_GRACE_MS 5000
 static int readable_within(int fd, int ms)
 {
@@ -223,11 +222,14 @@ static int readable_within(int fd, int ms)
 static void give_up_waiting(locker *lk)
 {
     char b;
-    if (lk->permits)
-        return;
-    for (size_t i = 0; i < lk->nlocks; i++)
-        if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
-            return; /* a backend whose waits cannot be cancelled */
+    if (lk->permits) {
+        if (dlock_permits_cancel(lk->permits) != DLOCK_OK)
+            return;
+    } else {
+        for (size_t i = 0; i < lk->nlocks; i++)
+            if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
+                return; /* a backend whose waits cannot be cancelled */
+    }
     if (!readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) || read_byte(lk->done_pipe[0], &b))
         return;
     if (lk->acquire_rc != DLOCK_OK)

@@ -454,6 +454,10 @@ DLOCK_EXPORT const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
 /* Takes `permits` (>= 1) permits, waiting up to wait_ms (DLOCK_NOWAIT,
  * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available. */
 DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms);
+/* As dlock_lock_cancel, for a dlock_semaphore_acquire of s waiting in
+ * another thread: it returns DLOCK_ECANCELED, holding nothing. Redis only
+ * (DLOCK_ENOTSUP on ZooKeeper). */
+DLOCK_EXPORT int dlock_semaphore_cancel(dlock_semaphore *s);
 /* Gives back `permits` (>= 1) permits and wakes waiters. ZooKeeper:
  * DLOCK_EINVAL if this handle holds fewer; DLOCK_ELOST if the session
  * holding them expired (they were freed). */
@@ -482,6 +486,9 @@ DLOCK_EXPORT const char *dlock_permits_errmsg(const dlock_permits *p);
  * permit's id. DLOCK_EBUSY / DLOCK_ETIMEDOUT when none is available. */
 DLOCK_EXPORT int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
                                        char id[DLOCK_PERMIT_ID_LEN + 1]);
+/* As dlock_lock_cancel, for a dlock_permits_acquire of p waiting in another
+ * thread: it returns DLOCK_ECANCELED, holding no permit. */
+DLOCK_EXPORT int dlock_permits_cancel(dlock_permits *p);
 /* Releases the permit id: DLOCK_ENOTOWNER if it is not held (expired, or
  * never issued). */
 DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
@@ -510,6 +517,9 @@ DLOCK_EXPORT int dlock_latch_set(dlock_latch *l, int64_t count);
 DLOCK_EXPORT int dlock_latch_count_down(dlock_latch *l, int64_t k);
 /* Waits until the count is zero: DLOCK_OK, or DLOCK_ETIMEDOUT. */
 DLOCK_EXPORT int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
+/* As dlock_lock_cancel, for a dlock_latch_await of l waiting in another
+ * thread: it returns DLOCK_ECANCELED. */
+DLOCK_EXPORT int dlock_latch_cancel(dlock_latch *l);
 DLOCK_EXPORT int dlock_latch_count(dlock_latch *l, int64_t *count);
 
 /* ---- parsing helpers shared with the CLI ---- */

@@ -323,6 +323,36 @@ int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t
                       redisReply **out, dl_err *err);
 
 /* ---- the common part of the synchronizer handles (object.c) ---- */
+/* ---- cancelling a wait (cancel.c) ----
+ * dlock_lock_cancel and its siblings add 1 to gen and write to fd, the
+ * eventfd of the wait under way (-1 when none). An operation notes gen when
+ * it starts (seen) and stops waiting once gen differs. busy counts cancels
+ * between reading fd and writing to it: a wait closes its eventfd only when
+ * none is, so a write never lands in a reused descriptor. */
+typedef struct dl_cancel {
+    atomic_uint gen;
+    atomic_int fd;
+    atomic_int busy;
+    unsigned seen;
+} dl_cancel;
+
+void dl_cancel_init(dl_cancel *x);
+/* The cancel itself: async-signal-safe. */
+void dl_cancel_request(dl_cancel *x);
+/* An operation that may wait starts: earlier cancels are not for it. */
+void dl_cancel_note(dl_cancel *x);
+/* 1 if the operation under way was cancelled. */
+int dl_canceled(dl_cancel *x);
+/* A wait starts: creates its eventfd, which a cancel writes to, and returns
+ * it (-1 if it cannot be created: a cancel is then noticed at the next
+ * wake-up of the wait). Only the waiting thread calls it. */
+int dl_cancel_begin(dl_cancel *x);
+/* The wait is over: closes its eventfd once no cancel is writing to it. A
+ * no-op without dl_cancel_begin. */
+void dl_cancel_end(dl_cancel *x);
+/* Reads the eventfd empty (after poll saw it readable). */
+void dl_cancel_drain(dl_cancel *x);
+
 typedef struct dl_object {
     dlock_client *c;
     char *name;
@@ -331,6 +361,7 @@ typedef struct dl_object {
     size_t channel_len;
     char errmsg[DL_ERRMSG_MAX];
     void *bdata;               /* a backend's per-handle state (sem_init) */
+    dl_cancel cancel;          /* dlock_semaphore_cancel and its siblings */
 } dl_object;
 
 /* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
@@ -342,6 +373,8 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
 void dl_object_clear(dl_object *o);
 /* Records err on the handle; returns its code. */
 int dl_object_fail(dl_object *o, const dl_err *err);
+/* dlock_semaphore_cancel and its siblings: DLOCK_OK or DLOCK_ENOTSUP. */
+int dl_object_cancel(dl_object *o);
 int dl_object_ok(dl_object *o);
 
 /* ---- backends (backend.c, backend_<name>.c) ----
@@ -458,9 +491,11 @@ int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char 
 /* Borrows a connection and subscribes it to channel. */
 int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
                       dl_err *err);
-/* Waits for message(s) on sub until `until` (monotonic ms): DLOCK_OK when a
- * message came, DLOCK_ETIMEDOUT at until, or a failure. */
-int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err);
+/* Waits for message(s) on o's subscription sub until `until` (monotonic
+ * ms): DLOCK_OK when a message came, DLOCK_ETIMEDOUT at until,
+ * DLOCK_ECANCELED once o's operation is cancelled (its wait begun with
+ * dl_cancel_begin), or a failure. */
+int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
 /* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
  * returns the connection to its pool; the next user reads the confirmation
  * first (dl_node_get). Saves a round trip on the way out of a wait. */
@@ -557,33 +592,13 @@ struct dlock_lock {
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
     void *bdata;               /* another backend's per-lock state */
-    /* dlock_lock_cancel: it adds 1 to cancel_gen and writes to cancel_fd,
-     * the eventfd of the wait under way (-1 when none); an acquire notes
-     * cancel_gen when it starts (cancel_seen) and stops waiting once it
-     * differs. cancel_busy counts cancels between reading cancel_fd and
-     * writing to it: the wait closes its eventfd only when none is */
-    atomic_uint cancel_gen;
-    atomic_int cancel_fd;
-    atomic_int cancel_busy;
-    unsigned cancel_seen;
+    dl_cancel cancel;          /* dlock_lock_cancel */
 };
 
 /* dlock_acquire without noting where cancels stand (l->cancel_seen): for
  * dlock_multi_acquire, which notes it for every lock of the set first. */
 int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence);
 
-/* Cancellation of a wait (dlock_lock_cancel). */
-/* 1 if the acquire under way was cancelled. */
-int dl_canceled(dlock_lock *l);
-/* A wait starts: creates its eventfd, which a cancel writes to, and
- * returns it (-1 if it cannot be created: a cancel is then noticed at the
- * next wake-up of the wait). Only the thread that acquires calls it. */
-int dl_cancel_begin(dlock_lock *l);
-/* The wait is over: closes its eventfd (once no cancel is writing to it).
- * A no-op without dl_cancel_begin. */
-void dl_cancel_end(dlock_lock *l);
-/* Reads the eventfd empty (after poll saw it readable). */
-void dl_cancel_drain(dlock_lock *l);
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */
 int dl_cancel_err(dlock_lock *l, dl_err *err);
 

@@ -189,6 +189,7 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
     dl_err err = {0};
     char nm[80];
     if (dl_sync_check_wait(wait_ms, &err)) return la_fail(l, &err);
+    dl_cancel_note(&l->o.cancel);
     dlock_client *c = l->o.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
@@ -202,6 +203,7 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
         goto out;
     }
     rc = dl_sync_subscribe(c, l->o.channel, l->o.channel_len, &sub, &err);
+    dl_cancel_begin(&l->o.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this read: the zero message after it is not missed */
         rc = read_count(l, conn, &n, &err);
@@ -211,11 +213,14 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
                            dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
             break;
         }
-        rc = dl_sync_wait(c, sub, deadline, &err);
+        rc = dl_sync_wait(&l->o, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
     }
+    dl_cancel_end(&l->o.cancel);
     dl_sync_unsubscribe(c, sub, l->o.channel, l->o.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
+
+int dlock_latch_cancel(dlock_latch *l) { return l ? dl_object_cancel(&l->o) : DLOCK_EINVAL; }

@@ -4,9 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "internal.h"
 
@@ -75,9 +72,7 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     l->lease.on_lost = lease_lost;
     atomic_init(&l->lease.lost, 0);
     atomic_init(&l->lease.last_ok, 0);
-    atomic_init(&l->cancel_gen, 0);
-    atomic_init(&l->cancel_fd, -1);
-    atomic_init(&l->cancel_busy, 0);
+    dl_cancel_init(&l->cancel);
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
@@ -127,43 +122,8 @@ void dlock_lock_free(dlock_lock *l) {
 int dlock_lock_cancel(dlock_lock *l) {
     if (!l) return DLOCK_EINVAL;
     if (!(l->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
-    atomic_fetch_add(&l->cancel_busy, 1);
-    atomic_fetch_add(&l->cancel_gen, 1u);
-    int fd = atomic_load(&l->cancel_fd);
-    if (fd >= 0) {
-        uint64_t one = 1;
-        ssize_t n = write(fd, &one, sizeof one); /* EAGAIN: it is readable anyway */
-        (void)n;
-    }
-    atomic_fetch_sub(&l->cancel_busy, 1);
+    dl_cancel_request(&l->cancel);
     return DLOCK_OK;
-}
-
-int dl_canceled(dlock_lock *l) { return atomic_load(&l->cancel_gen) != l->cancel_seen; }
-
-int dl_cancel_begin(dlock_lock *l) {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    atomic_store(&l->cancel_fd, fd);
-    return fd;
-}
-
-void dl_cancel_end(dlock_lock *l) {
-    int fd = atomic_exchange(&l->cancel_fd, -1);
-    if (fd < 0) return;
-    /* a cancel that read the descriptor before the exchange writes to it
-     * before its count drops: closing earlier could let the number be
-     * reused and the write land in another file */
-    while (atomic_load(&l->cancel_busy) > 0) sched_yield();
-    close(fd);
-}
-
-void dl_cancel_drain(dlock_lock *l) {
-    int fd = atomic_load(&l->cancel_fd);
-    uint64_t v;
-    if (fd >= 0) {
-        ssize_t n = read(fd, &v, sizeof v);
-        (void)n;
-    }
 }
 
 int dl_cancel_err(dlock_lock *l, dl_err *err) {
@@ -185,7 +145,7 @@ int dl_owner_thread(dlock_lock *l, dl_err *err) {
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence) {
     if (!l) return DLOCK_EINVAL;
-    l->cancel_seen = atomic_load(&l->cancel_gen); /* earlier cancels are not for this call */
+    dl_cancel_note(&l->cancel); /* earlier cancels are not for this call */
     return dl_acquire(l, wait_ms, lease_ms, fence);
 }
 

@@ -42,7 +42,7 @@ int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms, int
     canon_order(locks, n, order);
     /* a cancel of a lock of the set from now on ends the wait for it (a
      * cancel of every lock ends the whole set's) */
-    for (size_t i = 0; i < n; i++) locks[i]->cancel_seen = atomic_load(&locks[i]->cancel_gen);
+    for (size_t i = 0; i < n; i++) dl_cancel_note(&locks[i]->cancel);
     int64_t deadline = dl_deadline(wait_ms);
     int rc = DLOCK_OK;
     size_t taken = 0;

@@ -11,6 +11,7 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
     dl_err err = {0};
     memset(o, 0, sizeof *o);
     o->c = c;
+    dl_cancel_init(&o->cancel);
     if (kind == DLOCK_KIND_SEMAPHORE) {
         if (!c->backend->sem_acquire) return dl_backend_unsupported(c, "the semaphore");
     } else if (!(c->backend->caps & DL_CAP_OBJECTS)) {
@@ -51,5 +52,11 @@ int dl_object_fail(dl_object *o, const dl_err *err) {
 
 int dl_object_ok(dl_object *o) {
     o->errmsg[0] = '\0';
+    return DLOCK_OK;
+}
+
+int dl_object_cancel(dl_object *o) {
+    if (!(o->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
+    dl_cancel_request(&o->cancel);
     return DLOCK_OK;
 }

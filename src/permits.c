@@ -290,6 +290,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
         goto out;
     }
     rc = dl_sync_subscribe(c, p->o.channel, p->o.channel_len, &sub, err);
+    dl_cancel_begin(&p->o.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
@@ -304,9 +305,10 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
          * (+1: surely expired on the server's clock) */
         int64_t until = deadline;
         if (left >= 0 && now + left + 1 < until) until = now + left + 1;
-        rc = dl_sync_wait(c, sub, until, err);
+        rc = dl_sync_wait(&p->o, sub, until, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
     }
+    dl_cancel_end(&p->o.cancel);
     dl_sync_unsubscribe(c, sub, p->o.channel, p->o.channel_len);
 out:
     dl_pool_put(c, conn);
@@ -336,6 +338,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
         dl_seterr(&err, DLOCK_EINVAL, "permit acquire: lease must be > 0 ms, or DLOCK_WATCHDOG");
         return pm_fail(p, &err);
     }
+    dl_cancel_note(&p->o.cancel);
     char pid[DLOCK_PERMIT_ID_LEN + 1];
     int rc = dl_random_hex(pid, DLOCK_PERMIT_ID_LEN / 2, &err);
     if (rc) return pm_fail(p, &err);
@@ -490,3 +493,5 @@ int dlock_permits_add(dlock_permits *p, int64_t delta) {
     int rc = pm_eval_int(p, &add_script, "permit add", 1, args, arglens, &v, &err);
     return rc ? pm_fail(p, &err) : pm_ok(p);
 }
+
+int dlock_permits_cancel(dlock_permits *p) { return p ? dl_object_cancel(&p->o) : DLOCK_EINVAL; }

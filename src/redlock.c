@@ -145,9 +145,9 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cf
                         dl_err *err);
 
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
-    int cfd = wait_ms != 0 ? dl_cancel_begin(l) : -1;
+    int cfd = wait_ms != 0 ? dl_cancel_begin(&l->cancel) : -1;
     int rc = redlock_wait(l, wait_ms, lease_ms, cfd, t, err);
-    dl_cancel_end(l);
+    dl_cancel_end(&l->cancel);
     return rc;
 }
 
@@ -167,7 +167,7 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cf
         size_t answered = 0;
         int rc = attempt(l, lease_ms, t, &answered, err);
         if (rc || t->acquired) return rc;
-        if (wait_ms != 0 && dl_canceled(l)) return dl_cancel_err(l, err);
+        if (wait_ms != 0 && dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
         int64_t now = dl_now_ms();
         if (wait_ms == 0 || now >= deadline) {
             if (answered < c->quorum) return no_quorum(c, answered, err);
@@ -189,8 +189,8 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cf
         }
         /* the delay, cut short by a cancel */
         struct pollfd p = {.fd = cfd, .events = POLLIN};
-        if (poll(&p, 1, (int)delay) > 0) dl_cancel_drain(l);
-        if (dl_canceled(l)) return dl_cancel_err(l, err);
+        if (poll(&p, 1, (int)delay) > 0) dl_cancel_drain(&l->cancel);
+        if (dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
     }
 }
 

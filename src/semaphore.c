@@ -140,6 +140,7 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
         goto out;
     }
     rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, err);
+    dl_cancel_begin(&s->o.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
@@ -151,9 +152,10 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
             break;
         }
         /* permits come back only through a release or add, which publish */
-        rc = dl_sync_wait(c, sub, deadline, err);
+        rc = dl_sync_wait(&s->o, sub, deadline, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */
     }
+    dl_cancel_end(&s->o.cancel);
     dl_sync_unsubscribe(c, sub, s->o.channel, s->o.channel_len);
 out:
     dl_pool_put(c, conn);
@@ -205,6 +207,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
         return sem_fail(s, &err);
     }
     if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
+    dl_cancel_note(&s->o.cancel);
     int rc = s->o.c->backend->sem_acquire(&s->o, permits, wait_ms, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
@@ -257,3 +260,5 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
     *permits = v;
     return sem_ok(s);
 }
+
+int dlock_semaphore_cancel(dlock_semaphore *s) { return s ? dl_object_cancel(&s->o) : DLOCK_EINVAL; }

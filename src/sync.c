@@ -73,11 +73,14 @@ void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, siz
     dl_pool_put(c, sub);
 }
 
-/* Sleeps until a message arrives on the subscribed connection (DLOCK_OK;
+/* Sleeps until a message arrives on o's subscribed connection (DLOCK_OK;
  * messages already buffered behind it are consumed too, they say nothing
  * more), or until the monotonic time `until` (DLOCK_ETIMEDOUT;
- * DL_INF_DEADLINE: no bound), or a failure. */
-int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err) {
+ * DL_INF_DEADLINE: no bound), or until the operation is cancelled
+ * (DLOCK_ECANCELED: o->cancel, whose wait the caller began), or a failure. */
+int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
+    dlock_client *c = o->c;
+    int cfd = atomic_load(&o->cancel.fd);
     int got = 0;
     for (;;) {
         void *reply = NULL;
@@ -98,16 +101,27 @@ int dl_sync_wait(dlock_client *c, dl_conn *sub, int64_t until, dl_err *err) {
             continue; /* drain what is already buffered */
         }
         if (got) return DLOCK_OK;
+        if (dl_canceled(&o->cancel)) {
+            char nm[80];
+            return dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled",
+                             dl_name_msg(o->name, o->name_len, nm, sizeof nm));
+        }
         int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
-        struct pollfd p = {.fd = sub->fd, .events = POLLIN};
-        int n = dl_conn_has_pending(sub) ? 1 : poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+        struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
+        int n = dl_conn_has_pending(sub)
+                    ? 1
+                    : poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             sub->broken = 1;
             return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
         }
         if (n == 0) continue;
+        if (cfd >= 0 && p[1].revents) {
+            dl_cancel_drain(&o->cancel); /* told at the top of the loop */
+            if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
+        }
         redisReply *r = NULL;
         int rc = dl_conn_read(sub, dl_cmd_deadline(c), &r, err);
         if (rc) return rc;

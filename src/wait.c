@@ -64,7 +64,7 @@ int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
     *granted = 0;
-    int cfd = atomic_load(&l->cancel_fd);
+    int cfd = atomic_load(&l->cancel.fd);
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
@@ -72,7 +72,7 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
             return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
         }
         if (!reply) {
-            if (dl_canceled(l)) return dl_cancel_err(l, err);
+            if (dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
             int64_t left = until - dl_now_ms();
             if (left <= 0) return DLOCK_ETIMEDOUT;
             struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
@@ -88,7 +88,7 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
             if (cfd >= 0 && p[1].revents) {
                 /* a cancel: told at the top of the loop (a message that
                  * came with it is read first) */
-                dl_cancel_drain(l);
+                dl_cancel_drain(&l->cancel);
                 if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
             }
             /* readable: read what is there (no second poll); a message
@@ -163,7 +163,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                        dl_name_msg(l->name, l->name_len, nm, sizeof nm));
         goto done;
     }
-    dl_cancel_begin(l); /* from here on, a cancel wakes the wait below */
+    dl_cancel_begin(&l->cancel); /* from here on, a cancel wakes the wait below */
     int tried = sub != NULL; /* the attempt above counts */
     if (!sub) {
         int already = 0;
@@ -177,7 +177,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         if (!tried) rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
         tried = 0;
         if (rc || t->acquired) break;
-        if (dl_canceled(l)) {
+        if (dl_canceled(&l->cancel)) {
             rc = dl_cancel_err(l, err);
             break;
         }
@@ -204,7 +204,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     }
     if (rc && l->ops->abandon && !conn->broken) l->ops->abandon(l, conn);
 done:
-    dl_cancel_end(l);
+    dl_cancel_end(&l->cancel);
     if (sub && !rc && t->acquired && l->ops->own_channel) {
         /* the caller holds the lock now, not one write later: the
          * subscription lingers until the connection's next use */

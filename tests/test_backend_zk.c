@@ -947,6 +947,8 @@ static void test_facts_unsupported_errors(void) {
 static dlock_semaphore *sem(dlock_client *c, const char *name) {
     dlock_semaphore *s = NULL;
     ASSERT_COK(c, dlock_semaphore_new(c, name, DLOCK_CSTR, &s));
+    /* a ZooKeeper wait cannot be cancelled */
+    ASSERT_EQ(dlock_semaphore_cancel(s), DLOCK_ENOTSUP);
     return s;
 }
 

@@ -13,7 +13,10 @@
  *   signal   the cancel comes from a SIGUSR1 handler
  *   multi    dlock_multi_acquire of {a, b}, b held elsewhere: cancelling both
  *            ends it with DLOCK_ECANCELED and a is given back
- *   redlock  RedLock over 3 servers: the retry sleep is cut short too */
+ *   redlock  RedLock over 3 servers: the retry sleep is cut short too
+ *   objects  a semaphore acquire, a permit acquire and a latch await, each
+ *            waiting in a thread, are cancelled the same way (and hold
+ *            nothing afterwards) */
 #include "harness.h"
 
 #include <dirent.h>
@@ -286,6 +289,80 @@ static void part_redlock(void)
     for (int i = 0; i < NODES; i++) th_server_stop(srv[i]);
 }
 
+/* ---- semaphores, permits, latch ---- */
+
+typedef struct objwait {
+    int which; /* 0 semaphore, 1 permits, 2 latch */
+    dlock_semaphore *s;
+    dlock_permits *p;
+    dlock_latch *l;
+    int rc;
+    int64_t t_done;
+    pthread_t th;
+} objwait;
+
+static void *obj_main(void *arg)
+{
+    objwait *o = arg;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    o->rc = o->which == 0   ? dlock_semaphore_acquire(o->s, 1, DLOCK_WAIT_FOREVER)
+            : o->which == 1 ? dlock_permits_acquire(o->p, DLOCK_WAIT_FOREVER, 10000, id)
+                            : dlock_latch_await(o->l, DLOCK_WAIT_FOREVER);
+    o->t_done = th_now_ms();
+    return NULL;
+}
+
+static int obj_cancel(objwait *o)
+{
+    return o->which == 0   ? dlock_semaphore_cancel(o->s)
+           : o->which == 1 ? dlock_permits_cancel(o->p)
+                           : dlock_latch_cancel(o->l);
+}
+
+static void part_objects(th_server *s)
+{
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    static const char *const chans[3] = {"redisson_sc:{cancel:sem}", "redisson_sc:{cancel:pm}",
+                                         "redisson_countdownlatch__channel__{cancel:la}"};
+    objwait o[3];
+    memset(o, 0, sizeof o);
+    ASSERT_COK(c, dlock_semaphore_new(c, "cancel:sem", DLOCK_CSTR, &o[0].s));
+    ASSERT_COK(c, dlock_permits_new(c, "cancel:pm", DLOCK_CSTR, &o[1].p));
+    ASSERT_COK(c, dlock_latch_new(c, "cancel:la", DLOCK_CSTR, &o[2].l));
+    int set = 0;
+    ASSERT_EQ(dlock_semaphore_try_set(o[0].s, 0, &set), DLOCK_OK); /* no permit free */
+    ASSERT_EQ(dlock_permits_try_set(o[1].p, 0, &set), DLOCK_OK);
+    ASSERT_EQ(dlock_latch_set(o[2].l, 1), DLOCK_OK);
+    for (int k = 0; k < 3; k++) {
+        o[k].which = k;
+        o[k].rc = -1;
+        ASSERT_EQ(pthread_create(&o[k].th, NULL, obj_main, &o[k]), 0);
+        ASSERT_EVENTUALLY(th_numsub(rc, chans[k]) == 1, 5000);
+        th_sleep_ms(50);
+        int64_t t0 = th_now_ms();
+        ASSERT_EQ(obj_cancel(&o[k]), DLOCK_OK);
+        ASSERT_EQ(pthread_join(o[k].th, NULL), 0);
+        th_log("object %d: %s after %lld ms", k, dlock_strerror(o[k].rc),
+               (long long)(o[k].t_done - t0));
+        ASSERT_CODE(o[k].rc, DLOCK_ECANCELED);
+        ASSERT_LT(o[k].t_done - t0, FAST_MS);
+        ASSERT_EVENTUALLY(th_numsub(rc, chans[k]) == 0, 2000);
+    }
+    int64_t n = -1;
+    ASSERT_EQ(dlock_semaphore_available(o[0].s, &n), DLOCK_OK);
+    ASSERT_EQ(n, 0);
+    ASSERT_EQ(dlock_permits_available(o[1].p, &n), DLOCK_OK);
+    ASSERT_EQ(n, 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {cancel:pm}:timeout"), 0); /* no permit out */
+    ASSERT_EQ(dlock_latch_cancel(NULL), DLOCK_EINVAL);
+    dlock_semaphore_free(o[0].s);
+    dlock_permits_free(o[1].p);
+    dlock_latch_free(o[2].l);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 int main(int argc, char **argv)
 {
     const char *part = argc > 1 ? argv[1] : "plain";
@@ -300,6 +377,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "stale")) part_stale(s);
     else if (!strcmp(part, "signal")) part_signal(s);
     else if (!strcmp(part, "multi")) part_multi(s);
+    else if (!strcmp(part, "objects")) part_objects(s);
     else th_fail(__FILE__, __LINE__, "unknown part %s", part);
     th_server_stop(s);
     return 0;
