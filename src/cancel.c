@@ -14,7 +14,7 @@ void dl_cancel_init(dl_cancel *x) {
     x->seen = 0;
 }
 
-void dl_cancel_request(dl_cancel *x) {
+static void cancel_request(dl_cancel *x) {
     atomic_fetch_add(&x->busy, 1);
     atomic_fetch_add(&x->gen, 1u);
     int fd = atomic_load(&x->fd);
@@ -24,6 +24,12 @@ void dl_cancel_request(dl_cancel *x) {
         (void)n;
     }
     atomic_fetch_sub(&x->busy, 1);
+}
+
+int dl_cancel_ask(dlock_client *c, dl_cancel *x) {
+    if (!(c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
+    cancel_request(x);
+    return DLOCK_OK;
 }
 
 void dl_cancel_note(dl_cancel *x) { x->seen = atomic_load(&x->gen); }

@@ -45,65 +45,56 @@ static int drain(dl_conn *conn, int64_t deadline) {
 /* Back in the pool for less than DL_FRESH_MS: taken without a check. */
 static int fresh(const dl_conn *conn) { return dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS; }
 
-/* Takes an idle connection off n's list, one that is not lingering if there
- * is one (a lingering one costs an UNSUBSCRIBE before other use). */
-static dl_conn *take_idle(dl_node *n) {
+/* Takes the first idle connection of n that is lingering (linger 1) or not
+ * (linger 0), and when lingering on channel if channel is not NULL. */
+static dl_conn *take_first(dl_node *n, int linger, const char *channel, size_t channel_len) {
     pthread_mutex_lock(&n->mu);
-    dl_conn **pick = NULL;
-    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next)
-        if (!(*pp)->linger) {
-            pick = pp;
-            break;
-        }
-    if (!pick && n->idle) pick = &n->idle;
     dl_conn *conn = NULL;
-    if (pick) {
-        conn = *pick;
-        *pick = conn->next;
-        conn->next = NULL;
+    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next) {
+        dl_conn *x = *pp;
+        if (!x->linger != !linger) continue;
+        if (channel && (x->linger_len != channel_len || memcmp(x->linger, channel, channel_len)))
+            continue;
+        *pp = x->next;
+        x->next = NULL;
         n->nidle--;
+        conn = x;
+        break;
     }
     pthread_mutex_unlock(&n->mu);
     return conn;
 }
 
-/* Takes n's idle connection lingering on channel (any channel: NULL). */
-static dl_conn *take_lingering(dl_node *n, const char *channel, size_t channel_len) {
-    pthread_mutex_lock(&n->mu);
-    dl_conn *conn = NULL;
-    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next) {
-        dl_conn *x = *pp;
-        if (x->linger && (!channel || (x->linger_len == channel_len &&
-                                       !memcmp(x->linger, channel, channel_len)))) {
-            *pp = x->next;
-            x->next = NULL;
-            n->nidle--;
-            conn = x;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&n->mu);
-    return conn;
+/* An idle connection of n, one that is not lingering if there is one (a
+ * lingering one costs an UNSUBSCRIBE before other use). */
+static dl_conn *take_idle(dl_node *n) {
+    dl_conn *conn = take_first(n, 0, NULL, 0);
+    return conn ? conn : take_first(n, 1, NULL, 0);
 }
 
 /* Queues the UNSUBSCRIBE a lingering connection owes, and sends it when
  * flush (its confirmation is then read by drain); unflushed, it goes out
  * with the caller's next command (a SUBSCRIBE, which reads past it). */
 static int unlinger(dl_conn *conn, int flush, int64_t deadline) {
-    int sh = dl_sharded(conn);
-    const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", conn->linger};
-    size_t lens[2] = {sh ? 12u : 11u, conn->linger_len};
-    dl_err err;
-    int ok = dl_conn_append(conn, 2, argv, lens, &err) == DLOCK_OK &&
-             (!flush || dl_conn_flush(conn, deadline, &err) == DLOCK_OK);
+    int ok = dl_send_unsubscribe(conn, conn->linger, conn->linger_len, flush, deadline);
     free(conn->linger);
     conn->linger = NULL;
     conn->linger_len = 0;
-    if (ok && flush) {
-        conn->subscribed = 0;
-        conn->draining = 1;
-    }
     return ok;
+}
+
+/* Puts conn on n's idle list, or closes it when the list is full. */
+static void pool_push(dl_node *n, dl_conn *conn) {
+    conn->idle_since_ms = dl_now_ms();
+    pthread_mutex_lock(&n->mu);
+    if (n->nidle < n->max_idle) {
+        conn->next = n->idle;
+        n->idle = conn;
+        n->nidle++;
+        conn = NULL;
+    }
+    pthread_mutex_unlock(&n->mu);
+    dl_conn_close(conn); /* a lingering one: closing unsubscribes too */
 }
 
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
@@ -188,16 +179,7 @@ void dl_node_put(dl_conn *conn) {
         dl_conn_close(conn);
         return;
     }
-    conn->idle_since_ms = dl_now_ms();
-    pthread_mutex_lock(&n->mu);
-    if (n->nidle < n->max_idle) {
-        conn->next = n->idle;
-        n->idle = conn;
-        n->nidle++;
-        conn = NULL;
-    }
-    pthread_mutex_unlock(&n->mu);
-    dl_conn_close(conn);
+    pool_push(n, conn);
 }
 
 void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len) {
@@ -214,20 +196,11 @@ void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len) {
     copy[channel_len] = '\0';
     sub->linger = copy;
     sub->linger_len = channel_len;
-    sub->idle_since_ms = dl_now_ms();
-    pthread_mutex_lock(&n->mu);
-    if (n->nidle < n->max_idle) {
-        sub->next = n->idle;
-        n->idle = sub;
-        n->nidle++;
-        sub = NULL;
-    }
-    pthread_mutex_unlock(&n->mu);
-    dl_conn_close(sub); /* the pool is full: closing unsubscribes too */
+    pool_push(n, sub);
 }
 
 dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len) {
-    dl_conn *conn = take_lingering(n, channel, channel_len);
+    dl_conn *conn = take_first(n, 1, channel, channel_len);
     if (!conn) return NULL;
     /* idle for a while: it may have died (a pending message, which nobody
      * sends on a channel whose waiter stopped waiting, looks the same) */
@@ -251,7 +224,7 @@ int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t
         return DLOCK_OK;
     }
     /* another channel's: its UNSUBSCRIBE goes out with the caller's SUBSCRIBE */
-    conn = take_lingering(n, NULL, 0);
+    conn = take_first(n, 1, NULL, 0);
     if (conn) {
         if ((fresh(conn) || !dl_conn_stale(conn)) && unlinger(conn, 0, 0)) {
             *out = conn;

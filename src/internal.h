@@ -337,8 +337,9 @@ typedef struct dl_cancel {
 } dl_cancel;
 
 void dl_cancel_init(dl_cancel *x);
-/* The cancel itself: async-signal-safe. */
-void dl_cancel_request(dl_cancel *x);
+/* The public cancels (async-signal-safe): DLOCK_ENOTSUP when c's backend
+ * cannot cancel its waits, else the cancel is made and DLOCK_OK. */
+int dl_cancel_ask(dlock_client *c, dl_cancel *x);
 /* An operation that may wait starts: earlier cancels are not for it. */
 void dl_cancel_note(dl_cancel *x);
 /* 1 if the operation under way was cancelled. */
@@ -373,8 +374,6 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
 void dl_object_clear(dl_object *o);
 /* Records err on the handle; returns its code. */
 int dl_object_fail(dl_object *o, const dl_err *err);
-/* dlock_semaphore_cancel and its siblings: DLOCK_OK or DLOCK_ENOTSUP. */
-int dl_object_cancel(dl_object *o);
 int dl_object_ok(dl_object *o);
 
 /* ---- backends (backend.c, backend_<name>.c) ----
@@ -496,6 +495,15 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
  * DLOCK_ECANCELED once o's operation is cancelled (its wait begun with
  * dl_cancel_begin), or a failure. */
 int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
+/* Queues (S)UNSUBSCRIBE from channel on sub, and sends it when flush (sub
+ * is then no longer subscribed, its confirmation still to be read:
+ * draining). 1 done, 0 failed. */
+int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
+                        int64_t deadline);
+/* Sleeps up to left ms until sub has something to read (*ready = 1) or the
+ * wait of cx is cancelled (*ready = 0; the caller checks dl_canceled), or
+ * time runs out (*ready = 0). DLOCK_OK, or DLOCK_EIO if poll fails. */
+int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err);
 /* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
  * returns the connection to its pool; the next user reads the confirmation
  * first (dl_node_get). Saves a round trip on the way out of a wait. */

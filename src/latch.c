@@ -223,4 +223,6 @@ out:
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 
-int dlock_latch_cancel(dlock_latch *l) { return l ? dl_object_cancel(&l->o) : DLOCK_EINVAL; }
+int dlock_latch_cancel(dlock_latch *l) {
+    return l ? dl_cancel_ask(l->o.c, &l->o.cancel) : DLOCK_EINVAL;
+}

@@ -119,12 +119,7 @@ void dlock_lock_free(dlock_lock *l) {
 
 /* ---- cancelling a wait ---- */
 
-int dlock_lock_cancel(dlock_lock *l) {
-    if (!l) return DLOCK_EINVAL;
-    if (!(l->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
-    dl_cancel_request(&l->cancel);
-    return DLOCK_OK;
-}
+int dlock_lock_cancel(dlock_lock *l) { return l ? dl_cancel_ask(l->c, &l->cancel) : DLOCK_EINVAL; }
 
 int dl_cancel_err(dlock_lock *l, dl_err *err) {
     char nm[80];

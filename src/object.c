@@ -54,9 +54,3 @@ int dl_object_ok(dl_object *o) {
     o->errmsg[0] = '\0';
     return DLOCK_OK;
 }
-
-int dl_object_cancel(dl_object *o) {
-    if (!(o->c->backend->caps & DL_CAP_CANCEL)) return DLOCK_ENOTSUP;
-    dl_cancel_request(&o->cancel);
-    return DLOCK_OK;
-}

@@ -494,4 +494,6 @@ int dlock_permits_add(dlock_permits *p, int64_t delta) {
     return rc ? pm_fail(p, &err) : pm_ok(p);
 }
 
-int dlock_permits_cancel(dlock_permits *p) { return p ? dl_object_cancel(&p->o) : DLOCK_EINVAL; }
+int dlock_permits_cancel(dlock_permits *p) {
+    return p ? dl_cancel_ask(p->o.c, &p->o.cancel) : DLOCK_EINVAL;
+}

@@ -261,4 +261,6 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
     return sem_ok(s);
 }
 
-int dlock_semaphore_cancel(dlock_semaphore *s) { return s ? dl_object_cancel(&s->o) : DLOCK_EINVAL; }
+int dlock_semaphore_cancel(dlock_semaphore *s) {
+    return s ? dl_cancel_ask(s->o.c, &s->o.cancel) : DLOCK_EINVAL;
+}

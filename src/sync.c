@@ -80,7 +80,6 @@ void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, siz
  * (DLOCK_ECANCELED: o->cancel, whose wait the caller began), or a failure. */
 int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
     dlock_client *c = o->c;
-    int cfd = atomic_load(&o->cancel.fd);
     int got = 0;
     for (;;) {
         void *reply = NULL;
@@ -108,20 +107,10 @@ int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
         }
         int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
-        struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
-        int n = dl_conn_has_pending(sub)
-                    ? 1
-                    : poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
-        }
-        if (n == 0) continue;
-        if (cfd >= 0 && p[1].revents) {
-            dl_cancel_drain(&o->cancel); /* told at the top of the loop */
-            if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
-        }
+        int ready = 0;
+        int prc = dl_sub_poll(sub, &o->cancel, left, &ready, err);
+        if (prc) return prc;
+        if (!ready) continue;
         redisReply *r = NULL;
         int rc = dl_conn_read(sub, dl_cmd_deadline(c), &r, err);
         if (rc) return rc;
@@ -149,18 +138,42 @@ int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
     return rc;
 }
 
+int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
+                        int64_t deadline) {
+    int sh = dl_sharded(sub);
+    const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", channel};
+    size_t lens[2] = {sh ? 12u : 11u, channel_len};
+    dl_err err;
+    if (dl_conn_append(sub, 2, argv, lens, &err) != DLOCK_OK) return 0;
+    if (!flush) return 1;
+    if (dl_conn_flush(sub, deadline, &err) != DLOCK_OK) return 0;
+    sub->subscribed = 0;
+    sub->draining = 1;
+    return 1;
+}
+
 void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len) {
     if (!sub) return;
-    if (!sub->broken && sub->subscribed) {
-        int sh = dl_sharded(sub);
-        const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", channel};
-        size_t lens[2] = {sh ? 12u : 11u, channel_len};
-        dl_err err;
-        if (dl_conn_append(sub, 2, argv, lens, &err) == DLOCK_OK &&
-            dl_conn_flush(sub, dl_deadline(1000), &err) == DLOCK_OK) {
-            sub->subscribed = 0;
-            sub->draining = 1;
-        }
-    }
+    if (!sub->broken && sub->subscribed)
+        dl_send_unsubscribe(sub, channel, channel_len, 1, dl_deadline(1000));
     dl_node_put(sub);
+}
+
+int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err) {
+    *ready = 0;
+    if (dl_conn_has_pending(sub)) {
+        *ready = 1;
+        return DLOCK_OK;
+    }
+    int cfd = atomic_load(&cx->fd);
+    struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
+    int n = poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
+    if (n < 0 && errno == EINTR) return DLOCK_OK;
+    if (n < 0) {
+        sub->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
+    }
+    if (cfd >= 0 && p[1].revents) dl_cancel_drain(cx); /* told by dl_canceled */
+    *ready = n > 0 && p[0].revents != 0;
+    return DLOCK_OK;
 }

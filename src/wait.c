@@ -64,7 +64,6 @@ int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
     *granted = 0;
-    int cfd = atomic_load(&l->cancel.fd);
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
@@ -75,22 +74,10 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, i
             if (dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
             int64_t left = until - dl_now_ms();
             if (left <= 0) return DLOCK_ETIMEDOUT;
-            struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
-            int n = dl_conn_has_pending(sub)
-                        ? 1
-                        : poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) {
-                sub->broken = 1;
-                return dl_seterr(err, DLOCK_EIO, "poll: %s", strerror(errno));
-            }
-            if (n == 0) continue;
-            if (cfd >= 0 && p[1].revents) {
-                /* a cancel: told at the top of the loop (a message that
-                 * came with it is read first) */
-                dl_cancel_drain(&l->cancel);
-                if (!(p[0].revents || dl_conn_has_pending(sub))) continue;
-            }
+            int ready = 0;
+            int prc = dl_sub_poll(sub, &l->cancel, left, &ready, err);
+            if (prc) return prc;
+            if (!ready) continue; /* a cancel is told at the top of the loop */
             /* readable: read what is there (no second poll); a message
              * that arrived in part is completed on the next round */
             int rc = dl_conn_poll_reply(sub, (redisReply **)&reply, err);

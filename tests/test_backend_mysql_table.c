@@ -386,17 +386,7 @@ static void test_mutex(void) {
 static int run_logged(char *const argv[], char *out, size_t outlen) {
     char log[128];
     snprintf(log, sizeof log, "%s/cmd.log", g_dir);
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd >= 0) close(fd);
-    int st = run(argv, 30000);
-    out[0] = '\0';
-    FILE *f = fopen(log, "r");
-    if (f) {
-        size_t n = fread(out, 1, outlen - 1, f);
-        out[n] = '\0';
-        fclose(f);
-    }
-    return st;
+    return th_run_capture(argv, log, out, outlen, 30000);
 }
 
 static void test_cli(const char *dlock) {
