@@ -1,4 +1,4 @@
-/* One RESP connection: hiredis' formatter and reader over our own transport,
+/* One RESP connection: our own formatter and hiredis' reader over our own transport,
  * so that every read and write has a deadline and TLS or a multiplexed
  * fan-out can sit under the same code. */
 #include <errno.h>
@@ -18,25 +18,44 @@ void dl_conn_close(dl_conn *c) {
     free(c);
 }
 
+/* Decimal digits of v at p (room for 20); returns their count. */
+static size_t fmt_size(char *p, size_t v) {
+    char tmp[20];
+    size_t n = 0;
+    do tmp[n++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* Queues one command in RESP, straight into the output buffer. hiredis'
+ * redisFormatCommandArgv formats each length with sprintf and allocates: it
+ * was most of the client's instructions per acquire+release pair. */
 int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err) {
-    char *cmd = NULL;
-    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    if (n < 0 || !cmd) return dl_seterr(err, DLOCK_ENOMEM, "out of memory formatting a command");
-    size_t need = c->olen + (size_t)n;
+    /* "*argc\r\n" and "$len\r\n<arg>\r\n" per argument, each count <= 20 digits */
+    size_t need = c->olen + 23;
+    for (int i = 0; i < argc; i++) need += 25 + lens[i];
     if (need > c->ocap) {
         size_t cap = c->ocap ? c->ocap : 256;
         while (cap < need) cap *= 2;
         char *nb = realloc(c->obuf, cap);
-        if (!nb) {
-            redisFreeCommand(cmd);
-            return dl_seterr(err, DLOCK_ENOMEM, "out of memory queueing a command");
-        }
+        if (!nb) return dl_seterr(err, DLOCK_ENOMEM, "out of memory queueing a command");
         c->obuf = nb;
         c->ocap = cap;
     }
-    memcpy(c->obuf + c->olen, cmd, (size_t)n);
-    c->olen += (size_t)n;
-    redisFreeCommand(cmd);
+    char *p = c->obuf + c->olen;
+    *p++ = '*';
+    p += fmt_size(p, (size_t)argc);
+    *p++ = '\r', *p++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        *p++ = '$';
+        p += fmt_size(p, lens[i]);
+        *p++ = '\r', *p++ = '\n';
+        if (lens[i]) memcpy(p, argv[i], lens[i]);
+        p += lens[i];
+        *p++ = '\r', *p++ = '\n';
+    }
+    c->olen = (size_t)(p - c->obuf);
     return DLOCK_OK;
 }
 
