@@ -14,7 +14,7 @@
  * GET_LOCK and ZooKeeper, answer an explicit lease_ms with DLOCK_ENOTSUP):
  *
  *   pairs    uncontended dlock_acquire(DLOCK_NOWAIT) + dlock_release on one
- *            handle, in short rounds that rotate over the backends (so that
+ *            handle, in short rounds over the backends in bench_order (so that
  *            the machine's slow and fast phases hit all alike); pairs/s is
  *            the median of the rounds, the ratio the median of the per-round
  *            ratios to Redis. Backends that take an explicit lease also run
@@ -264,11 +264,11 @@ static int run_pairs(const bench_ctx *ctx, series *sr, int ns) {
     const int64_t round_ns = ctx->quick ? 100000000LL : 250000000LL;
     int failed = 0;
     printf("\n   pairs: uncontended dlock_acquire(DLOCK_NOWAIT) + dlock_release on one handle "
-           "(%d rounds x %.2f s per series, rotating)\n",
+           "(%d rounds x %.2f s per series, balanced order)\n",
            rounds, (double)round_ns / 1e9);
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < ns; k++) {
-            series *s = &sr[(k + r) % ns];
+            series *s = &sr[bench_order(r, k, ns)];
             if (!s->ok) continue;
             int64_t t;
             for (int i = 0; s->ok && i < WARMUP_PAIRS; i++)

@@ -72,6 +72,14 @@ void bench_samples_free(bench_samples *s);
 int64_t bench_samples_quantile(bench_samples *s, double q);
 int64_t bench_samples_max(const bench_samples *s);
 double bench_median_d(const double *v, size_t n);    /* copies, does not reorder */
+/* The series to run k-th (0..n-1) in round `round`: a Williams square, so
+ * that over n rounds (2n for odd n) every series runs right after every
+ * other one equally often. A plain rotation (k + round) % n always puts the
+ * same series after the same one, and this kind of machine carries state
+ * from one series into the next: in peer_pairs, where raw always ran right
+ * after node-redlock, dlock read 0.79x raw twice; in this order, in the same
+ * hour, 0.95x and 0.98x (docs/benchmarks.md). */
+int bench_order(int round, int k, int n);
 
 /* ---- metrics: every reported figure ---- */
 /* scenario: "pairs", "handoff"...; series: "raw", "dlock", "dlock-reentrant"...;

@@ -95,7 +95,7 @@ int bench_cluster(bench_ctx *ctx) {
     };
     if (!failed) {
         printf("\n== cluster: acquire+release on a 3-master cluster vs one node "
-               "(%d rounds x %.2f s per series, alternating)\n",
+               "(%d rounds x %.2f s per series, balanced order)\n",
                sp.rounds, (double)sp.round_ns / 1e9);
         failed = bench_rounds_run(ctx, &sp);
     }

@@ -122,6 +122,13 @@ int64_t bench_samples_max(const bench_samples *s) {
     return m;
 }
 
+int bench_order(int round, int k, int n) {
+    if (n <= 1) return 0;
+    if (n % 2 && (round / n) % 2) k = n - 1 - k; /* odd n: every other square reversed */
+    int first = k % 2 ? (k + 1) / 2 : (n - k / 2) % n; /* 0, 1, n-1, 2, n-2, ... */
+    return (first + round) % n;
+}
+
 double bench_median_d(const double *v, size_t n) {
     if (!n) return 0;
     double *c = malloc(n * sizeof *c);

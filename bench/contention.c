@@ -7,8 +7,8 @@
  *   fair-k8, fair-k32     DLOCK_KIND_FAIR (FIFO queue, direct handoff)
  *
  * The worker processes of every series are started first and stay alive;
- * each round runs every series once for the round time (1 s), the order
- * rotated every round (quick: 1 round, full: 5, i.e. 5 s per series).
+ * each round runs every series once for the round time (1 s), in the order
+ * of bench_order (quick: 1 round, full: 5, i.e. 5 s per series).
  * Figures: acquisitions per second (median of the rounds; a round's time runs
  * from its start to the end of its last critical section), the wait of every
  * acquire (p50/p99/max), each process's total acquisitions over all rounds
@@ -134,7 +134,7 @@ int bench_contention(bench_ctx *ctx) {
     if (!rc) return -1;
 
     printf("\n== contention: K processes acquire, GET+SET a counter, release "
-           "(%d round%s x %.0f s per series, rotating)\n",
+           "(%d round%s x %.0f s per series, balanced order)\n",
            rounds, rounds > 1 ? "s" : "", (double)round_ns / 1e9);
     for (int s = 0; !failed && s < NSERIES; s++) {
         if (!bench_series_on(ctx, series_name[s])) continue;
@@ -149,7 +149,7 @@ int bench_contention(bench_ctx *ctx) {
     }
     for (int round = 0; !failed && round < rounds; round++) {
         for (int k = 0; !failed && k < NSERIES; k++) {
-            int s = (k + round) % NSERIES;
+            int s = bench_order(round, k, NSERIES);
             if (!procs[s].k) continue;
             char counter[64];
             counter_of(s, counter, sizeof counter);

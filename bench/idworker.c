@@ -83,7 +83,7 @@ int bench_idworker(bench_ctx *ctx) {
     };
     if (!failed) {
         printf("\n== idworker: ids per second, one INCR per id vs batched INCRBY "
-               "(%d rounds x %.2f s per series, alternating)\n",
+               "(%d rounds x %.2f s per series, balanced order)\n",
                sp.rounds, (double)sp.round_ns / 1e9);
         failed = bench_rounds_run(ctx, &sp);
     }

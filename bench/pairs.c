@@ -13,10 +13,11 @@
  *                    raw-fenced against raw is the protocol's (fencing tokens
  *                    need the acquire to be a script). No target.
  *
- * Many short rounds alternate the series, the order rotating every round
- * (this kind of machine swings between a fast and a slow state every few
- * hundred ms, so long rounds would give one series the fast state and another
- * the slow one). pairs/s is the median of the rounds; the ratio is the median
+ * Many short rounds alternate the series (this kind of machine swings between
+ * a fast and a slow state every few hundred ms, so long rounds would give one
+ * series the fast state and another the slow one), in a balanced order
+ * (bench_order: every series runs after every other equally often; a series
+ * also runs faster or slower for the one before it). pairs/s is the median of the rounds; the ratio is the median
  * of the per-round ratios (each series against the raw run of the same round);
  * latencies are quantiles over every pair of every round.
  */
@@ -196,11 +197,11 @@ int bench_pairs(bench_ctx *ctx) {
     int failed = setup(ctx, &st);
 
     printf("\n== pairs: uncontended acquire+release on one connection (%d rounds x %.2f s "
-           "per series, alternating)\n",
+           "per series, balanced order)\n",
            rounds, (double)round_ns / 1e9);
     for (int round = 0; !failed && round < rounds; round++) {
         for (int k = 0; !failed && k < S_COUNT; k++) {
-            int s = (k + round) % S_COUNT; /* rotate: no series always runs first */
+            int s = bench_order(round, k, S_COUNT);
             if (!bench_series_on(ctx, series_name[s])) continue;
             int64_t a, p;
             for (int i = 0; !failed && i < WARMUP_PAIRS; i++) failed = one_pair(&st, s, &a, &p);

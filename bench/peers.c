@@ -29,7 +29,7 @@
  * peer_pairs: uncontended acquire+release pairs per second, one connection:
  * raw (hiredis SET NX PX + release script), dlock (plain, DLOCK_NOWAIT) in
  * this process, and one worker per peer (its non-blocking acquire + release,
- * timed in the worker). Rounds rotate the series as pairs.c does; the
+ * timed in the worker). Rounds order the series as pairs.c does; the
  * ratio to a series is the median of the per-round ratios.
  *
  * peer_handoff: two worker processes of the peer, A and B. A takes the lock;
@@ -48,9 +48,10 @@
  * series, each acquiring (no time limit), GET+SET of a counter on its own
  * connection, releasing: dlock plain and fair (bench_procs children), and K
  * workers per peer (one set of K processes runs both of that peer's
- * configurations). Rounds of 1 s (quick 0.5 s) rotate the series; figures as
- * contention.c: acq/s (median of rounds, a round ending with its last
- * critical section), waits, per-process min/max/spread, exact counter.
+ * configurations). Rounds of 1 s (quick 0.5 s) order the series as pairs.c
+ * does; figures as contention.c: acq/s (median of rounds, a round ending with
+ * its last critical section), waits, per-process min/max/spread, exact
+ * counter.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -366,7 +367,7 @@ int bench_peer_pairs(bench_ctx *ctx) {
     if (!failed && dlock_lock_new(c, "bench:peer_pairs:dlock", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l))
         failed = 1;
     printf("\n== peer_pairs: uncontended acquire+release, one connection, dlock vs peers "
-           "(%d rounds x %.2f s per series, rotating)\n",
+           "(%d rounds x %.2f s per series, balanced order)\n",
            rounds, round_ms / 1e3);
     for (int s = P_PY; !failed && s < P_COUNT; s++) {
         int r = peers_start(ctx, s == P_PY ? K_PY : K_NODE, &pw[s], 1);
@@ -375,7 +376,7 @@ int bench_peer_pairs(bench_ctx *ctx) {
     }
     for (int round = 0; !failed && round < rounds; round++) {
         for (int k = 0; !failed && k < P_COUNT; k++) {
-            int s = (k + round) % P_COUNT;
+            int s = bench_order(round, k, P_COUNT);
             if (!have[s] || !bench_series_on(ctx, pp_name[s])) continue;
             if (s >= P_PY) {
                 if (peer_send(&pw[s], "pairs bench:peer_pairs:%s %d", pp_name[s], round_ms)) {
@@ -827,7 +828,7 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
     }
     for (int round = 0; !failed && round < rounds; round++) {
         for (int j = 0; !failed && j < NCS; j++) {
-            int s = (j + round) % NCS;
+            int s = bench_order(round, j, NCS);
             if (!have[s]) continue;
             cs_names(s, k, lock, counter, sizeof lock);
             redisReply *r = redisCommand(rc, "SET %s 0", counter);
@@ -922,7 +923,7 @@ int bench_peer_contention(bench_ctx *ctx) {
     redisContext *rc = bench_redis_connect(ctx);
     if (!rc) return -1;
     printf("\n== peer_contention: K processes acquire, GET+SET a counter, release "
-           "(%d round%s x %.1f s per series, rotating)\n",
+           "(%d round%s x %.1f s per series, balanced order)\n",
            ctx->quick ? 1 : 3, ctx->quick ? "" : "s", ctx->quick ? 0.5 : 1.0);
     printf("   %-22s %9s %12s %12s %12s %7s %7s %9s %6s\n", "series", "acq/s", "wait p50",
            "wait p99", "wait max", "min", "max", "spread", "count");

@@ -157,7 +157,7 @@ int bench_redlock(bench_ctx *ctx) {
     };
     if (!failed) {
         printf("\n== redlock: acquire+release over N independent masters vs one node "
-               "(%d rounds x %.2f s per series, alternating)\n",
+               "(%d rounds x %.2f s per series, balanced order)\n",
                sp.rounds, (double)sp.round_ns / 1e9);
         failed = bench_rounds_run(ctx, &sp);
     }

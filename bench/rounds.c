@@ -1,6 +1,6 @@
 /* In-process series measured in alternating rounds (semaphore, redlock,
- * idworker): many short rounds, every series once per round, the order
- * rotated every round, as pairs.c does. The rate is the median of the rounds;
+ * idworker): many short rounds, every series once per round, in the
+ * balanced order of bench_order, as pairs.c does. The rate is the median of the rounds;
  * the ratio is the median of the per-round ratios against the base series of
  * the same round; latency quantiles are over every operation of every round.
  */
@@ -19,7 +19,7 @@ int bench_rounds_run(const bench_ctx *ctx, const bench_rounds_spec *sp) {
     if (failed) fprintf(stderr, "dlock_bench: out of memory\n");
     for (int round = 0; !failed && round < nr; round++) {
         for (int k = 0; !failed && k < ns; k++) {
-            int s = (k + round) % ns;
+            int s = bench_order(round, k, ns);
             if (!bench_series_on(ctx, sp->series[s])) continue;
             int64_t t;
             for (int i = 0; !failed && i < sp->warmup; i++) failed = sp->op(sp->state, s, &t);

@@ -86,7 +86,7 @@ int bench_rwlock(bench_ctx *ctx) {
     int failed = 0;
 
     printf("\n== rwlock: %d processes doing acquire+release pairs, read side of one lock "
-           "vs plain locks on %d names (%d rounds x %.2f s per series, alternating)\n",
+           "vs plain locks on %d names (%d rounds x %.2f s per series, balanced order)\n",
            NPROCS, NPROCS, rounds, (double)round_ns / 1e9);
     for (int s = 0; !failed && s < NSERIES; s++) {
         if (!bench_series_on(ctx, series_name[s])) continue;
@@ -96,7 +96,7 @@ int bench_rwlock(bench_ctx *ctx) {
     }
     for (int round = 0; !failed && round < rounds; round++) {
         for (int k = 0; !failed && k < NSERIES; k++) {
-            int s = (k + round) % NSERIES;
+            int s = bench_order(round, k, NSERIES);
             if (!procs[s].k) continue;
             int64_t start = bench_now_ns() + 20000000;
             failed = bench_procs_round(&procs[s], start, start + round_ns, ops, fin, &lat[s]);

@@ -87,7 +87,7 @@ int bench_semaphore(bench_ctx *ctx) {
     };
     if (!failed) {
         printf("\n== semaphore: acquire+release of 1 permit vs plain-lock pairs, one connection "
-               "(%d rounds x %.2f s per series, alternating)\n",
+               "(%d rounds x %.2f s per series, balanced order)\n",
                sp.rounds, (double)sp.round_ns / 1e9);
         failed = bench_rounds_run(ctx, &sp);
     }
