@@ -28,7 +28,8 @@
  * channel, bench_lock_waiters), then a further
  * settle time so that B is asleep in its wait, not still finishing its
  * subscribe-then-retry step. Within a block the handoffs go round-robin over
- * the series, so noise hits all alike; the first of a block are warm-up.
+ * the series in a balanced order (bench_order), so noise hits all alike; the
+ * first of a block are warm-up.
  */
 #include <errno.h>
 #include <poll.h>
@@ -293,7 +294,8 @@ static int one_handoff(holder *h, waiter *w, int s, int64_t *ns) {
 }
 
 /* One block: a fresh waiter per series, handoffs round-robin over the series
- * (raw, dlock, dlock-reentrant, raw, ...) so that noise hits all alike. */
+ * in bench_order, so that noise (and what the handoff before left behind)
+ * hits all alike. */
 static int run_block(const bench_ctx *ctx, holder *h, int n, bench_samples *out) {
     waiter w[S_COUNT];
     int failed = 0;
@@ -302,7 +304,8 @@ static int run_block(const bench_ctx *ctx, holder *h, int n, bench_samples *out)
         if ((h->mask & 1u << s) && bench_series_on(ctx, series_name[s]))
             failed = start_waiter(ctx, s, &w[s]);
     for (int i = 0; !failed && i < n + WARMUP; i++) {
-        for (int s = 0; !failed && s < S_COUNT; s++) {
+        for (int k = 0; !failed && k < S_COUNT; k++) {
+            int s = bench_order(i, k, S_COUNT);
             if (w[s].pid < 0) continue;
             int64_t ns = 0;
             failed = one_handoff(h, &w[s], s, &ns);
