@@ -35,10 +35,17 @@
 static const char release_lua[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
     "else return 0 end";
-/* the same text as dlock's plain acquire and release scripts (src/scripts.c) */
+/* the work of dlock's plain acquire and release scripts (src/lock_plain.c;
+ * the fence function is DL_LUA_FENCE of src/internal.h) */
 static const char fenced_acquire_lua[] =
+    "local function fence(k) local f = redis.call('incr', k) "
+    "if f < 1000000000000000 then local t = redis.call('time') "
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
+    "if now > f then f = now end "
+    "redis.call('set', k, string.format('%d', f), 'PX', 86400000) end "
+    "return f end "
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "return {1, redis.call('incr', KEYS[2])} end "
+    "return {1, fence(KEYS[2])} end "
     "return {0, redis.call('pttl', KEYS[1])}";
 static const char fenced_release_lua[] =
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "

@@ -274,7 +274,12 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  * fence:    may be NULL; receives the fencing token, a 64-bit number strictly
  *           greater than every token issued before for this name (counter
  *           key "redisson_lock_token:{name}", INCRed by the acquire script,
- *           re-entry included).
+ *           re-entry included). A counter created anew (first use, or after
+ *           it expired or was lost with a server restarted without
+ *           persistence) starts at the server's clock in microseconds, not at
+ *           1, and expires a day after its creation: tokens stay above the
+ *           ones before as long as the server's clock does not step back by
+ *           more than that (docs/design.md, "Fencing tokens").
  * A reentrant handle already held by this thread re-enters (hold count + 1,
  * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT,
@@ -345,7 +350,9 @@ DLOCK_EXPORT int dlock_is_locked(dlock_client *c, const char *name, size_t name_
 /* *ttl_ms = remaining lease in ms; -2 when free, -1 when held without expiry. */
 DLOCK_EXPORT int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len,
                                      int64_t *ttl_ms);
-/* *fence = the last fencing token issued for name (0 if none ever). */
+/* *fence = the last fencing token issued for name: 0 if none was issued
+ * since its counter was created (the counter expires a day after its
+ * creation; dlock_acquire). */
 DLOCK_EXPORT int dlock_fence_current(dlock_client *c, const char *name, size_t name_len,
                                      uint64_t *fence);
 

@@ -170,6 +170,39 @@ typedef struct dl_script {
 #define DL_XSTR_(x) #x
 #define DL_STR(x) DL_XSTR_(x)
 
+/* Fencing tokens: fence(k) INCRs the counter k (redisson_lock_token:{N}), as
+ * Redisson's RFencedLock does. A counter below DL_FENCE_FLOOR (one that was
+ * just created, because it never existed, expired, or was lost with a server
+ * restarted without persistence; or one from before this scheme) is first
+ * raised to the server's clock in microseconds, and lives DL_FENCE_TTL_MS
+ * from then. A token is thus always above every token issued before: those
+ * were at most the counter's creation time plus one per acquisition since,
+ * and acquisitions (server commands) take more than a microsecond each; this
+ * holds as long as the server's clock does not step back by more than the
+ * counter's age. The counter of a name nobody locks any more goes away (one
+ * key per name ever locked used to stay forever), and a restart without
+ * persistence no longer restarts the tokens at 1. Costs nothing on the hot
+ * path (one comparison); TIME and SET run once per counter lifetime. The
+ * token goes out as a string with string.format('%d'): Lua's tostring shows
+ * 1.7e15 as "1.7e+15". An ACL user without +time (SECURITY.md's recipe
+ * before this) gets the plain INCR: a counter from 1 that never expires.
+ *
+ * fence(k, true) takes max(counter + 1, clock) on every call (and restarts
+ * the expiry): RedLock's per-node counters, whose largest over the majority
+ * is the token. Counters created at different times would otherwise differ
+ * by their ages (a node restarted empty starts far above the others), and
+ * the next majority without that node would hand out a lower token; tied
+ * to the clock, the nodes' counters agree as far as their clocks do. */
+#define DL_FENCE_FLOOR 1000000000000000 /* 1e15 us: September 2001 */
+#define DL_FENCE_TTL_MS 86400000
+#define DL_LUA_FENCE                                                                   \
+    "local function fence(k, always) local f = redis.call('incr', k) "                 \
+    "if always or f < " DL_STR(DL_FENCE_FLOOR) " then local t = redis.pcall('time') "  \
+    "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
+    "if now > f then f = now end "                                                     \
+    "redis.call('set', k, string.format('%d', f), 'PX', " DL_STR(DL_FENCE_TTL_MS) ") "    \
+    "end end return f end "
+
 /* The plain lock's waiter registry and its channel prefix. */
 #define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"
 
@@ -569,8 +602,8 @@ typedef struct dl_call {
     int nkeys, nargs;
     const char *keys[3];
     size_t keylens[3];
-    const char *args[4];
-    size_t arglens[4];
+    const char *args[5];
+    size_t arglens[5];
     char num[24];              /* the lease, in decimal, when an argument */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */

@@ -97,12 +97,12 @@
     "local ch = ARGV[1] .. ':' .. h "                                                  \
     "local lease = tonumber(redis.call('hget', KEYS[5], h)) "                          \
     "if not lease then redis.call('publish', ch, '0'); return end "                    \
-    "local f = redis.call('incr', KEYS[2]) "                                           \
-    "if redis.call('publish', ch, 'granted:' .. f) > 0 then "                          \
+    "local f = fence(KEYS[2], false) "                                                 \
+    "if redis.call('publish', ch, 'granted:' .. string.format('%d', f)) > 0 then "     \
     "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], h); "                    \
     "redis.call('hset', KEYS[1], h, 1); redis.call('pexpire', KEYS[1], lease) end end "
 
-#define FAIR_LUA_COMMON FAIR_LUA_CLOCK FAIR_LUA_DROP FAIR_LUA_LIVE
+#define FAIR_LUA_COMMON DL_LUA_FENCE FAIR_LUA_CLOCK FAIR_LUA_DROP FAIR_LUA_LIVE
 
 /* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
  * queued before), queue ('1' join/refresh the queue, '0' try once), entry
@@ -125,7 +125,7 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "local n = redis.call('hincrby', KEYS[1], me, 1) "
     "if redis.call('zrem', KEYS[4], me) == 1 then redis.call('lrem', KEYS[3], 0, me) end "
     "redis.call('hdel', KEYS[5], me) "
-    "return {1, redis.call('incr', KEYS[2]), n} end "
+    "return {1, fence(KEYS[2], false), n} end "
     "local head = redis.call('lindex', KEYS[3], 0) "
     "local now = nil "
     "if head then now = clock(); head = live(head, now) end "
@@ -134,7 +134,7 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "if head then redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], me); "
     "redis.call('hdel', KEYS[5], me) end "
     "redis.call('hset', KEYS[1], me, 1); redis.call('pexpire', KEYS[1], ARGV[1]) "
-    "return {1, redis.call('incr', KEYS[2]), 1} end "
+    "return {1, fence(KEYS[2], false), 1} end "
     "if not now then now = clock() end "
     "local ka = tonumber(ARGV[6]) "
     "if ARGV[4] == '1' then "

@@ -66,7 +66,7 @@
  * "{N}:<owner>:rwlock_timeout", waiting writers. ARGV: lease ms, owner.
  * -> {1, fence, holds} | {0, ms to wait at most} */
 static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
-    LUA_NOW
+    LUA_NOW DL_LUA_FENCE
     "local now = now_ms(); "
     "redis.call('zremrangebyscore', KEYS[4], '-inf', now); "
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
@@ -88,13 +88,13 @@ static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
     "redis.call('set', KEYS[3] .. ':' .. n, '1', 'PX', ARGV[1]); "
     "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "  redis.call('pexpire', KEYS[1], ARGV[1]) end "
-    "return {1, redis.call('incr', KEYS[2]), n}");
+    "return {1, fence(KEYS[2], false), n}");
 
 /* KEYS: lock, fence counter, waiting writers. ARGV: lease ms, owner
  * "<uuid>:<tid>:write", "1" to queue as a waiting writer.
  * -> {1, fence, holds} | {0, ms to wait at most} */
 static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
-    LUA_NOW
+    LUA_NOW DL_LUA_FENCE
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
     "if (not mode and redis.call('exists', KEYS[1]) == 0) or "
     "   (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
@@ -103,7 +103,7 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "    redis.call('pexpire', KEYS[1], ARGV[1]) end "
     "  redis.call('zrem', KEYS[3], ARGV[2]); "
-    "  return {1, redis.call('incr', KEYS[2]), n} end "
+    "  return {1, fence(KEYS[2], false), n} end "
     "local p = redis.call('pttl', KEYS[1]); "
     "if ARGV[3] == '1' then "
     "  redis.call('zadd', KEYS[3], now_ms() + " DL_STR(DL_RW_WAITER_MS) ", ARGV[2]); "
@@ -115,7 +115,7 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
 /* A waiting writer gives up. KEYS: waiting writers, lock, channel. ARGV: owner.
  * When it was the last waiting writer, readers it held back are woken. */
 static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
-    LUA_NOW
+    LUA_NOW DL_LUA_FENCE
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now_ms()); "
     "if redis.call('zrem', KEYS[1], ARGV[1]) == 1 and redis.call('zcard', KEYS[1]) == 0 and "
     "   redis.pcall('hget', KEYS[2], 'mode') ~= 'write' then "

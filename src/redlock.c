@@ -64,18 +64,22 @@ static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
                      answered, c->nnodes, c->quorum);
 }
 
-/* The designated fencing counter: INCR of the lock's fence key there. */
+/* The designated fencing counter: fence() (DL_LUA_FENCE) on the lock's fence
+ * key there. */
+static dl_script fence_script =
+    DL_SCRIPT("fence", DL_LUA_FENCE "return fence(KEYS[1], false)");
+
 static int fence_from_node(dlock_lock *l, uint64_t *fence, dl_err *err) {
     dlock_client *c = l->c;
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
     int rc = dl_node_get(c->fence_node, deadline, &conn, err);
     if (rc) return rc;
-    const char *argv[2] = {"INCR", l->fence_key};
-    size_t lens[2] = {4, l->fence_key_len};
+    const char *keys[1] = {l->fence_key};
+    size_t keylens[1] = {l->fence_key_len};
     redisReply *r = NULL;
     long long v = 0;
-    rc = dl_conn_command(conn, deadline, 2, argv, lens, &r, err);
+    rc = dl_eval(conn, deadline, &fence_script, 1, keys, keylens, 0, NULL, NULL, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, "fence counter", &v, err);
     if (r) freeReplyObject(r);
     dl_node_put(conn);

@@ -143,15 +143,17 @@ int main(void)
     th_cmd_ok(rc, "PUBLISH redisson_lock__channel:{%s} 0", NAME);
     ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
 
-    /* 6. the fence counter is shared with RFencedLock */
-    th_cmd_ok(rc, "SET redisson_lock_token:{%s} 1000", NAME);
+    /* 6. the fence counter is shared with RFencedLock (a counter of its
+     * below dlock's floor of 1e15 is first raised to the server's clock:
+     * test_fencing; here one already above it) */
+    th_cmd_ok(rc, "SET redisson_lock_token:{%s} 1000000000001000", NAME);
     uint64_t f = 0;
     ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
-    ASSERT_U64_EQ(f, 1001);
+    ASSERT_U64_EQ(f, 1000000000001001ULL);
     ASSERT_LOK(l, dlock_release(l));
-    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), 1002);
+    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), 1000000000001002LL);
     ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
-    ASSERT_U64_EQ(f, 1003);
+    ASSERT_U64_EQ(f, 1000000000001003ULL);
     ASSERT_LOK(l, dlock_release(l));
 
     dlock_lock_free(l);
