@@ -97,7 +97,28 @@ static void pool_push(dl_node *n, dl_conn *conn) {
     dl_conn_close(conn); /* a lingering one: closing unsubscribes too */
 }
 
+int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe) {
+    pthread_mutex_lock(&n->mu);
+    int64_t now = dl_now_ms();
+    int in = n->next_attempt_ms > now && n->nidle == 0;
+    /* the last connect failed at next_attempt_ms - backoff_ms */
+    *may_probe = in && now - (n->next_attempt_ms - n->backoff_ms) >= probe_ms;
+    pthread_mutex_unlock(&n->mu);
+    return in;
+}
+
+static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl_err *err);
+
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
+    return node_get(n, deadline, 1, out, err);
+}
+
+int dl_node_get_now(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
+    return node_get(n, deadline, 0, out, err);
+}
+
+/* backoff: 0 to connect even while the node's reconnect backoff runs. */
+static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl_err *err) {
     if (n->sentinel) {
         /* at most once a second: has the master moved? */
         dl_err ignored;
@@ -122,7 +143,7 @@ int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
     }
     pthread_mutex_lock(&n->mu);
     int64_t now = dl_now_ms();
-    int64_t next = n->next_attempt_ms;
+    int64_t next = backoff ? n->next_attempt_ms : 0;
     pthread_mutex_unlock(&n->mu);
     if (now < next) {
         if (next >= deadline) {

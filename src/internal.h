@@ -322,8 +322,17 @@ int dl_sharded(const dl_conn *conn);
 int dl_pool_get_key(dlock_client *c, const char *key, size_t len, int64_t deadline,
                     dl_conn **out, dl_err *err);
 
-/* Borrows a connection to node (an idle one, or a new one) before deadline. */
+/* Borrows a connection to node (an idle one, or a new one) before deadline.
+ * While the node's reconnect backoff runs (after failed connects: 50 ms
+ * doubling to 2 s) no connect is tried: DLOCK_EIO, or a sleep when the
+ * backoff ends before deadline. */
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* dl_node_get that connects at once, backoff or not (RedLock: a node the
+ * quorum needs). */
+int dl_node_get_now(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* 1 while n's reconnect backoff runs and n has no idle connection;
+ * *may_probe = 1 when its last connect attempt is probe_ms old or older. */
+int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe);
 /* Returns a connection to its node: kept if healthy and not subscribed. */
 void dl_node_put(dl_conn *conn);
 /* A waiter's subscription outlives its wait: the waiter that holds the lock

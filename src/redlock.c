@@ -15,15 +15,39 @@
 #define DL_RL_MAX 64
 #define DL_RL_RETRY_MIN_MS 10
 #define DL_RL_RETRY_MAX_MS 100
+#define DL_RL_PROBE_MS 100
 
 static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
 
 /* Borrows one connection per node (NULL where the node cannot be reached
- * before deadline). */
+ * before deadline). A node whose reconnect backoff runs (it failed to
+ * connect lately: 50 ms doubling to 2 s) is left out, unless the others are
+ * short of a majority: then it is tried again if its last attempt is
+ * DL_RL_PROBE_MS old. Before, a master restarted after an outage counted as
+ * down for up to the whole 2 s, and every acquire of that time failed with
+ * DLOCK_ENOQUORUM; a dead master now costs at most one connect attempt per
+ * DL_RL_PROBE_MS, and only while the quorum needs it. */
 static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns) {
+    int later[DL_RL_MAX];
+    size_t got = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         dl_err ignored;
-        if (dl_node_get(c->nodes[i], deadline, &conns[i], &ignored) != DLOCK_OK) conns[i] = NULL;
+        int probe = 0;
+        conns[i] = NULL;
+        later[i] = 0;
+        if (dl_node_backoff(c->nodes[i], DL_RL_PROBE_MS, &probe)) {
+            later[i] = probe;
+            continue;
+        }
+        if (dl_node_get(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK) got++;
+        else conns[i] = NULL;
+    }
+    for (size_t i = 0; i < c->nnodes && got < c->quorum; i++) {
+        dl_err ignored;
+        if (later[i] && dl_node_get_now(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK)
+            got++;
+        else if (later[i])
+            conns[i] = NULL;
     }
 }
 

@@ -152,9 +152,25 @@ int main(void)
     ASSERT_LT(took, 1500);
     ASSERT(strstr(dlock_lock_errmsg(a), "no quorum") != NULL);
     ASSERT(strstr(dlock_lock_errmsg(a), "2 of 5") != NULL);
+    /* 3.3 s of failures: the down masters' reconnect backoff (50 ms doubling
+     * to 2 s) reaches its cap, so that it still has more than a second to
+     * run when they are back */
+    t0 = th_now_ms();
+    while (th_now_ms() - t0 < 3300) {
+        ASSERT_LCODE(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL), DLOCK_ENOQUORUM);
+        th_sleep_ms(50);
+    }
     th_server_resume(srv[2]);
     th_server_resume(srv[3]);
     th_server_resume(srv[4]);
+    /* the same client counts them again as soon as the quorum needs them (a
+     * probe every 100 ms), not after its backoff: it used to fail here */
+    t0 = th_now_ms();
+    ASSERT_LOK(a, dlock_acquire(a, 1000, 5000, NULL));
+    took = th_now_ms() - t0;
+    th_log("acquire right after three masters came back: %lld ms", (long long)took);
+    ASSERT_LT(took, 700);
+    ASSERT_LOK(a, dlock_release(a));
 
     /* fencing tokens from one designated counter server: strictly increasing
      * across clients */

@@ -918,7 +918,10 @@ static void sc_redlock_majority(void)
     th_sleep_ms(1500);
     for (int i = 0; i < 3; i++) th_server_resume(r.node[i]);
     th_log("nodes 0, 1, 2 restarted (empty, after the lease)");
-    th_sleep_ms(2200); /* clients reconnect after their backoff (at most 2 s) */
+    /* clients probe masters the quorum needs every 100 ms (their backoff
+     * alone would keep them away up to 2 s); the wait leaves both phases
+     * apart */
+    th_sleep_ms(2200);
     for (int i = 2; i < 5; i++) th_server_pause(r.node[i]);
     faults += 3;
     th_log("nodes 2, 3, 4 frozen (majority lost) for 1200 ms");
