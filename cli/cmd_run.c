@@ -13,8 +13,8 @@
  * What is held: one lock (dlock_acquire), several (--also: dlock_multi_acquire,
  * all of one kind, each with the lost-lease callback), or one permit of a
  * permit-expirable semaphore (--limit N: the permit is renewed by the
- * client's watchdog and released by its id; the library has no lost-permit
- * callback, so a lost permit is only noticed by the release). */
+ * client's watchdog and released by its id; the lost-permit callback writes
+ * to the same pipe as the lost-lease one). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -64,7 +64,8 @@ const char help_run[] =
     "                       permits by the first run), renewed while the command\n"
     "                       runs; a killed dlock's permit comes back after --ttl.\n"
     "                       The command gets DLOCK_PERMIT (the permit id), no\n"
-    "                       DLOCK_FENCE. A lost permit is only noticed at the end\n"
+    "                       DLOCK_FENCE. A lost permit stops the command as a\n"
+    "                       lost lock does.\n"
     "  --also NAME2         also hold the lock NAME2 (of the same kind); repeat for\n"
     "                       more. All are taken or none, without deadlock against\n"
     "                       runs that list them in another order; DLOCK_FENCE is\n"
@@ -244,6 +245,14 @@ static void on_lost(dlock_lock *l, int reason, void *userdata)
 {
     int fd = *(const int *)userdata;
     (void)l;
+    write_byte(fd, (char)reason);
+}
+
+/* The lost-permit callback (--limit; watchdog thread): the same. */
+static void on_permit_lost(dlock_permits *p, const char *id, int reason, void *userdata)
+{
+    int fd = *(const int *)userdata;
+    (void)p, (void)id;
     write_byte(fd, (char)reason);
 }
 
@@ -580,8 +589,9 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         if (lost && kill_at < 0 && kill_at != -2) {
             char ka[32];
             fmt_secs(ka, sizeof ka, o->kill_after_ms);
-            cli_err(CMD, "lock '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
-                    "(SIGKILL after %s)", lost_name, lost_reason(lost), (long)pid, ka);
+            cli_err(CMD, "%s '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
+                    "(SIGKILL after %s)", lk->permits ? "permit of" : "lock", lost_name,
+                    lost_reason(lost), (long)pid, ka);
             kill(pid, SIGTERM);
             kill_at = now_us() / 1000 + o->kill_after_ms;
         }
@@ -704,6 +714,8 @@ int cmd_run(int argc, char **argv, cli_global *g)
         goto out;
     if (o.limit) {
         rc = dlock_permits_new(c, o.name, DLOCK_CSTR, &lk.permits);
+        if (rc == DLOCK_OK)
+            dlock_permits_on_lost(lk.permits, on_permit_lost, &lostpipe[1]);
     } else {
         rc = DLOCK_OK;
         for (i = 0; i <= o.nalso && rc == DLOCK_OK; i++) {

@@ -501,6 +501,19 @@ DLOCK_EXPORT int dlock_permits_cancel(dlock_permits *p);
 DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
 /* Sets the lease of permit id to lease_ms from now; DLOCK_ENOTOWNER if gone. */
 DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms);
+/* Called on the client's watchdog thread when a permit p took with
+ * DLOCK_WATCHDOG is found lost: its lease entry was gone at a renewal
+ * (DLOCK_LOST_TAKEN: it expired, or another client removed it) or the server
+ * was unreachable for a whole lease (DLOCK_LOST_UNREACHABLE). id is that
+ * permit's id. The permit is no longer renewed, and its release answers
+ * DLOCK_ENOTOWNER once it is gone. The rules of dlock_lost_fn apply: return
+ * quickly, call no dlock function. */
+typedef void (*dlock_permit_lost_fn)(dlock_permits *p, const char *id, int reason,
+                                     void *userdata);
+/* Registers the lost-permit callback for p's watchdog permits (NULL to
+ * remove); safe while the watchdog renews them. */
+DLOCK_EXPORT void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_fn fn,
+                                        void *userdata);
 /* Available permits, after returning expired ones. */
 DLOCK_EXPORT int dlock_permits_available(dlock_permits *p, int64_t *permits);
 DLOCK_EXPORT int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set);

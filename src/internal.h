@@ -588,6 +588,9 @@ struct dl_lease {
 
 int dl_watchdog_register(dlock_client *c, dl_lease *lease, dl_err *err);
 void dl_watchdog_unregister(dlock_client *c, dl_lease *lease);
+/* Runs fn(arg) under the watchdog's mutex (as is, when the client has no
+ * watchdog yet): to change what an on_lost callback reads. */
+void dl_watchdog_locked(dlock_client *c, void (*fn)(void *), void *arg);
 void dl_watchdog_free(dl_watchdog *wd);
 
 /* ---- locks (lock.c, wait.c, lock_<kind>.c) ---- */

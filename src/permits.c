@@ -17,6 +17,7 @@
  * Permits taken with DLOCK_WATCHDOG are renewed by the client's watchdog
  * through a generic dl_lease each (key: the ZSET, owner: the permit id); the
  * handle keeps the list of its watchdog permits. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,7 @@ typedef struct wd_permit {
     struct wd_permit *next;
     char id[DLOCK_PERMIT_ID_LEN + 1];
     dl_lease lease;            /* registered with the client's watchdog */
+    dlock_permits *owner;
 } wd_permit;
 
 struct dlock_permits {
@@ -134,7 +136,34 @@ struct dlock_permits {
     char *zkey;                /* {name}:timeout */
     size_t zkey_len;
     wd_permit *wd;             /* this handle's watchdog permits */
+    dlock_permit_lost_fn lost_fn; /* read by the watchdog, under its mutex */
+    void *lost_ud;
 };
+
+/* The watchdog found a permit lost (its thread, its mutex held). */
+static void permit_lost(dl_lease *lease, int reason) {
+    wd_permit *w = (wd_permit *)((char *)lease - offsetof(wd_permit, lease));
+    dlock_permits *p = w->owner;
+    if (p->lost_fn) p->lost_fn(p, w->id, reason, p->lost_ud);
+}
+
+typedef struct lost_set {
+    dlock_permits *p;
+    dlock_permit_lost_fn fn;
+    void *ud;
+} lost_set;
+
+static void set_lost(void *arg) {
+    lost_set *s = arg;
+    s->p->lost_fn = s->fn;
+    s->p->lost_ud = s->ud;
+}
+
+void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_fn fn, void *userdata) {
+    if (!p) return;
+    lost_set s = {p, fn, userdata};
+    dl_watchdog_locked(p->o.c, set_lost, &s);
+}
 
 static int pm_fail(dlock_permits *p, const dl_err *err) { return dl_object_fail(&p->o, err); }
 
@@ -214,7 +243,8 @@ static wd_permit *wd_new(dlock_permits *p, const char *id) {
     w->lease.owner_len = DLOCK_PERMIT_ID_LEN;
     atomic_init(&w->lease.lost, 0);
     atomic_init(&w->lease.last_ok, (long long)dl_now_ms());
-    w->lease.on_lost = NULL;
+    w->lease.on_lost = permit_lost;
+    w->owner = p;
     return w;
 }
 

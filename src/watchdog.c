@@ -324,6 +324,13 @@ int dl_watchdog_register(dlock_client *c, dl_lease *l, dl_err *err) {
     return DLOCK_OK;
 }
 
+void dl_watchdog_locked(dlock_client *c, void (*fn)(void *), void *arg) {
+    dl_watchdog *wd = wd_get(c);
+    if (wd) pthread_mutex_lock(&wd->mu);
+    fn(arg);
+    if (wd) pthread_mutex_unlock(&wd->mu);
+}
+
 void dl_watchdog_unregister(dlock_client *c, dl_lease *l) {
     dl_watchdog *wd = wd_get(c);
     if (!wd) return;

@@ -11,6 +11,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -302,6 +303,64 @@ static void watchdog(const th_server *srv, redisContext *rc)
 }
 
 /* A waiter wakes on a release (message), not at the end of its wait. */
+/* What the lost-permit callback saw (it runs on the watchdog thread). */
+typedef struct lost_seen {
+    atomic_int calls;
+    atomic_int reason;
+    char id[DLOCK_PERMIT_ID_LEN + 1]; /* the first call's; published by calls */
+} lost_seen;
+
+static void on_permit_lost(dlock_permits *p, const char *id, int reason, void *userdata)
+{
+    (void)p;
+    lost_seen *seen = userdata;
+    if (atomic_load(&seen->calls) == 0) memcpy(seen->id, id, DLOCK_PERMIT_ID_LEN + 1);
+    atomic_store(&seen->reason, reason);
+    atomic_fetch_add(&seen->calls, 1);
+}
+
+/* A watchdog permit whose lease ran out on the server (as after the server
+ * was unreachable for a lease): the callback names it, once; the handle's
+ * other watchdog permit stays renewed; the lost one's release answers
+ * DLOCK_ENOTOWNER and it is back in the pool. A removed callback is not
+ * called. */
+static void lost(const th_server *srv, redisContext *rc)
+{
+    dlock_client *c = th_client(srv, WD_LEASE);
+    dlock_permits *p = pm(c, "pm:lost");
+    init_permits(p, 2);
+    lost_seen seen;
+    memset(&seen, 0, sizeof seen);
+    atomic_init(&seen.calls, 0);
+    atomic_init(&seen.reason, 0);
+    dlock_permits_on_lost(p, on_permit_lost, &seen);
+    char a[DLOCK_PERMIT_ID_LEN + 1], b[DLOCK_PERMIT_ID_LEN + 1];
+    ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
+    ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, b));
+    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %s", a); /* its lease over */
+    ASSERT_EVENTUALLY(atomic_load(&seen.calls) >= 1, WD_LEASE + MARGIN);
+    ASSERT_STR_EQ(seen.id, a);
+    ASSERT_EQ(atomic_load(&seen.reason), DLOCK_LOST_TAKEN);
+    /* two more renewal periods: b renewed, no second call */
+    long long eb = zscore(rc, "{pm:lost}:timeout", b);
+    th_sleep_ms(2 * WD_LEASE / 3 + 100);
+    ASSERT_EQ(atomic_load(&seen.calls), 1);
+    ASSERT_GT(zscore(rc, "{pm:lost}:timeout", b), eb);
+    ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
+    ASSERT_EQ(avail(p), 1); /* a came back to the pool; b is out */
+    ASSERT_POK(p, dlock_permits_release(p, b));
+
+    dlock_permits_on_lost(p, NULL, NULL);
+    ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
+    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %s", a);
+    th_sleep_ms(WD_LEASE / 3 + MARGIN / 2);
+    ASSERT_EQ(atomic_load(&seen.calls), 1);
+    ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
+    ASSERT_EQ(avail(p), 2);
+    dlock_permits_free(p);
+    dlock_client_free(c);
+}
+
 static void wake_on_release(const th_server *srv, redisContext *rc)
 {
     dlock_client *c = th_client(srv, 0);
@@ -403,6 +462,7 @@ int main(void)
     th_cmd_ok(rc, "DEL pm:crash {pm:crash}:timeout");
     crash(srv, rc, "pm:crash", 1);
     watchdog(srv, rc);
+    lost(srv, rc);
     concurrency(srv, rc);
     redisFree(rc);
     dlock_client_free(c);

@@ -1,6 +1,7 @@
 #!/bin/bash
 # dlock run: signals are forwarded to the child, the lock is released only
-# after the child exits, and a lost lock stops the child (exit 80).
+# after the child exits, and a lost lock or --limit permit stops the child
+# (exit 80).
 here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
 . "$here/lib.sh" "$@" || exit 1
 start_redis
@@ -77,17 +78,26 @@ wait "$DPID"
 rc=$?
 check "child killed by the forwarded SIGTERM gives 143 ($rc)" "[ $rc = 143 ]"
 
+# run_stopped LABEL WHAT FAULT...: start_run has begun; FAULT (a command)
+# loses what it holds: dlock exits 80 within 5 s, the child got SIGTERM, and
+# the message names WHAT.
+run_stopped() {
+    local label=$1 what=$2 start rc ms
+    shift 2
+    start=$(date +%s%N)
+    "$@" >/dev/null
+    wait "$DPID"
+    rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    check "$label: exit 80 ($rc, after $ms ms)" "[ $rc = 80 ] && [ $ms -lt 5000 ]"
+    check "$label: child got SIGTERM" "[ \"\$(cat '$TMP/got' 2>/dev/null)\" = 15 ]"
+    check "$label: clear message" "grep -q \"$what lost while the command ran\" '$TMP/dlock.err'"
+}
+
 # Lock lost (key deleted by another client): the child gets SIGTERM, dlock
 # exits 80 with a message.
 start_run --ttl 1s lost "$TMP/child.sh" "$TMP"
-start=$(date +%s%N)
-rcli del lost >/dev/null
-wait "$DPID"
-rc=$?
-ms=$((($(date +%s%N) - start) / 1000000))
-check "lock deleted: exit 80 ($rc, after $ms ms)" "[ $rc = 80 ] && [ $ms -lt 5000 ]"
-check "lock deleted: child got SIGTERM" "[ \"\$(cat '$TMP/got' 2>/dev/null)\" = 15 ]"
-check "lock deleted: clear message" "grep -q \"lock 'lost' lost while the command ran\" '$TMP/dlock.err'"
+run_stopped "lock deleted" "lock 'lost'" rcli del lost
 
 # Lock taken over by someone else: same, and the new owner's key survives.
 start_run --ttl 1s lost "$TMP/child.sh" "$TMP"
@@ -97,6 +107,11 @@ rc=$?
 check "lock taken over: exit 80 ($rc)" "[ $rc = 80 ]"
 check "lock taken over: the new owner's key is untouched" "[ \"\$(rcli get lost)\" = intruder ]"
 rcli del lost >/dev/null
+
+# A --limit permit lost (its lease entry gone, as after the server was
+# unreachable for a lease): the same, through the lost-permit callback.
+start_run --limit 2 --ttl 1s lostsem "$TMP/child.sh" "$TMP"
+run_stopped "permit lost" "permit of 'lostsem'" rcli del '{lostsem}:timeout'
 
 # A frozen server (SIGSTOP): the lease runs out unconfirmed; the child is
 # stopped within about the lease, not after the server comes back.
