@@ -161,6 +161,44 @@ static int contender(const th_server *counter, int64_t stop_ms)
     return rounds;
 }
 
+/* Moves slot from master src to dst: IMPORTING / MIGRATING, every key, then
+ * the new owner told to every master. during_ms: a pause while the slot is
+ * half-moved (clients meet ASK and TRYAGAIN). */
+static void move_slot(long long slot, int src, int dst, int during_ms)
+{
+    redisContext *rs = raw(src), *rd = raw(dst);
+    redisReply *sid = redisCommand(rs, "CLUSTER MYID"), *did = redisCommand(rd, "CLUSTER MYID");
+    freeReplyObject(redisCommand(rd, "CLUSTER SETSLOT %lld IMPORTING %s", slot, sid->str));
+    freeReplyObject(redisCommand(rs, "CLUSTER SETSLOT %lld MIGRATING %s", slot, did->str));
+    if (during_ms) th_sleep_ms(during_ms);
+    for (;;) {
+        redisReply *keys = redisCommand(rs, "CLUSTER GETKEYSINSLOT %lld 100", slot);
+        size_t n = keys->elements;
+        for (size_t k = 0; k < n; k++)
+            freeReplyObject(redisCommand(rs, "MIGRATE 127.0.0.1 %d %s 0 5000", dst,
+                                         keys->element[k]->str));
+        freeReplyObject(keys);
+        if (n == 0) break;
+    }
+    for (int i = 0; i < NM; i++) {
+        redisContext *x = raw(port[i]);
+        freeReplyObject(redisCommand(x, "CLUSTER SETSLOT %lld NODE %s", slot, did->str));
+        redisFree(x);
+    }
+    freeReplyObject(sid);
+    freeReplyObject(did);
+    redisFree(rs);
+    redisFree(rd);
+}
+
+/* Another master than p. */
+static int other_master(int p)
+{
+    for (int i = 0; i < NM; i++)
+        if (port[i] != p) return port[i];
+    return 0;
+}
+
 int main(void)
 {
     th_init("cluster");
@@ -270,9 +308,7 @@ int main(void)
 
     /* 4. a slot migrated while 4 processes contend for a lock in it */
     long long slot = slot_of("cl:mig");
-    int src = owner_of(slot), dst = 0;
-    for (int i = 0; i < NM; i++)
-        if (port[i] != src) dst = port[i];
+    int src = owner_of(slot), dst = other_master(src);
     int64_t stop = th_now_ms() + 3500;
     pid_t kids[4];
     for (int i = 0; i < 4; i++) {
@@ -280,25 +316,7 @@ int main(void)
         if (kids[i] == 0) _exit(contender(counter, stop));
     }
     th_sleep_ms(600);
-    redisContext *rs = raw(src), *rd = raw(dst);
-    redisReply *sid = redisCommand(rs, "CLUSTER MYID"), *did = redisCommand(rd, "CLUSTER MYID");
-    freeReplyObject(redisCommand(rd, "CLUSTER SETSLOT %lld IMPORTING %s", slot, sid->str));
-    freeReplyObject(redisCommand(rs, "CLUSTER SETSLOT %lld MIGRATING %s", slot, did->str));
-    th_sleep_ms(300); /* contenders now meet ASK and TRYAGAIN */
-    for (;;) {
-        redisReply *keys = redisCommand(rs, "CLUSTER GETKEYSINSLOT %lld 100", slot);
-        size_t n = keys->elements;
-        for (size_t k = 0; k < n; k++)
-            freeReplyObject(redisCommand(rs, "MIGRATE 127.0.0.1 %d %s 0 5000", dst,
-                                         keys->element[k]->str));
-        freeReplyObject(keys);
-        if (n == 0) break;
-    }
-    for (int i = 0; i < NM; i++) {
-        redisContext *x = raw(port[i]);
-        freeReplyObject(redisCommand(x, "CLUSTER SETSLOT %lld NODE %s", slot, did->str));
-        redisFree(x);
-    }
+    move_slot(slot, src, dst, 300); /* contenders meet ASK and TRYAGAIN meanwhile */
     th_log("slot %lld moved from %d to %d under load", slot, src, dst);
     int total = 0;
     for (int i = 0; i < 4; i++) {
@@ -315,10 +333,46 @@ int main(void)
     ASSERT_EQ(owner_of(slot), dst);
     th_log("%d rounds across the migration, counter exact", total);
 
-    freeReplyObject(sid);
-    freeReplyObject(did);
-    redisFree(rs);
-    redisFree(rd);
+    /* 5. a waiter follows its lock's slot to the new master: the release
+     * there (its shard's SPUBLISH) wakes it at once. It used to stay
+     * subscribed on the old master and hear nothing until its re-check (up
+     * to 2 s later). */
+    long long fslot = slot_of("cl:follow");
+    int fsrc = owner_of(fslot), fdst = other_master(fsrc);
+    dlock_lock *fh = th_lock(other, "cl:follow", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(fh, dlock_acquire(fh, DLOCK_NOWAIT, 30000, NULL));
+    int tp[2];
+    ASSERT_EQ(pipe(tp), 0);
+    pid_t fw = th_fork();
+    if (fw == 0) {
+        close(tp[0]);
+        dlock_client *fc = cl_client(0);
+        dlock_lock *fl = th_lock(fc, "cl:follow", DLOCK_KIND_PLAIN);
+        int rc = dlock_acquire(fl, 15000, 5000, NULL);
+        int64_t t = th_now_ms();
+        if (write(tp[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(2);
+        if (rc == DLOCK_OK) rc = dlock_release(fl);
+        dlock_lock_free(fl);
+        dlock_client_free(fc);
+        _exit(rc == DLOCK_OK ? 0 : 1);
+    }
+    close(tp[1]);
+    redisContext *fs = raw(fsrc);
+    ASSERT_EVENTUALLY(th_cmd_int(fs, "ZCARD dlock_waiters:{cl:follow}") == 1, 5000);
+    redisFree(fs);
+    move_slot(fslot, fsrc, fdst, 0);
+    th_sleep_ms(300);
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(fh, dlock_release(fh));
+    int64_t t_acq = 0;
+    ASSERT_EQ(read(tp[0], &t_acq, sizeof t_acq), (ssize_t)sizeof t_acq);
+    close(tp[0]);
+    ASSERT_EQ(th_wait_child(fw, 20000), 0);
+    th_log("slot %lld moved from %d to %d; the waiter held %lld ms after the release", fslot,
+           fsrc, fdst, (long long)(t_acq - t_rel));
+    ASSERT_LT(t_acq - t_rel, 700);
+    dlock_lock_free(fh);
+
     redisFree(crc);
     dlock_lock_free(h);
     dlock_lock_free(ma);
