@@ -213,6 +213,9 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
                            dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
             break;
         }
+        int moved = 0;
+        rc = dl_sync_follow(&l->o, &conn, &sub, &moved, &err);
+        if (rc || moved) continue;
         rc = dl_sync_wait(&l->o, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
     }

@@ -151,6 +151,9 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
                            (long long)permits, dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm));
             break;
         }
+        int moved = 0;
+        rc = dl_sync_follow(&s->o, &conn, &sub, &moved, err);
+        if (rc || moved) continue;
         /* permits come back only through a release or add, which publish */
         rc = dl_sync_wait(&s->o, sub, deadline, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */

@@ -191,6 +191,39 @@ static void move_slot(long long slot, int src, int dst, int during_ms)
     redisFree(rd);
 }
 
+/* Subscribers of the shard channel ch on the master rc talks to. */
+static long long shard_subscribers(redisContext *rc, const char *ch)
+{
+    redisReply *r = redisCommand(rc, "PUBSUB SHARDNUMSUB %s", ch);
+    long long n = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        n = r->element[1]->integer;
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* Moves slot from src to dst while a waiter child (it writes th_now_ms()
+ * at the end of its wait to rfd) waits, then calls release(arg); returns
+ * how long after the release the child stopped waiting. */
+static int64_t moved_then_released(long long slot, int src, int dst, pid_t child, int rfd,
+                                   int (*release)(void *), void *arg)
+{
+    move_slot(slot, src, dst, 0);
+    th_sleep_ms(300); /* the waiter has followed the slot, or not */
+    int64_t t_rel = th_now_ms(), t_end = 0;
+    ASSERT_EQ(release(arg), DLOCK_OK);
+    ASSERT_EQ(read(rfd, &t_end, sizeof t_end), (ssize_t)sizeof t_end);
+    close(rfd);
+    ASSERT_EQ(th_wait_child(child, 20000), 0);
+    th_log("slot %lld moved from %d to %d; the waiter was done %lld ms after the release", slot,
+           src, dst, (long long)(t_end - t_rel));
+    return t_end - t_rel;
+}
+
+static int release_lock(void *l) { return dlock_release(l); }
+static int release_permit(void *s) { return dlock_semaphore_release(s, 1); }
+
 /* Another master than p. */
 static int other_master(int p)
 {
@@ -360,18 +393,38 @@ int main(void)
     redisContext *fs = raw(fsrc);
     ASSERT_EVENTUALLY(th_cmd_int(fs, "ZCARD dlock_waiters:{cl:follow}") == 1, 5000);
     redisFree(fs);
-    move_slot(fslot, fsrc, fdst, 0);
-    th_sleep_ms(300);
-    int64_t t_rel = th_now_ms();
-    ASSERT_LOK(fh, dlock_release(fh));
-    int64_t t_acq = 0;
-    ASSERT_EQ(read(tp[0], &t_acq, sizeof t_acq), (ssize_t)sizeof t_acq);
-    close(tp[0]);
-    ASSERT_EQ(th_wait_child(fw, 20000), 0);
-    th_log("slot %lld moved from %d to %d; the waiter held %lld ms after the release", fslot,
-           fsrc, fdst, (long long)(t_acq - t_rel));
-    ASSERT_LT(t_acq - t_rel, 700);
+    ASSERT_LT(moved_then_released(fslot, fsrc, fdst, fw, tp[0], release_lock, fh), 700);
     dlock_lock_free(fh);
+
+    /* 6. the same for a semaphore waiter, which has no re-check at all: left
+     * on the old master it slept until its deadline */
+    long long sslot = slot_of("cl:sem");
+    int ssrc = owner_of(sslot), sdst = other_master(ssrc);
+    dlock_semaphore *ss = NULL;
+    ASSERT_COK(other, dlock_semaphore_new(other, "cl:sem", DLOCK_CSTR, &ss));
+    int was_set = 0;
+    ASSERT_OK(dlock_semaphore_try_set(ss, 0, &was_set));
+    ASSERT_EQ(was_set, 1);
+    ASSERT_EQ(pipe(tp), 0);
+    pid_t sw = th_fork();
+    if (sw == 0) {
+        close(tp[0]);
+        dlock_client *sc = cl_client(0);
+        dlock_semaphore *sm = NULL;
+        if (dlock_semaphore_new(sc, "cl:sem", DLOCK_CSTR, &sm) != DLOCK_OK) _exit(3);
+        int rc = dlock_semaphore_acquire(sm, 1, 15000);
+        int64_t t = th_now_ms();
+        if (write(tp[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(2);
+        dlock_semaphore_free(sm);
+        dlock_client_free(sc);
+        _exit(rc == DLOCK_OK ? 0 : 1);
+    }
+    close(tp[1]);
+    redisContext *ssr = raw(ssrc);
+    ASSERT_EVENTUALLY(shard_subscribers(ssr, "redisson_sc:{cl:sem}") == 1, 5000);
+    redisFree(ssr);
+    ASSERT_LT(moved_then_released(sslot, ssrc, sdst, sw, tp[0], release_permit, ss), 700);
+    dlock_semaphore_free(ss);
 
     redisFree(crc);
     dlock_lock_free(h);
