@@ -18,21 +18,12 @@ void dl_conn_close(dl_conn *c) {
     free(c);
 }
 
-/* Decimal digits of v at p (room for 20); returns their count. */
-static size_t fmt_size(char *p, size_t v) {
-    char tmp[20];
-    size_t n = 0;
-    do tmp[n++] = (char)('0' + v % 10), v /= 10;
-    while (v);
-    for (size_t i = 0; i < n; i++) p[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* Queues one command in RESP, straight into the output buffer. hiredis'
  * redisFormatCommandArgv formats each length with sprintf and allocates: it
  * was most of the client's instructions per acquire+release pair. */
 int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err) {
-    /* "*argc\r\n" and "$len\r\n<arg>\r\n" per argument, each count <= 20 digits */
+    /* "*argc\r\n" and "$len\r\n<arg>\r\n" per argument, each count <= 20 digits
+     * (dl_fmt_ll's NUL lands where the "\r" goes next) */
     size_t need = c->olen + 23;
     for (int i = 0; i < argc; i++) need += 25 + lens[i];
     if (need > c->ocap) {
@@ -45,11 +36,11 @@ int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, 
     }
     char *p = c->obuf + c->olen;
     *p++ = '*';
-    p += fmt_size(p, (size_t)argc);
+    p += dl_fmt_ll(p, argc);
     *p++ = '\r', *p++ = '\n';
     for (int i = 0; i < argc; i++) {
         *p++ = '$';
-        p += fmt_size(p, lens[i]);
+        p += dl_fmt_ll(p, (long long)lens[i]);
         *p++ = '\r', *p++ = '\n';
         if (lens[i]) memcpy(p, argv[i], lens[i]);
         p += lens[i];

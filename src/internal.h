@@ -552,13 +552,15 @@ int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *e
 void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len);
 /* Unsubscribes and returns the connection (closed if that fails). */
 void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
-/* Redis Cluster: when the slot of o has moved to another master (an
- * attempt met MOVED; the old master's SUNSUBSCRIBE at the move woke the
- * waiter for it), moves the subscription and the command connection there
- * and sets *moved: the caller attempts again before it waits. Releases
- * publish on the new master's shard; a waiter left on the old one would
- * sleep until its deadline. */
-int dl_sync_follow(dl_object *o, dl_conn **conn, dl_conn **sub, int *moved, dl_err *err);
+/* Redis Cluster, a waiter subscribed to channel on *sub: when the channel's
+ * slot has moved to another master (an attempt met MOVED; the old master's
+ * SUNSUBSCRIBE at the move woke the waiter for it), moves the subscription
+ * and the command connection *conn there and sets *moved: the caller
+ * attempts again before it waits. Releases publish on the new master's
+ * shard; a waiter left on the old one heard nothing (a lock waiter until its
+ * re-check, a semaphore waiter until its deadline). */
+int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
+                   dl_conn **sub, int *moved, dl_err *err);
 /* DLOCK_EINVAL unless wait_ms >= 0 or DLOCK_WAIT_FOREVER. */
 int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
 /* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */

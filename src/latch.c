@@ -214,7 +214,8 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
             break;
         }
         int moved = 0;
-        rc = dl_sync_follow(&l->o, &conn, &sub, &moved, &err);
+        rc = dl_follow_slot(l->o.c, l->o.channel, l->o.channel_len, &conn, &sub, &moved,
+                            &err);
         if (rc || moved) continue;
         rc = dl_sync_wait(&l->o, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */

@@ -336,7 +336,8 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
         int64_t until = deadline;
         if (left >= 0 && now + left + 1 < until) until = now + left + 1;
         int moved = 0;
-        rc = dl_sync_follow(&p->o, &conn, &sub, &moved, err);
+        rc = dl_follow_slot(p->o.c, p->o.channel, p->o.channel_len, &conn, &sub, &moved,
+                            err);
         if (rc || moved) continue;
         rc = dl_sync_wait(&p->o, sub, until, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;

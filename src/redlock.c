@@ -44,10 +44,9 @@ static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns) {
     }
     for (size_t i = 0; i < c->nnodes && got < c->quorum; i++) {
         dl_err ignored;
-        if (later[i] && dl_node_get_now(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK)
-            got++;
-        else if (later[i])
-            conns[i] = NULL;
+        if (!later[i]) continue;
+        if (dl_node_get_now(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK) got++;
+        else conns[i] = NULL;
     }
 }
 

@@ -152,7 +152,8 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
             break;
         }
         int moved = 0;
-        rc = dl_sync_follow(&s->o, &conn, &sub, &moved, err);
+        rc = dl_follow_slot(s->o.c, s->o.channel, s->o.channel_len, &conn, &sub, &moved,
+                            err);
         if (rc || moved) continue;
         /* permits come back only through a release or add, which publish */
         rc = dl_sync_wait(&s->o, sub, deadline, err);

@@ -62,11 +62,11 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
     return DLOCK_OK;
 }
 
-int dl_sync_follow(dl_object *o, dl_conn **conn, dl_conn **sub, int *moved, dl_err *err) {
-    dlock_client *c = o->c;
+int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
+                   dl_conn **sub, int *moved, dl_err *err) {
     *moved = 0;
     if (!c->cluster || !*sub) return DLOCK_OK;
-    dl_node *at = dl_route(c, o->channel, o->channel_len);
+    dl_node *at = dl_route(c, channel, channel_len);
     if (!at || at == (*sub)->node) return DLOCK_OK;
     *moved = 1;
     (*sub)->broken = 1; /* closed: the old master may have ended it already */
@@ -75,7 +75,7 @@ int dl_sync_follow(dl_object *o, dl_conn **conn, dl_conn **sub, int *moved, dl_e
     dl_pool_put(c, *conn);
     *conn = NULL;
     int rc = dl_node_get(at, dl_cmd_deadline(c), conn, err);
-    if (!rc) rc = dl_sync_subscribe(c, o->channel, o->channel_len, sub, err);
+    if (!rc) rc = dl_sync_subscribe(c, channel, channel_len, sub, err);
     return rc;
 }
 

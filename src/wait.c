@@ -96,23 +96,6 @@ static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) 
     return dl_subscribe_cmd(l->c, sub, cmd, l->channel, l->channel_len, err);
 }
 
-/* Redis Cluster: the lock's slot now belongs to master `at` (an attempt
- * followed a MOVED): releases publish on that master's shard, so the
- * subscription and the command connection move there. */
-static int follow_slot(dlock_lock *l, dl_node *at, dl_conn **conn, dl_conn **sub, dl_err *err) {
-    dlock_client *c = l->c;
-    dl_unsubscribe_async(*sub, l->channel, l->channel_len);
-    *sub = NULL;
-    dl_pool_put(c, *conn);
-    *conn = NULL;
-    int rc = dl_node_get(at, dl_cmd_deadline(c), conn, err);
-    int already = 0;
-    if (!rc) rc = dl_node_get_sub(at, l->channel, l->channel_len, dl_cmd_deadline(c), sub,
-                                  &already, err);
-    if (!rc && !already) rc = subscribe(l, *sub, "SUBSCRIBE", err);
-    return rc;
-}
-
 static int64_t wait_left(int64_t deadline) {
     if (deadline == DL_INF_DEADLINE) return -1;
     int64_t left = deadline - dl_now_ms();
@@ -201,16 +184,11 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         } else {
             continue; /* gone between the attempt's two steps: try again */
         }
-        dl_node *at = c->cluster ? dl_route(c, l->name, l->name_len) : node;
-        if (at && at != node) {
-            /* the slot moved: follow it, then try again there (subscribed
-             * first, so a release after that attempt is not missed). Before,
-             * the waiter stayed on the old master and heard no release until
-             * its re-check. */
-            rc = follow_slot(l, at, &conn, &sub, err);
-            node = at;
-            continue;
-        }
+        /* the slot moved: follow it, then try again there (subscribed
+         * first, so a release after that attempt is not missed) */
+        int moved = 0;
+        rc = dl_follow_slot(c, l->channel, l->channel_len, &conn, &sub, &moved, err);
+        if (rc || moved) continue;
         int granted = 0;
         rc = wait_message(l, sub, until, t, &granted, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;

@@ -221,6 +221,34 @@ static int64_t moved_then_released(long long slot, int src, int dst, pid_t child
     return t_end - t_rel;
 }
 
+/* A child that waits (15 s at most) for one permit of the semaphore `name`
+ * (sem) or for the plain lock `name`, writes th_now_ms() at the end of its
+ * wait to *rfd's pipe, gives back what it got and exits 0 if it got it. */
+static pid_t spawn_waiter(int sem, const char *name, int *rfd)
+{
+    int tp[2];
+    ASSERT_EQ(pipe(tp), 0);
+    pid_t pid = th_fork();
+    if (pid) {
+        close(tp[1]);
+        *rfd = tp[0];
+        return pid;
+    }
+    close(tp[0]);
+    dlock_client *c = cl_client(0);
+    dlock_lock *l = sem ? NULL : th_lock(c, name, DLOCK_KIND_PLAIN);
+    dlock_semaphore *s = NULL;
+    if (sem && dlock_semaphore_new(c, name, DLOCK_CSTR, &s) != DLOCK_OK) _exit(3);
+    int rc = sem ? dlock_semaphore_acquire(s, 1, 15000) : dlock_acquire(l, 15000, 5000, NULL);
+    int64_t t = th_now_ms();
+    if (write(tp[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(2);
+    if (rc == DLOCK_OK) rc = sem ? dlock_semaphore_release(s, 1) : dlock_release(l);
+    dlock_lock_free(l);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+    _exit(rc == DLOCK_OK ? 0 : 1);
+}
+
 static int release_lock(void *l) { return dlock_release(l); }
 static int release_permit(void *s) { return dlock_semaphore_release(s, 1); }
 
@@ -374,26 +402,12 @@ int main(void)
     int fsrc = owner_of(fslot), fdst = other_master(fsrc);
     dlock_lock *fh = th_lock(other, "cl:follow", DLOCK_KIND_PLAIN);
     ASSERT_LOK(fh, dlock_acquire(fh, DLOCK_NOWAIT, 30000, NULL));
-    int tp[2];
-    ASSERT_EQ(pipe(tp), 0);
-    pid_t fw = th_fork();
-    if (fw == 0) {
-        close(tp[0]);
-        dlock_client *fc = cl_client(0);
-        dlock_lock *fl = th_lock(fc, "cl:follow", DLOCK_KIND_PLAIN);
-        int rc = dlock_acquire(fl, 15000, 5000, NULL);
-        int64_t t = th_now_ms();
-        if (write(tp[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(2);
-        if (rc == DLOCK_OK) rc = dlock_release(fl);
-        dlock_lock_free(fl);
-        dlock_client_free(fc);
-        _exit(rc == DLOCK_OK ? 0 : 1);
-    }
-    close(tp[1]);
+    int rfd = -1;
+    pid_t fw = spawn_waiter(0, "cl:follow", &rfd);
     redisContext *fs = raw(fsrc);
     ASSERT_EVENTUALLY(th_cmd_int(fs, "ZCARD dlock_waiters:{cl:follow}") == 1, 5000);
     redisFree(fs);
-    ASSERT_LT(moved_then_released(fslot, fsrc, fdst, fw, tp[0], release_lock, fh), 700);
+    ASSERT_LT(moved_then_released(fslot, fsrc, fdst, fw, rfd, release_lock, fh), 700);
     dlock_lock_free(fh);
 
     /* 6. the same for a semaphore waiter, which has no re-check at all: left
@@ -405,25 +419,11 @@ int main(void)
     int was_set = 0;
     ASSERT_OK(dlock_semaphore_try_set(ss, 0, &was_set));
     ASSERT_EQ(was_set, 1);
-    ASSERT_EQ(pipe(tp), 0);
-    pid_t sw = th_fork();
-    if (sw == 0) {
-        close(tp[0]);
-        dlock_client *sc = cl_client(0);
-        dlock_semaphore *sm = NULL;
-        if (dlock_semaphore_new(sc, "cl:sem", DLOCK_CSTR, &sm) != DLOCK_OK) _exit(3);
-        int rc = dlock_semaphore_acquire(sm, 1, 15000);
-        int64_t t = th_now_ms();
-        if (write(tp[1], &t, sizeof t) != (ssize_t)sizeof t) _exit(2);
-        dlock_semaphore_free(sm);
-        dlock_client_free(sc);
-        _exit(rc == DLOCK_OK ? 0 : 1);
-    }
-    close(tp[1]);
+    pid_t sw = spawn_waiter(1, "cl:sem", &rfd);
     redisContext *ssr = raw(ssrc);
     ASSERT_EVENTUALLY(shard_subscribers(ssr, "redisson_sc:{cl:sem}") == 1, 5000);
     redisFree(ssr);
-    ASSERT_LT(moved_then_released(sslot, ssrc, sdst, sw, tp[0], release_permit, ss), 700);
+    ASSERT_LT(moved_then_released(sslot, ssrc, sdst, sw, rfd, release_permit, ss), 700);
     dlock_semaphore_free(ss);
 
     redisFree(crc);
