@@ -157,20 +157,28 @@ typedef struct dl_script {
 
 #define DL_SCRIPT(name, text) {name, text, "", 0}
 
-/* Lua: wake_one(z, prefix) pops waiters from the ZSET z (lowest score
- * first) until a PUBLISH on prefix .. member reaches a subscriber: one live
- * waiter is told, dead ones are dropped on the way. The plain lock's waiters
- * register there (lock_plain.c). */
-#define DL_LUA_WAKE_ONE                                                                \
-    "local function wake_one(z, prefix) while true do "                                \
-    "local w = redis.call('zpopmin', z) "                                              \
-    "if not w[1] then return end "                                                     \
-    "if redis.call('publish', prefix .. w[1], '0') > 0 then return end end end "
+/* Lua, inline: pops waiters from the ZSET z (lowest score first) until a
+ * PUBLISH on prefix .. member reaches a subscriber: one live waiter is told,
+ * dead ones are dropped on the way. The plain lock's waiters register there
+ * (lock_plain.c). z and prefix are Lua expressions.
+ *
+ * Script snippets are pasted inline, never defined as Lua functions: a
+ * `local function` builds a closure on every run, and on a server that has
+ * been idle for a few milliseconds (every lock handoff: the waiter slept)
+ * each script paid 7 to 10 us more for its one function, about a fifth of a
+ * plain acquire's server time (docs/benchmarks.md, "Server time per
+ * script"). */
+#define DL_LUA_WAKE_ONE(z, prefix)                                                     \
+    "while true do local w = redis.call('zpopmin', " z ") "                            \
+    "if not w[1] then break end "                                                      \
+    "if redis.call('publish', " prefix " .. w[1], '0') > 0 then break end end "
 
 #define DL_XSTR_(x) #x
 #define DL_STR(x) DL_XSTR_(x)
 
-/* Fencing tokens: fence(k) INCRs the counter k (redisson_lock_token:{N}), as
+/* Fencing tokens, Lua inline: DL_LUA_FENCE(var, k, always) sets the new
+ * local var to the next token of the counter k (Lua expressions; always a
+ * Lua boolean expression). It INCRs the counter (redisson_lock_token:{N}), as
  * Redisson's RFencedLock does. A counter below DL_FENCE_FLOOR (one that was
  * just created, because it never existed, expired, or was lost with a server
  * restarted without persistence; or one from before this scheme) is first
@@ -187,7 +195,7 @@ typedef struct dl_script {
  * 1.7e15 as "1.7e+15". An ACL user without +time (SECURITY.md's recipe
  * before this) gets the plain INCR: a counter from 1 that never expires.
  *
- * fence(k, true) takes max(counter + 1, clock) on every call (and restarts
+ * With always true it takes max(counter + 1, clock) on every call (and restarts
  * the expiry): RedLock's per-node counters, whose largest over the majority
  * is the token. Counters created at different times would otherwise differ
  * by their ages (a node restarted empty starts far above the others), and
@@ -195,13 +203,14 @@ typedef struct dl_script {
  * to the clock, the nodes' counters agree as far as their clocks do. */
 #define DL_FENCE_FLOOR 1000000000000000 /* 1e15 us: September 2001 */
 #define DL_FENCE_TTL_MS 86400000
-#define DL_LUA_FENCE                                                                   \
-    "local function fence(k, always) local f = redis.call('incr', k) "                 \
-    "if always or f < " DL_STR(DL_FENCE_FLOOR) " then local t = redis.pcall('time') "  \
+#define DL_LUA_FENCE(var, k, always)                                                   \
+    "local " var " = redis.call('incr', " k ") "                                       \
+    "if " always " or " var " < " DL_STR(DL_FENCE_FLOOR) " then "                      \
+    "local t = redis.pcall('time') "                                                   \
     "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
-    "if now > f then f = now end "                                                     \
-    "redis.call('set', k, string.format('%d', f), 'PX', " DL_STR(DL_FENCE_TTL_MS) ") "    \
-    "end end return f end "
+    "if now > " var " then " var " = now end "                                         \
+    "redis.call('set', " k ", string.format('%d', " var "), 'PX', "                    \
+    DL_STR(DL_FENCE_TTL_MS) ") end end "
 
 /* The plain lock's waiter registry and its channel prefix. */
 #define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"

@@ -35,10 +35,10 @@
  * RedLock node (the fence counter follows the clock: DL_LUA_FENCE).
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
-    DL_LUA_FENCE
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
-    "return {1, fence(KEYS[2], ARGV[5] == '1')} end "
+    DL_LUA_FENCE("f", "KEYS[2]", "ARGV[5] == '1'")
+    "return {1, f} end "
     "local p = redis.call('pttl', KEYS[1]) "
     "if ARGV[3] ~= '0' then "
     "local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES') "
@@ -50,18 +50,16 @@ static dl_script acquire_script = DL_SCRIPT("plain_acquire",
 /* KEYS: lock, waiters. ARGV: token, waiter channel prefix.
  * -> 1 released (one waiter told) | 0 not ours */
 dl_script dl_script_plain_release = DL_SCRIPT("plain_release",
-    DL_LUA_WAKE_ONE
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('del', KEYS[1]); wake_one(KEYS[2], ARGV[2]); return 1 end "
+    "redis.call('del', KEYS[1]) " DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end "
     "return 0");
 
 /* A waiter gives up. KEYS: lock, waiters. ARGV: token, channel prefix.
  * Not registered any more while the lock is free: it was woken and must pass
  * the wake on. -> 1 passed on | 0 */
 static dl_script abandon_script = DL_SCRIPT("plain_abandon",
-    DL_LUA_WAKE_ONE
     "if redis.call('zrem', KEYS[2], ARGV[1]) == 0 and redis.call('exists', KEYS[1]) == 0 then "
-    "wake_one(KEYS[2], ARGV[2]); return 1 end return 0");
+    DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end return 0");
 
 /* KEYS: lock. ARGV: token, lease ms. -> 1 extended | 0 not ours */
 dl_script dl_script_plain_extend = DL_SCRIPT("plain_extend",

@@ -9,11 +9,11 @@
  * node (DL_LUA_FENCE).
  * -> {1, fence, holds} acquired or re-entered | {0, pttl} */
 static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
-    DL_LUA_FENCE
     "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
     "redis.call('pexpire', KEYS[1], ARGV[1]); "
-    "return {1, fence(KEYS[2], ARGV[3] == '1'), n} end "
+    DL_LUA_FENCE("f", "KEYS[2]", "ARGV[3] == '1'")
+    "return {1, f, n} end "
     "return {0, redis.call('pttl', KEYS[1])}");
 
 /* KEYS: lock, channel. ARGV: lease ms, owner field.

@@ -57,17 +57,16 @@
     "if p > m then m = p end end end end "                                               \
     "return m end "
 
-/* Server time in ms. */
-#define LUA_NOW                                                                          \
-    "local function now_ms() local t = redis.call('time'); "                             \
-    "return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end "
+/* Server time in ms, into the new local var (inline: DL_LUA_WAKE_ONE). */
+#define LUA_NOW(var)                                                                     \
+    "local tm = redis.call('time'); "                                                    \
+    "local " var " = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000); "
 
 /* KEYS: lock, fence counter, this reader's timeout prefix
  * "{N}:<owner>:rwlock_timeout", waiting writers. ARGV: lease ms, owner.
  * -> {1, fence, holds} | {0, ms to wait at most} */
 static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
-    LUA_NOW DL_LUA_FENCE
-    "local now = now_ms(); "
+    LUA_NOW("now")
     "redis.call('zremrangebyscore', KEYS[4], '-inf', now); "
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
     "if mode == 'write' then "
@@ -88,13 +87,13 @@ static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
     "redis.call('set', KEYS[3] .. ':' .. n, '1', 'PX', ARGV[1]); "
     "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "  redis.call('pexpire', KEYS[1], ARGV[1]) end "
-    "return {1, fence(KEYS[2], false), n}");
+    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    "return {1, f, n}");
 
 /* KEYS: lock, fence counter, waiting writers. ARGV: lease ms, owner
  * "<uuid>:<tid>:write", "1" to queue as a waiting writer.
  * -> {1, fence, holds} | {0, ms to wait at most} */
 static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
-    LUA_NOW DL_LUA_FENCE
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
     "if (not mode and redis.call('exists', KEYS[1]) == 0) or "
     "   (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
@@ -103,10 +102,12 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "    redis.call('pexpire', KEYS[1], ARGV[1]) end "
     "  redis.call('zrem', KEYS[3], ARGV[2]); "
-    "  return {1, fence(KEYS[2], false), n} end "
+    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    "  return {1, f, n} end "
     "local p = redis.call('pttl', KEYS[1]); "
     "if ARGV[3] == '1' then "
-    "  redis.call('zadd', KEYS[3], now_ms() + " DL_STR(DL_RW_WAITER_MS) ", ARGV[2]); "
+    LUA_NOW("now")
+    "  redis.call('zadd', KEYS[3], now + " DL_STR(DL_RW_WAITER_MS) ", ARGV[2]); "
     "  redis.call('pexpire', KEYS[3], " DL_STR(DL_RW_WAITER_MS) "); "
     "  if p < 0 or p > " DL_STR(DL_RW_REFRESH_MS) " then p = " DL_STR(DL_RW_REFRESH_MS) " end "
     "end "
@@ -115,8 +116,8 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
 /* A waiting writer gives up. KEYS: waiting writers, lock, channel. ARGV: owner.
  * When it was the last waiting writer, readers it held back are woken. */
 static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
-    LUA_NOW DL_LUA_FENCE
-    "redis.call('zremrangebyscore', KEYS[1], '-inf', now_ms()); "
+    LUA_NOW("now")
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now); "
     "if redis.call('zrem', KEYS[1], ARGV[1]) == 1 and redis.call('zcard', KEYS[1]) == 0 and "
     "   redis.pcall('hget', KEYS[2], 'mode') ~= 'write' then "
     "  redis.call('publish', KEYS[3], '1') end "

@@ -10,9 +10,8 @@
 /* KEYS: lock, channel, plain waiters. ARGV: plain waiter channel prefix.
  * -> 1 deleted (waiters told: the channel's, and one plain waiter) | 0 was free */
 dl_script dl_script_force_unlock = DL_SCRIPT("force_unlock",
-    DL_LUA_WAKE_ONE
-    "if redis.call('del', KEYS[1]) == 1 then "
-    "redis.call('publish', KEYS[2], '0'); wake_one(KEYS[3], ARGV[1]); return 1 end return 0");
+    "if redis.call('del', KEYS[1]) == 1 then redis.call('publish', KEYS[2], '0') "
+    DL_LUA_WAKE_ONE("KEYS[3]", "ARGV[1]") "return 1 end return 0");
 
 /* Runs one command on `name` (and optional extra argument) and returns the reply. */
 static int name_cmd(dlock_client *c, const char *cmd, const char *name, size_t name_len,

@@ -21,21 +21,14 @@
 
 /* ---- scripts ---- */
 
-/* The available permits as a number; a value that is not one is an error. */
-#define SEM_VALUE_LUA                                                                          \
-    "local function value(key) "                                                               \
-    "local v = redis.call('get', key) "                                                        \
-    "if not v then return 0 end "                                                              \
-    "local n = tonumber(v) "                                                                   \
-    "if not n then return redis.error_reply('ERR semaphore value is not an integer') end "     \
-    "return n end "
-
-/* KEYS: semaphore. ARGV: permits. -> 1 taken | 0 not enough available */
+/* KEYS: semaphore. ARGV: permits. -> 1 taken | 0 not enough available
+ * (inline Lua, no helper function: DL_LUA_WAKE_ONE) */
 static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
-    SEM_VALUE_LUA
-    "local v = value(KEYS[1]) "
-    "if type(v) == 'table' then return v end "
-    "if v >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1 end "
+    "local v = redis.call('get', KEYS[1]) "
+    "local n = 0 "
+    "if v then n = tonumber(v) "
+    "if not n then return redis.error_reply('ERR semaphore value is not an integer') end end "
+    "if n >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1 end "
     "return 0");
 
 /* KEYS: semaphore, channel. ARGV: delta. Adds delta (release: > 0; add: any)
