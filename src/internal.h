@@ -215,6 +215,19 @@ typedef struct dl_script {
 /* The plain lock's waiter registry and its channel prefix. */
 #define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"
 
+/* dl_eval_opt: the script may tell a waiter (PUBLISH) that waits for it, a
+ * handoff: send PING before it, in the same write. Redis queues a
+ * connection's first pending reply at the head of the list it writes out
+ * after the event loop's round, so without it the caller's reply went out
+ * before the waiter's message, one loopback write (and the caller's wake-up)
+ * before the waiter's. With the PING's reply queued first, the message
+ * goes first. (ASKING, sent before a script on an ASK redirect, does the
+ * same.) */
+#define DL_EVAL_TELL_FIRST 1
+int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
+                const char **keys, const size_t *keylens, int nargs, const char **args,
+                const size_t *arglens, redisReply **out, dl_err *err);
+
 /* Runs a script by EVALSHA, falling back to EVAL on NOSCRIPT.
  * keys/args are binary-safe (lens). */
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,

@@ -25,10 +25,14 @@
  * counter, pop it from the queue) and publishes "granted:<fence>" on its
  * channel; the waiter holds the lock on receipt, with no further round trip.
  * The grant is only made when PUBLISH reached a subscriber: a waiter that died
- * (its connection is gone) or has not subscribed yet gets nothing, stays the
- * head, and either takes the lock on its next attempt or is dropped at its
- * deadline. A head without a registered lease (a Redisson waiter) gets
- * Redisson's plain wake-up "0" on its channel instead.
+ * (its connection is gone) or has not subscribed yet gets nothing, and stays
+ * the head while its deadline lasts (taking the lock on its next attempt);
+ * past its deadline it is dropped and the next head is tried. A head without
+ * a registered lease (a Redisson waiter) gets Redisson's plain wake-up "0"
+ * on its channel instead. A head that hears the grant gets it even past its
+ * deadline: it is connected and subscribed, so it is waiting, or it is a
+ * process that stalled for the whole entry lifetime (its lease then ends
+ * the hold).
  *
  * A handoff can race the waiter: its next attempt may run before it reads the
  * message, and it may give up before reading it. Both are told by the owner
@@ -83,22 +87,36 @@
     "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
     "redis.call('hdel', KEYS[5], " h ") end end end "
 
-/* The lock was deleted: hand it to the live head of the queue (dlock
- * waiter, subscribed), or wake the head (Redisson waiter). h: a local, the
- * head read before (or nil). ARGV[1]: channel prefix. A granted owner's
- * entry in the lease hash stays (it is rewritten if it queues again, and the
- * hash goes with the queue). */
+/* The lock was deleted: hand it to the head of the queue (a dlock waiter
+ * that hears the grant), or wake the head (a Redisson waiter). h: a local,
+ * the head read before (or nil). ARGV[1]: channel prefix.
+ *
+ * A head that hears the grant (PUBLISH reached its connection) takes the
+ * lock without its deadline being read: the clock and the deadline are read
+ * only for a head that did not hear it (or has no lease: Redisson's), and it
+ * is dropped if its deadline passed, the next head tried; a head within its
+ * deadline stays the head (not subscribed yet: its next attempt takes the
+ * lock). Two calls fewer on the handoff, which runs on a server that was
+ * idle (docs/benchmarks.md, issue 7 finding 7). A granted owner's entry in
+ * the lease hash stays (it is rewritten if it queues again, and the hash
+ * goes with the queue). */
 #define FAIR_LUA_ADVANCE(h)                                                            \
-    "if " h " then local now = 0 " FAIR_LUA_CLOCK("now") FAIR_LUA_LIVE(h) "end "       \
-    "if not " h " then redis.call('del', KEYS[5]) else "                               \
+    "while " h " do "                                                                  \
     "local ch = ARGV[1] .. ':' .. " h " "                                              \
     "local lease = tonumber(redis.call('hget', KEYS[5], " h ")) "                      \
-    "if not lease then redis.call('publish', ch, '0') else "                           \
-    DL_LUA_FENCE("f", "KEYS[2]", "false")                                              \
+    "if lease then " DL_LUA_FENCE("f", "KEYS[2]", "false")                             \
     "if redis.call('publish', ch, 'granted:' .. string.format('%d', f)) > 0 then "     \
     "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
     "redis.call('hset', KEYS[1], " h ", 1); redis.call('pexpire', KEYS[1], lease) "    \
-    "end end end "
+    "break end end "                                                                   \
+    "local now = 0 " FAIR_LUA_CLOCK("now")                                             \
+    "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
+    "if d and d > now then "                                                           \
+    "if not lease then redis.call('publish', ch, '0') end break end "                  \
+    "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
+    "redis.call('hdel', KEYS[5], " h ") "                                              \
+    h " = redis.call('lindex', KEYS[3], 0) end "                                       \
+    "if not " h " then redis.call('del', KEYS[5]) end "
 
 /* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
  * queued before), queue ('1' join/refresh the queue, '0' try once), entry
@@ -309,15 +327,16 @@ static int fair_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
     return 1;
 }
 
-static int run_script(dlock_lock *l, dl_conn *conn, dl_script *s, int nargs, const char **args,
-                      const size_t *arglens, const char *what, long long *res, dl_err *err) {
+static int run_script(dlock_lock *l, dl_conn *conn, int opts, dl_script *s, int nargs,
+                      const char **args, const size_t *arglens, const char *what, long long *res,
+                      dl_err *err) {
     fair_data *d = l->kdata;
     const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 5, keys, keylens, nargs, args, arglens, &r,
-                     err);
+    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->c), opts, s, 5, keys, keylens, nargs, args,
+                         arglens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, what, res, err);
     if (r) freeReplyObject(r);
     return rc;
@@ -329,7 +348,7 @@ static void fair_abandon(dlock_lock *l, dl_conn *conn) {
     size_t arglens[2] = {d->chan_len, l->token_len};
     long long res = 0;
     dl_err ignored = {0};
-    run_script(l, conn, &abandon_script, 2, args, arglens, "abandon", &res, &ignored);
+    run_script(l, conn, 0, &abandon_script, 2, args, arglens, "abandon", &res, &ignored);
     d->queued = 0;
 }
 
@@ -339,7 +358,9 @@ static int fair_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *er
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
     const char *args[3] = {d->chan, lease, l->token};
     size_t arglens[3] = {d->chan_len, ll, l->token_len};
-    return run_script(l, conn, &release_script, 3, args, arglens, "release", res, err);
+    /* the grant reaches the next owner before our reply reaches us */
+    return run_script(l, conn, DL_EVAL_TELL_FIRST, &release_script, 3, args, arglens, "release",
+                      res, err);
 }
 
 static int fair_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,

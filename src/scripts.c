@@ -136,21 +136,21 @@ int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
     return eval_append(c, s, 1, nkeys, keys, keylens, nargs, args, arglens, err);
 }
 
-/* One EVALSHA (EVAL on NOSCRIPT) on c, after ASKING when asking. */
-static int eval_on(dl_conn *c, int asking, int64_t deadline, dl_script *s, int nkeys,
+/* One EVALSHA (EVAL on NOSCRIPT) on c, in the same write after pre (ASKING,
+ * PING) when pre is not NULL. */
+static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, int nkeys,
                    const char **keys, const size_t *keylens, int nargs, const char **args,
                    const size_t *arglens, redisReply **out, dl_err *err) {
     *out = NULL;
     for (int by_text = 0; by_text < 2; by_text++) {
         int rc = DLOCK_OK;
-        if (asking) {
-            const char *argv[1] = {"ASKING"};
-            size_t lens[1] = {6};
-            rc = dl_conn_append(c, 1, argv, lens, err);
+        if (pre) {
+            size_t len = strlen(pre);
+            rc = dl_conn_append(c, 1, &pre, &len, err);
         }
         if (!rc) rc = eval_append(c, s, by_text, nkeys, keys, keylens, nargs, args, arglens, err);
         if (!rc) rc = dl_conn_flush(c, deadline, err);
-        if (!rc && asking) {
+        if (!rc && pre) {
             redisReply *ok = NULL;
             rc = dl_conn_read(c, deadline, &ok, err);
             if (ok) freeReplyObject(ok);
@@ -174,7 +174,14 @@ static int is_tryagain(const redisReply *r) {
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
             const size_t *keylens, int nargs, const char **args, const size_t *arglens,
             redisReply **out, dl_err *err) {
-    int rc = eval_on(c, 0, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+    return dl_eval_opt(c, deadline, 0, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+}
+
+int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
+                const char **keys, const size_t *keylens, int nargs, const char **args,
+                const size_t *arglens, redisReply **out, dl_err *err) {
+    const char *pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL;
+    int rc = eval_on(c, pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
      * script while its slot migrates) */
@@ -192,7 +199,8 @@ int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **
         dl_conn *c2 = NULL;
         rc = dl_node_get(to, deadline, &c2, err);
         if (rc) break;
-        rc = eval_on(c2, ask, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+        rc = eval_on(c2, ask ? "ASKING" : pre, deadline, s, nkeys, keys, keylens, nargs, args,
+                     arglens, out, err);
         dl_node_put(c2);
     }
     return rc;

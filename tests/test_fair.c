@@ -148,6 +148,39 @@ static void part_basic(th_server *s)
     ASSERT_LOK(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL));
     ASSERT_LOK(o, dlock_release(o));
 
+    /* heads past their deadline: one not listening is dropped by the
+     * release, the next one, listening, gets the grant all the same (it is
+     * connected and subscribed: waiting, or stalled, and then its lease ends
+     * the hold) */
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+    th_cmd_int(rc, "RPUSH %s gone:1 stalled:2 late:3", QUEUE);
+    th_cmd_int(rc, "ZADD %s %lld gone:1 %lld stalled:2 %lld late:3", TIMEOUTS, now_ms - 1000,
+               now_ms - 1000, now_ms + 60000);
+    th_cmd_int(rc, "HSET %s gone:1 7000 stalled:2 7000 late:3 7000", LEASES);
+    sub = th_redis(s);
+    r = th_cmd(sub, "SUBSCRIBE redisson_lock__channel:{" NAME "}:stalled:2");
+    freeReplyObject(r);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(redisGetReply(sub, &msg), REDIS_OK);
+    r = msg;
+    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    ASSERT_EQ(strncmp(r->element[2]->str, "granted:", 8), 0);
+    freeReplyObject(r);
+    redisFree(sub);
+    v = th_cmd_str(rc, "HGET %s stalled:2", NAME);
+    ASSERT_STR_EQ(v, "1");
+    free(v);
+    pttl = th_cmd_int(rc, "PTTL %s", NAME);
+    ASSERT_GT(pttl, 0);
+    ASSERT_LE(pttl, 7000);
+    r = th_cmd(rc, "LRANGE %s 0 -1", QUEUE);
+    ASSERT_EQ(r->elements, 1);
+    ASSERT_STR_EQ(r->element[0]->str, "late:3");
+    freeReplyObject(r);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", TIMEOUTS), 1);
+    ASSERT_EQ(th_cmd_int(rc, "HEXISTS %s gone:1", LEASES), 0);
+    th_cmd_int(rc, "DEL %s %s %s %s", NAME, QUEUE, TIMEOUTS, LEASES);
+
     /* NULL handling */
     ASSERT_CODE(dlock_acquire(NULL, 0, 1000, NULL), DLOCK_EINVAL);
     dlock_lock_free(o);
