@@ -1,6 +1,7 @@
 /* Cancelling a wait (dlock_lock_cancel, dlock_semaphore_cancel...): an
  * atomic counter tells a cancel of the operation under way from an earlier
- * one, and an eventfd per wait, polled beside the subscription, wakes it. */
+ * one, and the handle's eventfd, polled beside the subscription while a wait
+ * is under way, wakes it. */
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -11,7 +12,19 @@ void dl_cancel_init(dl_cancel *x) {
     atomic_init(&x->gen, 0);
     atomic_init(&x->fd, -1);
     atomic_init(&x->busy, 0);
+    x->own = -1;
     x->seen = 0;
+}
+
+void dl_cancel_destroy(dl_cancel *x) {
+    atomic_store(&x->fd, -1);
+    if (x->own < 0) return;
+    /* a cancel that read the descriptor before the store writes to it
+     * before its count drops: closing earlier could let the number be
+     * reused and the write land in another file */
+    while (atomic_load(&x->busy) > 0) sched_yield();
+    close(x->own);
+    x->own = -1;
 }
 
 static void cancel_request(dl_cancel *x) {
@@ -37,20 +50,12 @@ void dl_cancel_note(dl_cancel *x) { x->seen = atomic_load(&x->gen); }
 int dl_canceled(dl_cancel *x) { return atomic_load(&x->gen) != x->seen; }
 
 int dl_cancel_begin(dl_cancel *x) {
-    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    atomic_store(&x->fd, fd);
-    return fd;
+    if (x->own < 0) x->own = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    atomic_store(&x->fd, x->own);
+    return x->own;
 }
 
-void dl_cancel_end(dl_cancel *x) {
-    int fd = atomic_exchange(&x->fd, -1);
-    if (fd < 0) return;
-    /* a cancel that read the descriptor before the exchange writes to it
-     * before its count drops: closing earlier could let the number be
-     * reused and the write land in another file */
-    while (atomic_load(&x->busy) > 0) sched_yield();
-    close(fd);
-}
+void dl_cancel_end(dl_cancel *x) { atomic_store(&x->fd, -1); }
 
 void dl_cancel_drain(dl_cancel *x) {
     int fd = atomic_load(&x->fd);

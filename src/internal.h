@@ -390,17 +390,23 @@ int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t
 /* ---- cancelling a wait (cancel.c) ----
  * dlock_lock_cancel and its siblings add 1 to gen and write to fd, the
  * eventfd of the wait under way (-1 when none). An operation notes gen when
- * it starts (seen) and stops waiting once gen differs. busy counts cancels
- * between reading fd and writing to it: a wait closes its eventfd only when
- * none is, so a write never lands in a reused descriptor. */
+ * it starts (seen) and stops waiting once gen differs. The handle's eventfd
+ * (own) is made by its first wait and kept until the handle is freed: a wait
+ * that ends only unpublishes it, with no close() between the grant and the
+ * caller holding the lock (about 5 us of a handoff's wake-up). busy counts
+ * cancels between reading fd and writing to it: the eventfd is closed only
+ * when none is, so a write never lands in a reused descriptor. */
 typedef struct dl_cancel {
     atomic_uint gen;
     atomic_int fd;
     atomic_int busy;
+    int own;
     unsigned seen;
 } dl_cancel;
 
 void dl_cancel_init(dl_cancel *x);
+/* The handle is freed: closes its eventfd. */
+void dl_cancel_destroy(dl_cancel *x);
 /* The public cancels (async-signal-safe): DLOCK_ENOTSUP when c's backend
  * cannot cancel its waits, else the cancel is made and DLOCK_OK. */
 int dl_cancel_ask(dlock_client *c, dl_cancel *x);
@@ -408,12 +414,14 @@ int dl_cancel_ask(dlock_client *c, dl_cancel *x);
 void dl_cancel_note(dl_cancel *x);
 /* 1 if the operation under way was cancelled. */
 int dl_canceled(dl_cancel *x);
-/* A wait starts: creates its eventfd, which a cancel writes to, and returns
- * it (-1 if it cannot be created: a cancel is then noticed at the next
- * wake-up of the wait). Only the waiting thread calls it. */
+/* A wait starts: publishes the handle's eventfd (made on first use), which a
+ * cancel writes to, and returns it (-1 if it cannot be created: a cancel is
+ * then noticed at the next wake-up of the wait). Only the waiting thread
+ * calls it. A count left by a cancel that came as the previous wait ended
+ * wakes this one once, which reads it away and finds itself not cancelled. */
 int dl_cancel_begin(dl_cancel *x);
-/* The wait is over: closes its eventfd once no cancel is writing to it. A
- * no-op without dl_cancel_begin. */
+/* The wait is over: a cancel no longer writes to the eventfd. A no-op
+ * without dl_cancel_begin. */
 void dl_cancel_end(dl_cancel *x);
 /* Reads the eventfd empty (after poll saw it readable). */
 void dl_cancel_drain(dl_cancel *x);

@@ -111,6 +111,7 @@ void dlock_lock_free(dlock_lock *l) {
     }
     wd_off(l);
     if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
+    dl_cancel_destroy(&l->cancel);
     free(l->name);
     free(l->fence_key);
     free(l->channel);

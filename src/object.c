@@ -40,6 +40,7 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
 }
 
 void dl_object_clear(dl_object *o) {
+    dl_cancel_destroy(&o->cancel);
     free(o->name);
     free(o->channel);
     o->name = o->channel = NULL;

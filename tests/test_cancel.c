@@ -171,7 +171,8 @@ static void part_stale(th_server *s)
     ASSERT_EQ(dlock_lock_cancel(l), DLOCK_OK);
     ASSERT_EQ(dlock_lock_cancel(l), DLOCK_OK);
     ASSERT_LCODE(l, dlock_acquire(l, 300, 10000, NULL), DLOCK_ETIMEDOUT);
-    /* each wait's eventfd is closed when it ends: no descriptor is left */
+    /* the handle's one eventfd serves every wait: no descriptor per wait,
+     * and it is closed with the handle */
     int fds0 = open_fds();
     for (int i = 0; i < 20; i++)
         ASSERT_LCODE(l, dlock_acquire(l, 10, 10000, NULL), DLOCK_ETIMEDOUT);
@@ -181,6 +182,7 @@ static void part_stale(th_server *s)
     ASSERT_LOK(l, dlock_release(l));
     ASSERT_EQ(dlock_lock_cancel(NULL), DLOCK_EINVAL);
     dlock_lock_free(l);
+    ASSERT_EQ(open_fds(), fds0 - 1);
     dlock_lock_free(h);
     dlock_client_free(wc);
     dlock_client_free(hc);
