@@ -89,35 +89,35 @@
 
 /* The lock was deleted: hand it to the head of the queue (a dlock waiter
  * that hears the grant), or wake the head (a Redisson waiter). h: a local,
- * the head read before (or nil). ARGV[1]: channel prefix.
+ * the head just popped from the queue (LPOP: one call fewer than LINDEX
+ * then LPOP; a head that stays is pushed back), or nil. ARGV[1]: channel
+ * prefix.
  *
  * A head that hears the grant (PUBLISH reached its connection) takes the
  * lock without its deadline being read: the clock and the deadline are read
  * only for a head that did not hear it (or has no lease: Redisson's), and it
  * is dropped if its deadline passed, the next head tried; a head within its
  * deadline stays the head (not subscribed yet: its next attempt takes the
- * lock). Two calls fewer on the handoff, which runs on a server that was
- * idle (docs/benchmarks.md, issue 7 finding 7). The grant carries the
- * counter as GET returns it: the same number as f, and 8 us less of an idle
- * server than string.format('%d', f). A granted owner's entry in
- * the lease hash stays (it is rewritten if it queues again, and the hash
- * goes with the queue). */
+ * lock). Each call saved counts: the handoff runs on a server that was idle
+ * (docs/benchmarks.md, issue 7 finding 7). The grant carries the counter as
+ * GET returns it: the same number as f, and 8 us less of an idle server than
+ * string.format('%d', f). A granted owner's entry in the lease hash stays
+ * (it is rewritten if it queues again, and the hash goes with the queue). */
 #define FAIR_LUA_ADVANCE(h)                                                            \
     "while " h " do "                                                                  \
     "local ch = ARGV[1] .. ':' .. " h " "                                              \
     "local lease = tonumber(redis.call('hget', KEYS[5], " h ")) "                      \
     "if lease then " DL_LUA_FENCE("f", "KEYS[2]", "false")                             \
     "if redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) > 0 then " \
-    "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
+    "redis.call('zrem', KEYS[4], " h "); "                                             \
     "redis.call('hset', KEYS[1], " h ", 1); redis.call('pexpire', KEYS[1], lease) "    \
     "break end end "                                                                   \
     "local now = 0 " FAIR_LUA_CLOCK("now")                                             \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
-    "if d and d > now then "                                                           \
+    "if d and d > now then redis.call('lpush', KEYS[3], " h ") "                       \
     "if not lease then redis.call('publish', ch, '0') end break end "                  \
-    "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
-    "redis.call('hdel', KEYS[5], " h ") "                                              \
-    h " = redis.call('lindex', KEYS[3], 0) end "                                       \
+    "redis.call('zrem', KEYS[4], " h "); redis.call('hdel', KEYS[5], " h ") "          \
+    h " = redis.call('lpop', KEYS[3]) end "                                            \
     "if not " h " then redis.call('del', KEYS[5]) end "
 
 /* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
@@ -172,7 +172,7 @@ static dl_script release_script = DL_SCRIPT("fair_release",
     "if type(v) ~= 'string' then return -1 end "
     "if tonumber(v) > 1 then redis.call('hincrby', KEYS[1], ARGV[3], -1) "
     "redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end "
-    "local h = redis.call('lindex', KEYS[3], 0) "
+    "local h = redis.call('lpop', KEYS[3]) "
     "if not h then redis.call('del', KEYS[1], KEYS[5]); return 1 end "
     "redis.call('del', KEYS[1]) "
     FAIR_LUA_ADVANCE("h")
@@ -192,7 +192,7 @@ static dl_script abandon_script = DL_SCRIPT("fair_abandon",
     "redis.call('lrem', KEYS[3], 0, me); redis.call('zrem', KEYS[4], me) "
     "redis.call('hdel', KEYS[5], me) "
     "go = head == me and redis.call('exists', KEYS[1]) == 0 end "
-    "if go then local h = redis.call('lindex', KEYS[3], 0) " FAIR_LUA_ADVANCE("h") "end "
+    "if go then local h = redis.call('lpop', KEYS[3]) " FAIR_LUA_ADVANCE("h") "end "
     "return res");
 
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
