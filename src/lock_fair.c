@@ -65,9 +65,10 @@
  * Every redis.call costs the server about 1 us when warm and 2 to 3 us right
  * after it woke up, which is when a release runs: the scripts read the clock
  * and clean the queue only when a queue head exists, and the release's
- * handoff is 12 calls (the plain release is 3). The snippets are pasted
- * inline, not defined as Lua functions (DL_LUA_WAKE_ONE): a release that
- * defined its five helpers took 64 us of a cold server, 48 us inline. */
+ * handoff is 10 calls (the plain release is 3). The snippets are pasted
+ * inline, not defined as Lua functions (DL_LUA_WAKE_ONE): the release that
+ * hands over took 82 us of an idle server with its five helpers, 62 us
+ * inline (docs/benchmarks.md, issue 7 finding 7). */
 
 /* The server's clock in ms, into the existing local var. */
 #define FAIR_LUA_CLOCK(var)                                                            \
