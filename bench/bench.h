@@ -169,6 +169,7 @@ int bench_peer_contention(bench_ctx *ctx);
 int bench_redis_benchmark(bench_ctx *ctx);
 int bench_watchdog(bench_ctx *ctx);
 int bench_memory(bench_ctx *ctx);
+int bench_server_time(bench_ctx *ctx);
 /* issue 9: backends.c */
 int bench_backends(bench_ctx *ctx);
 

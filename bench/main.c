@@ -40,6 +40,7 @@ static const scenario scenarios[] = {
     {"cluster", bench_cluster, "pairs on a 3-master Redis Cluster vs one node"},
     {"idworker", bench_idworker, "ID worker ids/s, single INCR vs batched INCRBY"},
     {"backends", bench_backends, "acquire+release pairs and handoff on every backend vs Redis"},
+    {"server_time", bench_server_time, "one call's server time 2 ms after the previous request"},
     {"watchdog", bench_watchdog, "one client holding 10,000 watchdog locks: CPU, commands"},
     {"memory", bench_memory, "Redis memory per held lock (FLUSHALLs: runs last)"},
 };

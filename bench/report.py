@@ -262,6 +262,17 @@ def markdown(doc, m, out_txt, command, charts):
                          "%.0f B" % g("memory", s, "memory_usage")])
         md.append(table(["lock", "bytes per lock", "keys per lock", "MEMORY USAGE"], rows))
         md.append("")
+    # server time per call after an idle pause
+    if series_of(m, "server_time"):
+        md.append("**Server time per call, 2 ms after the previous request** (`server_time`: "
+                  "the slow log's execution time, the idle a handoff meets)")
+        md.append("")
+        rows = []
+        for s in series_of(m, "server_time"):
+            rows.append([s, us(g("server_time", s, "p50_us")), us(g("server_time", s, "p90_us")),
+                         num(g("server_time", s, "ratio_to_raw_release"), "x")])
+        md.append(table(["call", "p50", "p90", "p50 / raw release"], rows))
+        md.append("")
     # other scenarios: a compact dump
     other = [sc for sc in ("rwlock", "semaphore", "redlock", "idworker") if series_of(m, sc)]
     if other:
