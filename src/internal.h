@@ -162,12 +162,14 @@ typedef struct dl_script {
  * dead ones are dropped on the way. The plain lock's waiters register there
  * (lock_plain.c). z and prefix are Lua expressions.
  *
- * Script snippets are pasted inline, never defined as Lua functions: a
- * `local function` builds a closure on every run, and on a server that has
- * been idle for a few milliseconds (every lock handoff: the waiter slept)
- * each script paid 7 to 10 us more for its one function, about a fifth of a
- * plain acquire's server time (docs/benchmarks.md, "Server time per
- * script"). */
+ * The lock scripts paste their snippets inline instead of defining Lua
+ * functions: a `local function` builds a closure on every run, and on a
+ * server that has been idle for a few milliseconds (every lock handoff: the
+ * waiter slept) each script paid 7 to 10 us more for its one function, about
+ * a fifth of a plain acquire's server time (docs/benchmarks.md, issue 7
+ * finding 7; `bench/run.sh --only server_time`). The read-write lock's
+ * maxread, the latch's count and the permit semaphore's helpers are still
+ * functions: off the handoff path, and used more than once per script. */
 #define DL_LUA_WAKE_ONE(z, prefix)                                                     \
     "while true do local w = redis.call('zpopmin', " z ") "                            \
     "if not w[1] then break end "                                                      \

@@ -3,7 +3,8 @@
  *   basic    reentrancy, fences, watchdog renewal, lost lease -> DLOCK_ELOST,
  *            try-once never queues, a waiter that times out leaves the queue,
  *            a Redisson-style queue head (no registered lease) gets the plain
- *            wake-up "0" and no handoff
+ *            wake-up "0" and no handoff; heads past their deadline; the
+ *            grant reaches the head before the releaser has its reply
  *   fifo     16 processes queue up one after another (each is in the queue
  *            before the next starts): acquisition order = arrival order
  *   kill     a waiter SIGKILLed in the queue is skipped once its deadline
@@ -16,6 +17,7 @@
  *            (no lock left held by a waiter that gave up, empty queue) */
 #include "harness.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -180,6 +182,29 @@ static void part_basic(th_server *s)
     ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", TIMEOUTS), 1);
     ASSERT_EQ(th_cmd_int(rc, "HEXISTS %s gone:1", LEASES), 0);
     th_cmd_int(rc, "DEL %s %s %s %s", NAME, QUEUE, TIMEOUTS, LEASES);
+
+    /* the grant leaves the server before the releaser's reply (the release
+     * goes out after a PING: DL_EVAL_TELL_FIRST): when dlock_release has
+     * returned, the head's message is already in its socket, every time */
+    sub = th_redis(s);
+    r = th_cmd(sub, "SUBSCRIBE redisson_lock__channel:{" NAME "}:first:4");
+    freeReplyObject(r);
+    for (int i = 0; i < 50; i++) {
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL));
+        th_cmd_int(rc, "RPUSH %s first:4", QUEUE);
+        th_cmd_int(rc, "ZADD %s %lld first:4", TIMEOUTS, now_ms + 60000);
+        th_cmd_int(rc, "HSET %s first:4 7000", LEASES);
+        ASSERT_LOK(l, dlock_release(l));
+        struct pollfd pfd = {.fd = sub->fd, .events = POLLIN};
+        ASSERT_EQ(poll(&pfd, 1, 0), 1);
+        ASSERT_EQ(redisGetReply(sub, &msg), REDIS_OK);
+        r = msg;
+        ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+        ASSERT_EQ(strncmp(r->element[2]->str, "granted:", 8), 0);
+        freeReplyObject(r);
+        th_cmd_int(rc, "DEL %s %s %s %s", NAME, QUEUE, TIMEOUTS, LEASES);
+    }
+    redisFree(sub);
 
     /* NULL handling */
     ASSERT_CODE(dlock_acquire(NULL, 0, 1000, NULL), DLOCK_EINVAL);
