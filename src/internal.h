@@ -168,8 +168,8 @@ typedef struct dl_script {
  * waiter slept) each script paid 7 to 10 us more for its one function, about
  * a fifth of a plain acquire's server time (docs/benchmarks.md, issue 7
  * finding 7; `bench/run.sh --only server_time`). The read-write lock's
- * maxread, the latch's count and the permit semaphore's helpers are still
- * functions: off the handoff path, and used more than once per script. */
+ * maxread and the permit semaphore's helpers are still functions: off the
+ * handoff path, and used more than once per script. */
 #define DL_LUA_WAKE_ONE(z, prefix)                                                     \
     "while true do local w = redis.call('zpopmin', " z ") "                            \
     "if not w[1] then break end "                                                      \

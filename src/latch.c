@@ -13,18 +13,18 @@
 
 /* ---- scripts: KEYS[1] = latch, KEYS[2] = channel ---- */
 
-#define LATCH_COUNT_LUA                                                                        \
-    "local function count() "                                                                  \
-    "local v = redis.call('get', KEYS[1]) "                                                    \
-    "if not v then return 0 end "                                                              \
-    "local n = tonumber(v) "                                                                   \
-    "if not n then error('latch count is not an integer') end "                                \
-    "return n end "
+/* The count into the new local var (inline, as DL_LUA_WAKE_ONE); a value
+ * that is not an integer is an error. */
+#define LATCH_COUNT_LUA(var)                                                                   \
+    "local " var " = 0 "                                                                       \
+    "do local v = redis.call('get', KEYS[1]) "                                                 \
+    "if v then " var " = tonumber(v) "                                                         \
+    "if not " var " then error('latch count is not an integer') end end end "
 
 /* ARGV: count (>= 1). Sets it only at zero. -> 1 set | 0 not at zero */
 static dl_script try_set_script = DL_SCRIPT("latch_try_set",
-    LATCH_COUNT_LUA
-    "if count() > 0 then return 0 end "
+    LATCH_COUNT_LUA("n")
+    "if n > 0 then return 0 end "
     "redis.call('set', KEYS[1], ARGV[1]) "
     "redis.call('publish', KEYS[2], '1') "
     "return 1");
@@ -42,8 +42,7 @@ static dl_script set_script = DL_SCRIPT("latch_set",
 /* ARGV: k (>= 1). Counts down, not below zero; at zero deletes the key and
  * publishes "0". -> the new count */
 static dl_script count_down_script = DL_SCRIPT("latch_count_down",
-    LATCH_COUNT_LUA
-    "local n = count() "
+    LATCH_COUNT_LUA("n")
     "if n <= 0 then "
     "if redis.call('exists', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end "
     "return 0 end "
