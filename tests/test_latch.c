@@ -126,6 +126,17 @@ static void basics(const th_server *srv, dlock_client *c, redisContext *rc)
     int64_t n;
     ASSERT_LACODE(h, dlock_latch_count(h, &n), DLOCK_ESERVER);
     dlock_latch_free(h);
+    /* a value that is not a count: the scripts refuse it and change nothing */
+    th_cmd_ok(rc, "SET la:text abc");
+    dlock_latch *x = latch(c, "la:text");
+    ASSERT_LACODE(x, dlock_latch_count_down(x, 1), DLOCK_ESERVER);
+    ASSERT(strstr(dlock_latch_errmsg(x), "not an integer") != NULL);
+    set = 1;
+    ASSERT_LACODE(x, dlock_latch_try_set(x, 3, &set), DLOCK_ESERVER);
+    r = th_cmd(rc, "GET la:text");
+    ASSERT(r->type == REDIS_REPLY_STRING && !strcmp(r->str, "abc"));
+    freeReplyObject(r);
+    dlock_latch_free(x);
     dlock_latch_free(l);
     th_log("basics ok");
 }
