@@ -167,9 +167,9 @@ typedef struct dl_script {
  * server that has been idle for a few milliseconds (every lock handoff: the
  * waiter slept) each script paid 7 to 10 us more for its one function, about
  * a fifth of a plain acquire's server time (docs/benchmarks.md, issue 7
- * finding 7; `bench/run.sh --only server_time`). The read-write lock's
- * maxread and the permit semaphore's helpers are still functions: off the
- * handoff path, and used more than once per script. */
+ * finding 7; `bench/run.sh --only server_time`). The permit semaphore's
+ * helpers are still functions: off the handoff path, and used more than
+ * once per script. */
 #define DL_LUA_WAKE_ONE(z, prefix)                                                     \
     "while true do local w = redis.call('zpopmin', " z ") "                            \
     "if not w[1] then break end "                                                      \

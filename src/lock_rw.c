@@ -46,16 +46,17 @@
 #define DL_RW_REFRESH_MS 2000
 
 
-/* Largest PTTL of any reader's timeout keys: h the hash, bp "{N}". */
-#define LUA_MAXREAD                                                                      \
-    "local function maxread(h, bp) "                                                     \
-    "local m = -2; local f = redis.call('hgetall', h); "                                 \
+/* The largest PTTL of any reader's timeout keys into the new local var
+ * (-2: none): h the hash, bp "{N}" (Lua expressions; inline, as
+ * DL_LUA_WAKE_ONE). */
+#define LUA_MAXREAD(var, h, bp)                                                          \
+    "local " var " = -2 "                                                                \
+    "do local f = redis.call('hgetall', " h "); "                                        \
     "for i = 1, #f, 2 do local k = f[i]; "                                               \
     "if k ~= 'mode' and string.sub(k, -6) ~= ':write' then "                             \
     "for j = 1, (tonumber(f[i + 1]) or 0) do "                                           \
-    "local p = redis.call('pttl', bp .. ':' .. k .. ':rwlock_timeout:' .. j); "          \
-    "if p > m then m = p end end end end "                                               \
-    "return m end "
+    "local p = redis.call('pttl', " bp " .. ':' .. k .. ':rwlock_timeout:' .. j); "      \
+    "if p > " var " then " var " = p end end end end end "
 
 /* Server time in ms, into the new local var (inline: DL_LUA_WAKE_ONE). */
 #define LUA_NOW(var)                                                                     \
@@ -126,7 +127,6 @@ static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
 /* KEYS: lock, channel, this reader's timeout prefix, "{N}". ARGV: owner.
  * -> -1 not held | 0 this owner still holds | 1 this owner's last hold */
 static dl_script read_release_script = DL_SCRIPT("rw_read_release",
-    LUA_MAXREAD
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return -1 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
@@ -134,7 +134,7 @@ static dl_script read_release_script = DL_SCRIPT("rw_read_release",
     "local res = 0; "
     "if n <= 0 then redis.call('hdel', KEYS[1], ARGV[1]); res = 1 end "
     "if redis.call('hget', KEYS[1], 'mode') == 'write' then return res end "
-    "local m = maxread(KEYS[1], KEYS[4]); "
+    LUA_MAXREAD("m", "KEYS[1]", "KEYS[4]")
     "if m > 0 then redis.call('pexpire', KEYS[1], m); return res end "
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
     "return res");
@@ -142,18 +142,18 @@ static dl_script read_release_script = DL_SCRIPT("rw_read_release",
 /* KEYS: lock, channel, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
  * -> -1 not held | 0 still held | 1 released */
 static dl_script write_release_script = DL_SCRIPT("rw_write_release",
-    LUA_MAXREAD
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' or redis.call('hget', KEYS[1], 'mode') ~= 'write' then "
     "  return -1 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
     "if n > 0 then "
-    "  redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), maxread(KEYS[1], KEYS[3]))); "
+    LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]")
+    "  redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), m)); "
     "  return 0 end "
     "redis.call('hdel', KEYS[1], ARGV[1]); "
     "if redis.call('hlen', KEYS[1]) > 1 then "
     "  redis.call('hset', KEYS[1], 'mode', 'read'); "
-    "  local m = maxread(KEYS[1], KEYS[3]); "
+    LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]")
     "  if m > 0 then redis.call('pexpire', KEYS[1], m) else redis.call('del', KEYS[1]) end "
     "else redis.call('del', KEYS[1]) end "
     "redis.call('publish', KEYS[2], '1'); "
@@ -162,23 +162,22 @@ static dl_script write_release_script = DL_SCRIPT("rw_write_release",
 /* KEYS: lock, this reader's timeout prefix, "{N}". ARGV: owner, lease ms.
  * -> 1 extended | 0 not ours */
 static dl_script read_extend_script = DL_SCRIPT("rw_read_extend",
-    LUA_MAXREAD
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return 0 end "
     "for k = 1, tonumber(v) do redis.call('set', KEYS[2] .. ':' .. k, '1', 'PX', ARGV[2]) end "
     "if redis.call('hget', KEYS[1], 'mode') == 'write' then "
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then "
     "    redis.call('pexpire', KEYS[1], ARGV[2]) end "
-    "else redis.call('pexpire', KEYS[1], maxread(KEYS[1], KEYS[3])) end "
+    "else " LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]") "redis.call('pexpire', KEYS[1], m) end "
     "return 1");
 
 /* KEYS: lock, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
  * -> 1 extended | 0 not ours */
 static dl_script write_extend_script = DL_SCRIPT("rw_write_extend",
-    LUA_MAXREAD
     "if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or "
     "   redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end "
-    "redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), maxread(KEYS[1], KEYS[2]))); "
+    LUA_MAXREAD("m", "KEYS[1]", "KEYS[2]")
+    "redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), m)); "
     "return 1");
 
 /* Watchdog, read side. KEYS: locks. ARGV: lease ms, owner per key. Refreshes
