@@ -297,7 +297,8 @@ DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
  * under way when this is called are cancelled; a later one waits as usual.
  * Safe from any thread and from a signal handler (async-signal-safe: it
  * updates an atomic counter and writes to an eventfd), but not concurrently
- * with dlock_lock_free(l). Redis (single server, Sentinel, Cluster) and
+ * with dlock_lock_free(l). A handle that has waited keeps that one eventfd
+ * open until dlock_lock_free. Redis (single server, Sentinel, Cluster) and
  * RedLock only.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL), DLOCK_ENOTSUP (another backend:
  * its waits cannot be cancelled). */

@@ -58,7 +58,7 @@
     "local p = redis.call('pttl', " bp " .. ':' .. k .. ':rwlock_timeout:' .. j); "      \
     "if p > " var " then " var " = p end end end end end "
 
-/* Server time in ms, into the new local var (inline: DL_LUA_WAKE_ONE). */
+/* Server time in ms, into the new local var (inline: see DL_LUA_WAKE_ONE). */
 #define LUA_NOW(var)                                                                     \
     "local tm = redis.call('time'); "                                                    \
     "local " var " = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000); "

@@ -22,7 +22,7 @@
 /* ---- scripts ---- */
 
 /* KEYS: semaphore. ARGV: permits. -> 1 taken | 0 not enough available
- * (inline Lua, no helper function: DL_LUA_WAKE_ONE) */
+ * (inline Lua, no helper function: see DL_LUA_WAKE_ONE) */
 static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
     "local v = redis.call('get', KEYS[1]) "
     "local n = 0 "
