@@ -64,7 +64,8 @@
  *
  * Every redis.call costs the server about 1 us when warm and 2 to 3 us right
  * after it woke up, which is when a release runs: the scripts read the clock
- * and clean the queue only when a queue head exists, and the release's
+ * and clean the queue only when a queue head exists (an attempt: only when
+ * the lock is free, too), and the release's
  * handoff is 10 calls (the plain release is 3). The snippets are pasted
  * inline, not defined as Lua functions (DL_LUA_WAKE_ONE): the release that
  * hands over took 82 us of an idle server with its five helpers, 62 us
@@ -130,7 +131,14 @@
  * owner is this client and thread, which is blocked in this call, so no other
  * handle of it can have taken the lock meanwhile): the lock is taken with the
  * fence of that grant (nothing can have moved the counter while it is held),
- * and its lease restarted so that it runs from this attempt. */
+ * and its lease restarted so that it runs from this attempt.
+ *
+ * The queue head is read (and dead heads dropped) only when the lock is
+ * free: while it is held, an attempt just joins or refreshes the queue (8
+ * calls, not 10); the release that frees it drops dead heads
+ * (FAIR_LUA_ADVANCE). Under contention this is the attempt of the process
+ * that has just released and queues again, which the server runs while the
+ * next owner starts its critical section. */
 static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "local me = ARGV[2] "
     "if redis.call('hexists', KEYS[1], me) == 1 then "
@@ -143,16 +151,16 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "redis.call('hdel', KEYS[5], me) "
     DL_LUA_FENCE("f", "KEYS[2]", "false")
     "return {1, f, n} end "
-    "local head = redis.call('lindex', KEYS[3], 0) "
-    "local now = nil "
-    "if head then " FAIR_LUA_CLOCK("now") FAIR_LUA_LIVE("head") "end "
     "local p = redis.call('pttl', KEYS[1]) "
-    "if p == -2 and (not head or head == me) then "
+    "local head, now = nil, nil "
+    "if p == -2 then head = redis.call('lindex', KEYS[3], 0) "
+    "if head then " FAIR_LUA_CLOCK("now") FAIR_LUA_LIVE("head") "end "
+    "if not head or head == me then "
     "if head then redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], me); "
     "redis.call('hdel', KEYS[5], me) end "
     "redis.call('hset', KEYS[1], me, 1); redis.call('pexpire', KEYS[1], ARGV[1]) "
     DL_LUA_FENCE("f", "KEYS[2]", "false")
-    "return {1, f, 1} end "
+    "return {1, f, 1} end end "
     "if not now then " FAIR_LUA_CLOCK("now") "end "
     "local ka = tonumber(ARGV[6]) "
     "if ARGV[4] == '1' then "
