@@ -46,9 +46,9 @@
  *
  * peer_contention: K = 2, 8, 32 (quick: 2, 8) processes on one lock per
  * series, each acquiring (no time limit), GET+SET of a counter on its own
- * connection, releasing: dlock plain and fair (bench_procs children), and K
- * workers per peer (one set of K processes runs both of that peer's
- * configurations). Rounds of 1 s (quick 0.5 s) order the series as pairs.c
+ * connection, releasing: dlock plain and fair and the raw token ring (the
+ * floor of a handoff per acquisition; bench_procs children), and K workers
+ * per peer (one set of K processes runs both of that peer's configurations). Rounds of 1 s (quick 0.5 s) order the series as pairs.c
  * does; figures as contention.c: acq/s (median of rounds, a round ending with
  * its last critical section), waits, per-process min/max/spread, exact
  * counter.
@@ -689,16 +689,27 @@ int bench_peer_handoff(bench_ctx *ctx) {
 
 /* ======================= peer_contention ======================= */
 
-#define NCS 6 /* dlock, dlock-fair, then the 4 peer configurations */
-static const char *const cs_name[NCS] = {"dlock",        "dlock-fair",   "redis-py",
+/* dlock, dlock-fair, the raw ring (NDL: bench_procs children), then the 4
+ * peer configurations */
+#define NCS 7
+#define NDL 3
+#define CS_RING 2
+static const char *const cs_name[NCS] = {"dlock",        "dlock-fair",   "raw-ring", "redis-py",
                                          "redis-py-1ms", "node-redlock", "node-redlock-5ms"};
-static int cur_k, cur_fair;
+static int cur_k, cur_series;
 
+/* A contention worker: a dlock lock (plain or fair), or a place in the raw
+ * ring. The ring is the floor a handoff-per-acquisition lock can reach on
+ * this machine, not a lock: K processes pass one token, each BLPOP on a list
+ * of its own, GET + SET of the counter, then RPUSH to the next one's list.
+ * No lease, owner, queue or fencing; three round trips per acquisition, as
+ * the fair lock's handoff (grant, GET, SET, release). */
 typedef struct cworker {
     dlock_client *c;
     dlock_lock *l;
     redisContext *rc;
     char counter[96];
+    char mine[112], next[112]; /* the ring's lists */
 } cworker;
 
 static void cs_names(int s, int k, char *lock, char *counter, size_t len) {
@@ -714,27 +725,62 @@ static void cw_teardown(void *state) {
     free(w);
 }
 
+static int ring_setup(cworker *w, const char *lock, int idx) {
+    snprintf(w->mine, sizeof w->mine, "%s:%d", lock, idx);
+    snprintf(w->next, sizeof w->next, "%s:%d", lock, (idx + 1) % cur_k);
+    if (idx != 0) return 0;
+    /* worker 0 lays the token; between rounds it waits in some worker's list */
+    int ok = 1;
+    for (int i = 0; ok && i < cur_k; i++) {
+        redisReply *r = redisCommand(w->rc, "DEL %s:%d", lock, i);
+        ok = r && r->type == REDIS_REPLY_INTEGER;
+        if (r) freeReplyObject(r);
+    }
+    redisReply *r = ok ? redisCommand(w->rc, "RPUSH %s token", w->mine) : NULL;
+    ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r) freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
 static int cw_setup(const bench_ctx *ctx, int idx, void **state) {
-    (void)idx;
     cworker *w = calloc(1, sizeof *w);
     if (!w) return -1;
     *state = w;
     char lock[96];
-    cs_names(cur_fair, cur_k, lock, w->counter, sizeof lock);
-    if (make_client(ctx, &w->c) ||
-        dlock_lock_new(w->c, lock, DLOCK_CSTR, cur_fair ? DLOCK_KIND_FAIR : DLOCK_KIND_PLAIN,
-                       &w->l))
-        return -1;
+    cs_names(cur_series, cur_k, lock, w->counter, sizeof lock);
     w->rc = bench_redis_connect(ctx);
-    return w->rc ? 0 : -1;
+    if (!w->rc) return -1;
+    if (cur_series == CS_RING) return ring_setup(w, lock, idx);
+    if (make_client(ctx, &w->c) ||
+        dlock_lock_new(w->c, lock, DLOCK_CSTR,
+                       cur_series == 1 ? DLOCK_KIND_FAIR : DLOCK_KIND_PLAIN, &w->l))
+        return -1;
+    return 0;
+}
+
+/* 0: the token came (BLPOP, 30 s at most) */
+static int ring_take(cworker *w) {
+    redisReply *r = redisCommand(w->rc, "BLPOP %s 30", w->mine);
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2;
+    if (r) freeReplyObject(r);
+    if (!ok) fprintf(stderr, "dlock_bench: peer_contention raw-ring: no token in 30 s\n");
+    return ok ? 0 : -1;
+}
+
+static int ring_pass(cworker *w) {
+    redisReply *r = redisCommand(w->rc, "RPUSH %s token", w->next);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r) freeReplyObject(r);
+    return ok ? 0 : -1;
 }
 
 static int cw_op(void *state, int64_t *wait_ns) {
     cworker *w = state;
     int64_t t0 = bench_now_ns();
-    int rc = dlock_acquire(w->l, 120000, 30000, NULL);
+    int rc = w->l ? dlock_acquire(w->l, 120000, 30000, NULL) : ring_take(w);
     if (rc) {
-        fprintf(stderr, "dlock_bench: peer_contention acquire: %s\n", dlock_strerror(rc));
+        if (w->l)
+            fprintf(stderr, "dlock_bench: peer_contention acquire: %s\n", dlock_strerror(rc));
         return -1;
     }
     *wait_ns = bench_now_ns() - t0;
@@ -748,7 +794,7 @@ static int cw_op(void *state, int64_t *wait_ns) {
         ok = r && r->type == REDIS_REPLY_STATUS;
         if (r) freeReplyObject(r);
     }
-    if (dlock_release(w->l)) return -1;
+    if (w->l ? dlock_release(w->l) != 0 : ring_pass(w) != 0) return -1;
     return ok ? 0 : -1;
 }
 
@@ -783,7 +829,7 @@ static int peer_round(peer *ws, int k, const peer_cfg *c, const char *lock, cons
 static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
     const int rounds = ctx->quick ? 1 : 3;
     const int64_t round_ns = ctx->quick ? 500000000LL : 1000000000LL;
-    bench_procs procs[2];
+    bench_procs procs[NDL];
     memset(procs, 0, sizeof procs);
     peer *ws[NKINDS] = {0};
     int have[NCS] = {0};
@@ -803,17 +849,17 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
         if (r) freeReplyObject(r);
     }
     static const bench_procs_spec spec = {cw_setup, cw_op, cw_teardown, 1};
-    for (int s = 0; !failed && s < 2; s++) {
+    for (int s = 0; !failed && s < NDL; s++) {
         if (!bench_series_on(ctx, cs_name[s])) continue;
         cur_k = k;
-        cur_fair = s;
+        cur_series = s;
         failed = bench_procs_start(ctx, &spec, k, &procs[s]);
         have[s] = !failed;
     }
     for (int kind = 0; !failed && kind < NKINDS; kind++) {
         int want = 0;
-        for (int s = 2; s < NCS; s++)
-            want |= cfgs[s - 2].kind == kind && bench_series_on(ctx, cs_name[s]);
+        for (int s = NDL; s < NCS; s++)
+            want |= cfgs[s - NDL].kind == kind && bench_series_on(ctx, cs_name[s]);
         if (!want || kind_ok[kind] < 0) continue;
         ws[kind] = calloc((size_t)k, sizeof *ws[kind]);
         int r = ws[kind] ? peers_start(ctx, kind, ws[kind], k) : -1;
@@ -823,8 +869,8 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
             ws[kind] = NULL;
             continue;
         }
-        for (int s = 2; s < NCS; s++)
-            if (cfgs[s - 2].kind == kind && bench_series_on(ctx, cs_name[s])) have[s] = 1;
+        for (int s = NDL; s < NCS; s++)
+            if (cfgs[s - NDL].kind == kind && bench_series_on(ctx, cs_name[s])) have[s] = 1;
     }
     for (int round = 0; !failed && round < rounds; round++) {
         for (int j = 0; !failed && j < NCS; j++) {
@@ -834,10 +880,10 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
             redisReply *r = redisCommand(rc, "SET %s 0", counter);
             if (r) freeReplyObject(r);
             int64_t start = bench_now_ns() + 50000000, end = start + round_ns;
-            if (s < 2)
+            if (s < NDL)
                 failed = bench_procs_round(&procs[s], start, end, ops, fin, &waits[s]);
             else
-                failed = peer_round(ws[cfgs[s - 2].kind], k, &cfgs[s - 2], lock, counter, start,
+                failed = peer_round(ws[cfgs[s - NDL].kind], k, &cfgs[s - NDL], lock, counter, start,
                                     end, ops, fin, &waits[s]);
             if (failed) break;
             int64_t sum = 0, last = start;
@@ -858,7 +904,7 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
                        rate[s][round]);
         }
     }
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < NDL; s++)
         if (procs[s].k && bench_procs_stop(&procs[s], failed) && !failed) failed = 1;
     for (int kind = 0; kind < NKINDS; kind++) {
         if (!ws[kind]) continue;
@@ -897,22 +943,32 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
     }
     /* dlock against the best peer at this K */
     double best = 0;
-    for (int s = 2; !failed && s < NCS; s++)
+    for (int s = NDL; !failed && s < NCS; s++)
         if (have[s]) {
             double m = bench_median_d(rate[s], (size_t)rounds);
             if (m > best) best = m;
         }
-    for (int s = 0; !failed && best > 0 && s < 2; s++)
+    for (int s = 0; !failed && best > 0 && s < NDL; s++)
         if (have[s]) {
             char sn[48];
             snprintf(sn, sizeof sn, "%s-k%d", cs_name[s], k);
             bench_metric("peer_contention", sn, "ratio_to_best_peer",
                          bench_median_d(rate[s], (size_t)rounds) / best, "x");
         }
+    /* dlock against the raw ring (the floor of a handoff per acquisition) */
+    for (int s = 0; !failed && have[CS_RING] && s < CS_RING; s++)
+        if (have[s]) {
+            char sn[48];
+            snprintf(sn, sizeof sn, "%s-k%d", cs_name[s], k);
+            bench_metric("peer_contention", sn, "ratio_to_raw_ring",
+                         bench_median_d(rate[s], (size_t)rounds) /
+                             bench_median_d(rate[CS_RING], (size_t)rounds),
+                         "x");
+        }
     for (int s = 0; s < NCS; s++) {
         free(total[s]);
         bench_samples_free(&waits[s]);
-        if (counter_bad[s] && s < 2) failed = 1; /* a peer's miss is its own finding */
+        if (counter_bad[s] && s < NDL) failed = 1; /* a peer's miss is its own finding */
     }
     return failed ? -1 : 0;
 }
