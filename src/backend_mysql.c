@@ -23,6 +23,13 @@
  *    not pretend it does. dlock_extend is DLOCK_ENOTSUP too.
  *  - Waits are the server's: GET_LOCK(name, seconds) with fractional seconds
  *    (0 for try-once, 1-year chunks for DLOCK_WAIT_FOREVER); no polling.
+ *    dlock_lock_cancel ends such a wait with KILL QUERY <the handle's
+ *    connection id> on the client's own connection: GET_LOCK ends, the
+ *    connection stays. Closing the connection instead would leave the
+ *    server's thread waiting for the lock (it does not watch the socket
+ *    there), to take it on the next release and hold it until it notices;
+ *    that is only the fallback when the KILL fails. The table mode's naps
+ *    between attempts end at once.
  *  - Lock names (both modes): a name of at most 64 bytes of printable ASCII
  *    is used as is, as a binary string (MySQL's limit is 64 characters;
  *    MariaDB 10.11 compares binary names byte for byte; a server that folds
@@ -364,8 +371,17 @@ static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
  * DL_INF_DEADLINE: forever). With want, reads the first column of the first
  * row into *v (*isnull when SQL NULL or no row). *broken: the connection is
  * unusable afterwards (close it). */
-/* Sends sql and reads the head of its answer before `until` (see my_query). */
-static int my_run(MYSQL *db, const char *sql, int64_t until, int *broken, dl_err *err) {
+static int kill_query(my_client *mc, unsigned long id, dl_err *err);
+
+/* Sends sql and reads the head of its answer before `until` (see my_query).
+ * cx (may be NULL; between dl_cancel_begin and dl_cancel_end): on a cancel
+ * of that wait, *canceled = 1 and the statement is killed (KILL QUERY on
+ * the client's own connection: it ends with an error, or with its own
+ * answer if it was done first), whose answer is waited for at most the
+ * command timeout more. When the kill fails: DLOCK_ECANCELED and *broken =
+ * 1 (closing the connection ends the session, once the server notices). */
+static int my_run_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until, dl_cancel *cx,
+                     int *canceled, int *broken, dl_err *err) {
     *broken = 0;
     if (mysql_send_query(db, sql, (unsigned long)strlen(sql))) goto fail;
     int fd = (int)mysql_get_socket(db);
@@ -379,8 +395,20 @@ static int my_run(MYSQL *db, const char *sql, int64_t until, int *broken, dl_err
             }
             ms = until - now > 600000 ? 600000 : (int)(until - now);
         }
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = poll(&pfd, 1, ms);
+        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}};
+        int n = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
+        if (n == -2) {
+            *canceled = 1;
+            cx = NULL; /* from now on, the answer only */
+            dl_err e2 = {0};
+            if (kill_query(mc, mysql_thread_id(db), &e2)) {
+                *broken = 1;
+                return dl_seterr(err, DLOCK_ECANCELED, "the wait was cancelled");
+            }
+            int64_t soon = dl_deadline(mc->cmd_ms);
+            if (until == DL_INF_DEADLINE || soon < until) until = soon;
+            continue;
+        }
         if (n > 0) break;
         if (n < 0 && errno != EINTR) {
             *broken = 1;
@@ -394,11 +422,12 @@ fail:
     return my_fail(db, "query failed", err);
 }
 
-static int my_query(MYSQL *db, const char *sql, int64_t until, int want, long long *v,
-                    int *isnull, int *broken, dl_err *err) {
+static int my_query_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until,
+                       dl_cancel *cx, int *canceled, int want, long long *v, int *isnull,
+                       int *broken, dl_err *err) {
     if (v) *v = 0;
     if (isnull) *isnull = 1;
-    int rc0 = my_run(db, sql, until, broken, err);
+    int rc0 = my_run_cx(mc, db, sql, until, cx, canceled, broken, err);
     if (rc0) return rc0;
     MYSQL_RES *res = mysql_store_result(db);
     if (!res) {
@@ -425,6 +454,15 @@ static int my_query(MYSQL *db, const char *sql, int64_t until, int want, long lo
 fail:
     *broken = conn_error(mysql_errno(db));
     return my_fail(db, "query failed", err);
+}
+
+static int my_run(MYSQL *db, const char *sql, int64_t until, int *broken, dl_err *err) {
+    return my_run_cx(NULL, db, sql, until, NULL, NULL, broken, err);
+}
+
+static int my_query(MYSQL *db, const char *sql, int64_t until, int want, long long *v,
+                    int *isnull, int *broken, dl_err *err) {
+    return my_query_cx(NULL, db, sql, until, NULL, NULL, want, v, isnull, broken, err);
 }
 
 /* Runs a statement without rows (DML, START TRANSACTION...) before `until`:
@@ -648,6 +686,17 @@ static int cdb_exec(my_client *mc, const char *sql, int64_t until, long long *af
     int rc = mc->db ? DLOCK_OK : my_connect(mc, &mc->db, err);
     if (!rc) rc = my_exec(mc->db, sql, until, affected, matched, &broken, err);
     if (rc && broken) close_db(&mc->db);
+    return rc;
+}
+
+/* KILL QUERY id on the client's own connection (a user may kill its own
+ * connections' statements). */
+static int kill_query(my_client *mc, unsigned long id, dl_err *err) {
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL QUERY %lu", id);
+    pthread_mutex_lock(&mc->mu);
+    int rc = cdb_exec(mc, sql, dl_deadline(mc->cmd_ms), NULL, NULL, err);
+    pthread_mutex_unlock(&mc->mu);
     return rc;
 }
 
@@ -942,43 +991,30 @@ static void table_mark_lost(my_client *mc, my_lock *ml) {
     atomic_store(&ml->l->lease.lost, 1);
 }
 
-static int table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
-                         dl_err *err) {
+/* table_acquire's attempts, with naps between them, until one takes the
+ * lock (*got), or the wait ends. */
+static int table_wait(dlock_lock *l, dl_cancel *cx, int64_t wait_ms, int64_t lease, int reenter,
+                      int *got, uint64_t *fence, int64_t *t0, dl_err *err) {
     my_lock *ml = l->bdata;
     my_client *mc = l->c->bctx;
     char nb[80];
-    int reenter = l->holds > 0;
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
-    if (!reenter) {
-        /* a new hold: owner "<client id>:<thread id>:<128 random bits>" */
-        renew_off(mc, ml);
-        char rnd[33];
-        int rc = dl_random_hex(rnd, 16, err);
-        if (rc) return rc;
-        int k = snprintf(l->token + l->token_len, sizeof l->token - l->token_len, ":%s", rnd);
-        if (k < 0 || (size_t)k >= sizeof l->token - l->token_len)
-            return dl_seterr(err, DLOCK_EINVAL, "owner token too long");
-        l->token_len += (size_t)k;
-        to_hex(l->token, l->token_len, ml->tokhex);
-    }
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
-    int64_t backoff = MY_BACKOFF_MIN_MS, t0 = 0;
-    int got = 0, retries = 0;
-    uint64_t fence = 0;
+    int64_t backoff = MY_BACKOFF_MIN_MS;
+    int retries = 0;
     for (;;) {
-        t0 = dl_now_ms();
+        *t0 = dl_now_ms();
         pthread_mutex_lock(&mc->mu);
         int tr = 0;
-        int rc = table_try(mc, ml, lease, &got, &fence, &tr, err);
+        int rc = table_try(mc, ml, lease, got, fence, &tr, err);
         pthread_mutex_unlock(&mc->mu);
         if (rc && tr) { /* deadlock between acquirers: again, then count it as busy */
             if (retries++ < MY_TRY_RETRIES) continue;
             if (reenter) return rc;
             rc = DLOCK_OK;
-            got = 0;
+            *got = 0;
         }
         if (rc) return rc;
-        if (got) break;
+        if (*got) return DLOCK_OK;
         if (reenter) {
             table_mark_lost(mc, ml);
             return dl_seterr(err, DLOCK_ELOST,
@@ -996,16 +1032,46 @@ static int table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_tr
         /* no notification in this mode: poll, with jitter, up to the deadline */
         int64_t nap = backoff / 2 + (int64_t)dl_random_below((uint64_t)(backoff / 2 + 1));
         if (deadline != DL_INF_DEADLINE && nap > deadline - now) nap = deadline - now;
-        dl_sleep_ms(nap);
+        if (!cx) dl_sleep_ms(nap);
+        else if (dl_cancel_nap(cx, nap)) return dl_cancel_err(l, err);
         backoff = backoff * 2 > MY_BACKOFF_MAX_MS ? MY_BACKOFF_MAX_MS : backoff * 2;
         retries = 0;
     }
+}
+
+static int table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+                         dl_err *err) {
+    my_lock *ml = l->bdata;
+    my_client *mc = l->c->bctx;
+    int reenter = l->holds > 0;
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
+    if (!reenter) {
+        /* a new hold: owner "<client id>:<thread id>:<128 random bits>" */
+        renew_off(mc, ml);
+        char rnd[33];
+        int rc = dl_random_hex(rnd, 16, err);
+        if (rc) return rc;
+        int k = snprintf(l->token + l->token_len, sizeof l->token - l->token_len, ":%s", rnd);
+        if (k < 0 || (size_t)k >= sizeof l->token - l->token_len)
+            return dl_seterr(err, DLOCK_EINVAL, "owner token too long");
+        l->token_len += (size_t)k;
+        to_hex(l->token, l->token_len, ml->tokhex);
+    }
+    int64_t t0 = 0;
+    int got = 0;
+    uint64_t fence = 0;
+    /* dlock_lock_cancel ends the naps between attempts */
+    dl_cancel *cx = wait_ms != 0 && !reenter ? &l->cancel : NULL;
+    if (cx) dl_cancel_begin(cx);
+    int rc = table_wait(l, cx, wait_ms, lease, reenter, &got, &fence, &t0, err);
+    if (cx) dl_cancel_end(cx);
+    if (rc) return rc;
     t->acquired = 1;
     t->fence = fence;
     t->count = l->holds + 1;
     t->pttl = -1;
     if (lease_ms == DLOCK_WATCHDOG) {
-        int rc = renew_on(mc, ml, lease, t0, err);
+        rc = renew_on(mc, ml, lease, t0, err);
         if (rc) {
             if (!reenter) { /* give the row back; best effort */
                 char sql[512 + sizeof ml->hex + sizeof ml->tokhex];
@@ -1184,6 +1250,10 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     char sql[64 + sizeof ml->hex];
     int rc, broken = 0, isnull;
     long long v;
+    /* a wait can be cancelled (dlock_lock_cancel); a re-entry does not wait */
+    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->cancel : NULL;
+    int canceled = 0;
+    if (cx) dl_cancel_begin(cx);
     for (;;) {
         long long ms = MY_FOREVER_CHUNK_S * 1000;
         if (deadline != DL_INF_DEADLINE) {
@@ -1194,7 +1264,14 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
                  ms % 1000);
         int64_t until = deadline == DL_INF_DEADLINE ? DL_INF_DEADLINE
                                                     : dl_deadline(ms + mc->cmd_ms);
-        rc = my_query(ml->db, sql, until, 1, &v, &isnull, &broken, err);
+        rc = my_query_cx(mc, ml->db, sql, until, cx, &canceled, 1, &v, &isnull, &broken, err);
+        /* cancelled: the statement was killed (an error, or NULL), or the
+         * kill failed (the connection is closed); a lock taken first is
+         * kept (OK) */
+        if (canceled && (rc || isnull || v != 1)) {
+            rc = dl_cancel_err(l, err);
+            goto fail;
+        }
         if (rc) goto fail;
         if (isnull) {
             rc = dl_seterr(err, DLOCK_ESERVER, "GET_LOCK of '%s' failed (NULL)",
@@ -1206,10 +1283,13 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
         if (wait_ms == 0)
             return dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
                              nm(l, nb, sizeof nb));
-        if (dl_now_ms() >= deadline)
-            return dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms",
-                             nm(l, nb, sizeof nb), (long long)wait_ms);
+        if (dl_now_ms() >= deadline) {
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms",
+                           nm(l, nb, sizeof nb), (long long)wait_ms);
+            goto fail;
+        }
     }
+    if (cx) dl_cancel_end(cx);
     /* the fencing token: LAST_INSERT_ID(expr) in both branches makes
      * mysql_insert_id() the new n, first insert included */
     char fsql[160 + sizeof ml->hex];
@@ -1239,6 +1319,7 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     l->expires_at = INT64_MAX;
     return DLOCK_OK;
 fail:
+    if (cx) dl_cancel_end(cx);
     if (broken) lock_conn_lost(l);
     return rc;
 }
@@ -1406,6 +1487,7 @@ const dl_backend dl_backend_mysql = {
     .name = "mysql",
     .schemes = my_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT),
+    .caps = DL_CAP_CANCEL,
     .open = my_open,
     .close = my_close,
     .ping = my_ping,

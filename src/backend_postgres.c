@@ -17,6 +17,12 @@
  * - Try once: pg_try_advisory_lock[_shared]. Timed: SET lock_timeout, then
  *   pg_advisory_lock[_shared]; the server waits (no polling) and SQLSTATE
  *   55P03 (lock_not_available) is DLOCK_ETIMEDOUT. Forever: lock_timeout 0.
+ *   dlock_lock_cancel stops such a wait with a cancel request (PQcancel):
+ *   the statement ends with SQLSTATE 57014 (DLOCK_ECANCELED), and the
+ *   session stays. Closing the connection instead would leave the server's
+ *   backend waiting in the lock queue (it does not watch the client's socket
+ *   there), to take the lock on the next release and hold it until it
+ *   notices; that is only the fallback when the request cannot be sent.
  * - Lease: a lock is held while its session lives: pass DLOCK_WATCHDOG. An
  *   explicit lease_ms is DLOCK_ENOTSUP (a lease that would not be enforced
  *   is not offered), and so is dlock_extend. A holder that dies, or whose connection
@@ -106,9 +112,17 @@ static int conn_error(const pg_client *pc, PGconn *conn, const char *what, dl_er
     return dl_seterr(err, code, "postgres: %s: %s", what, m[0] ? m : "failed");
 }
 
+static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
+                     const char *const *vals, const int *lens, int64_t deadline,
+                     dl_cancel *cx, int *canceled, PGresult **out, char state[6], int *broken,
+                     dl_err *err);
+
 static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
                   const char *const *vals, const int *lens, int64_t deadline, PGresult **out,
-                  char state[6], int *broken, dl_err *err);
+                  char state[6], int *broken, dl_err *err) {
+    return pg_run_cx(pc, conn, sql, nparams, vals, lens, deadline, NULL, NULL, out, state,
+                     broken, err);
+}
 
 /* Opens a session: the client's parameters, notices silenced, the
  * statement_timeout set. */
@@ -148,10 +162,17 @@ static void close_conn(PGconn **conn) {
  * ms). *out: the last result with rows (may be NULL). A server error: its
  * SQLSTATE in state and DLOCK_ESERVER (statement timeout: DLOCK_EIO). A
  * client-side timeout or broken connection: DLOCK_EIO and *broken = 1 (the
- * caller closes the connection). */
-static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
-                  const char *const *vals, const int *lens, int64_t deadline, PGresult **out,
-                  char state[6], int *broken, dl_err *err) {
+ * caller closes the connection). cx (may be NULL; between dl_cancel_begin
+ * and dl_cancel_end): on a cancel of that wait, *canceled = 1 and the server
+ * is asked to cancel the statement (PQcancel: SQLSTATE 57014 then, or the
+ * statement's own answer if it was done first), and the answer is waited for
+ * at most the command timeout more. When the request cannot be sent:
+ * DLOCK_ECANCELED and *broken = 1 (closing the connection ends the session,
+ * once the server notices). */
+static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
+                     const char *const *vals, const int *lens, int64_t deadline,
+                     dl_cancel *cx, int *canceled, PGresult **out, char state[6], int *broken,
+                     dl_err *err) {
     *out = NULL;
     *broken = 0;
     state[0] = '\0';
@@ -173,14 +194,30 @@ static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparam
                 return dl_seterr(err, DLOCK_EIO, "postgres: no answer within the command "
                                                  "timeout; connection closed");
             }
-            struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-            if (pfd.fd < 0) {
+            struct pollfd pfd[2] = {{.fd = PQsocket(conn), .events = POLLIN}};
+            if (pfd[0].fd < 0) {
                 *broken = 1;
                 PQclear(keep);
                 return dl_seterr(err, DLOCK_EIO, "postgres: connection lost");
             }
-            int pr = poll(&pfd, 1, left < 0 || left > INT_MAX ? (left < 0 ? -1 : INT_MAX)
-                                                                : (int)left);
+            int ms = left < 0 || left > INT_MAX ? (left < 0 ? -1 : INT_MAX) : (int)left;
+            int pr = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
+            if (pr == -2) {
+                *canceled = 1;
+                cx = NULL; /* from now on, the answer only */
+                PGcancel *pgc = PQgetCancel(conn);
+                char ebuf[160];
+                int asked = pgc && PQcancel(pgc, ebuf, sizeof ebuf);
+                PQfreeCancel(pgc);
+                if (!asked) {
+                    *broken = 1;
+                    PQclear(keep);
+                    return dl_seterr(err, DLOCK_ECANCELED, "postgres: the wait was cancelled");
+                }
+                int64_t soon = dl_deadline(pc->cmd_timeout_ms);
+                if (deadline == DL_INF_DEADLINE || soon < deadline) deadline = soon;
+                continue;
+            }
             if (pr < 0) continue; /* EINTR */
             if (pr > 0 && !PQconsumeInput(conn)) {
                 *broken = 1;
@@ -506,8 +543,18 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     PGresult *r = NULL;
     char st[6];
     int broken = 0;
-    int rc = pg_run(pc, pl->conn, sql, 0, NULL, NULL, deadline, &r, st, &broken, err);
+    /* a wait can be cancelled (dlock_lock_cancel); a re-entry does not wait */
+    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->cancel : NULL;
+    int canceled = 0;
+    if (cx) dl_cancel_begin(cx);
+    int rc = pg_run_cx(pc, pl->conn, sql, 0, NULL, NULL, deadline, cx, &canceled, &r, st,
+                       &broken, err);
+    if (cx) dl_cancel_end(cx);
     if (broken) close_conn(&pl->conn);
+    /* cancelled: the statement ended (57014), or the request could not be
+     * sent (the connection is closed); a lock taken first is kept (OK) */
+    if (canceled && (rc == DLOCK_ECANCELED || !strcmp(st, "57014")))
+        return dl_cancel_err(l, err);
     if (rc) {
         if (!strcmp(st, "55P03"))
             return dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms", nm,
@@ -683,6 +730,7 @@ const dl_backend dl_backend_postgres = {
     .schemes = pg_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_READ) |
              (1u << DLOCK_KIND_WRITE),
+    .caps = DL_CAP_CANCEL,
     .open = pg_open,
     .close = pg_close,
     .ping = pg_ping,

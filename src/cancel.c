@@ -2,6 +2,8 @@
  * atomic counter tells a cancel of the operation under way from an earlier
  * one, and the handle's eventfd, polled beside the subscription while a wait
  * is under way, wakes it. */
+#include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -63,5 +65,29 @@ void dl_cancel_drain(dl_cancel *x) {
     if (fd >= 0) {
         ssize_t n = read(fd, &v, sizeof v);
         (void)n;
+    }
+}
+
+int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms) {
+    if (dl_canceled(x)) return -2;
+    fds[n].fd = x->own;
+    fds[n].events = POLLIN;
+    fds[n].revents = 0;
+    int r = poll(fds, (nfds_t)n + (x->own >= 0), ms);
+    if (r > 0 && x->own >= 0 && fds[n].revents) {
+        dl_cancel_drain(x);
+        r--;
+    }
+    if (dl_canceled(x)) return -2;
+    return r < 0 ? 0 : r;
+}
+
+int dl_cancel_nap(dl_cancel *x, int64_t ms) {
+    int64_t end = dl_now_ms() + ms;
+    struct pollfd p[1];
+    for (;;) {
+        int64_t left = end - dl_now_ms();
+        if (left <= 0) return dl_canceled(x);
+        if (dl_cancel_poll(x, p, 0, left > INT_MAX ? INT_MAX : (int)left) == -2) return 1;
     }
 }

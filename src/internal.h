@@ -427,6 +427,16 @@ int dl_cancel_begin(dl_cancel *x);
 void dl_cancel_end(dl_cancel *x);
 /* Reads the eventfd empty (after poll saw it readable). */
 void dl_cancel_drain(dl_cancel *x);
+/* Between dl_cancel_begin and dl_cancel_end: sleeps ms, or less when the
+ * wait is cancelled. 1 cancelled, 0 not. For waits that poll the server (no
+ * notification to wait on). */
+int dl_cancel_nap(dl_cancel *x, int64_t ms);
+/* Between dl_cancel_begin and dl_cancel_end: poll(2) on fds plus the
+ * eventfd (in fds[n], which the caller leaves room for), up to ms (-1:
+ * forever). Returns poll's result for fds[0..n-1] (0: none ready), or -2
+ * when the wait is cancelled. EINTR counts as none ready. */
+struct pollfd;
+int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms);
 
 typedef struct dl_object {
     dlock_client *c;

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -779,4 +781,64 @@ int th_python_has_redis(const char *python)
         _exit(127);
     }
     return th_wait_child(pid, 30000) == 0;
+}
+
+typedef struct th_canceled_wait {
+    dlock_lock *l;
+    int64_t wait_ms, lease_ms;
+    int rc;
+    int64_t t_done;
+    atomic_int done;
+} th_canceled_wait;
+
+static void *canceled_wait_main(void *arg) {
+    th_canceled_wait *w = arg;
+    w->rc = dlock_acquire(w->l, w->wait_ms, w->lease_ms, NULL);
+    w->t_done = th_now_ms();
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms) {
+    dlock_lock *h = th_lock(c, name, DLOCK_KIND_PLAIN);
+    dlock_lock *w = th_lock(c, name, DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, lease_ms, NULL));
+    const int64_t waits[2] = {DLOCK_WAIT_FOREVER, 20000};
+    for (int i = 0; i < 2; i++) {
+        th_canceled_wait cw = {.l = w, .wait_ms = waits[i], .lease_ms = lease_ms, .rc = -1};
+        atomic_init(&cw.done, 0);
+        pthread_t t;
+        ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
+        th_sleep_ms(300);
+        ASSERT_MSG(!atomic_load(&cw.done), "the waiter did not wait: %s",
+                   dlock_strerror(cw.rc));
+        int64_t t0 = th_now_ms();
+        ASSERT_LOK(w, dlock_lock_cancel(w));
+        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) th_sleep_ms(5);
+        ASSERT_MSG(atomic_load(&cw.done), "the cancelled wait did not end in 10 s");
+        ASSERT(pthread_join(t, NULL) == 0);
+        ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "cancelled wait: %s: %s", dlock_strerror(cw.rc),
+                   dlock_lock_errmsg(w));
+        ASSERT(strstr(dlock_lock_errmsg(w), "cancel") != NULL);
+        th_log("cancel: a %s wait ended %lld ms after the cancel: %s",
+               waits[i] == DLOCK_WAIT_FOREVER ? "forever" : "20 s",
+               (long long)(cw.t_done - t0), dlock_lock_errmsg(w));
+        ASSERT_LT(cw.t_done - t0, 1500);
+        int held = 0;
+        int64_t count = 0;
+        ASSERT_LOK(h, dlock_lock_check(h, &held, &count));
+        ASSERT_EQ(held, 1);
+        ASSERT_LOK(w, dlock_lock_check(w, &held, &count));
+        ASSERT_EQ(held, 0);
+    }
+    /* a cancel with nothing under way is not for the next acquire */
+    ASSERT_LOK(w, dlock_lock_cancel(w));
+    int64_t t0 = th_now_ms();
+    ASSERT_LCODE(w, dlock_acquire(w, 300, lease_ms, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 250);
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_LOK(w, dlock_acquire(w, DLOCK_NOWAIT, lease_ms, NULL));
+    ASSERT_LOK(w, dlock_release(w));
+    dlock_lock_free(w);
+    dlock_lock_free(h);
 }

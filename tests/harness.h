@@ -203,6 +203,14 @@ void th_wait_subscribers(redisContext *rc, const char *name, int n, int64_t time
 dlock_client *th_client(const th_server *s, int64_t watchdog_lease_ms);
 /* A lock handle; fails on error. */
 dlock_lock *th_lock(dlock_client *c, const char *name, dlock_kind kind);
+/* dlock_lock_cancel's contract on any backend that has it: with name held by
+ * a handle of c, a plain handle waiting in another thread (forever, then for
+ * 20 s) returns DLOCK_ECANCELED within 1.5 s of the cancel, and the holder
+ * still holds; a cancel with no acquire under way is not for the next one
+ * (a 300 ms wait then times out); once the holder releases, the cancelled
+ * handle takes the lock at once. lease_ms: the backend's (DLOCK_WATCHDOG for
+ * session locks). Its thread is gone when it returns. */
+void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms);
 
 /* ---- processes ---- */
 /* fflush + fork; fails on error. In the child, the harness no longer owns the

@@ -430,6 +430,13 @@ static void test_cli(const char *dlock) {
     th_log("cli: ok (busy lock: exit %d)", st);
 }
 
+/* dlock_lock_cancel: the waiting GET_LOCK ends with its connection */
+static void test_cancel(void) {
+    dlock_client *c = client();
+    th_check_lock_cancel(c, "my:cancel", DLOCK_WATCHDOG);
+    dlock_client_free(c);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_mysql");
     start_server();
@@ -443,6 +450,7 @@ int main(int argc, char **argv) {
     test_holder_killed();
     test_mutex();
     test_cli(argc > 1 ? argv[1] : NULL);
+    test_cancel(); /* last: a thread (no fork after it) */
     th_log("all passed");
     return 0;
 }

@@ -568,6 +568,13 @@ static void test_unreachable(void) {
     dlock_client_free(a);
 }
 
+/* dlock_lock_cancel: the naps between a waiter's attempts end at once */
+static void test_cancel(void) {
+    dlock_client *c = client();
+    th_check_lock_cancel(c, "tbl:cancel", 20000);
+    dlock_client_free(c);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_mysql_table");
     start_server();
@@ -582,6 +589,7 @@ int main(int argc, char **argv) {
     /* from here on this process has renewal threads: no more forks */
     test_watchdog();
     test_threads();
+    test_cancel();
     test_unreachable();
     th_log("all passed");
     return 0;

@@ -300,8 +300,6 @@ static void test_crash_and_waits(void) {
         dlock_lock *x = th_lock(c, "pg:lease", DLOCK_KIND_PLAIN);
         ASSERT_LCODE(x, dlock_acquire(x, DLOCK_NOWAIT, 5000, NULL), DLOCK_ENOTSUP);
         ASSERT(strstr(dlock_lock_errmsg(x), "postgres") != NULL);
-        /* its waits (a server-side lock wait) cannot be cancelled */
-        ASSERT_EQ(dlock_lock_cancel(x), DLOCK_ENOTSUP);
         dlock_lock_free(x);
     }
     ASSERT_LOK(l, dlock_release(l));
@@ -576,6 +574,19 @@ static void test_cli(const char *cli) {
     ASSERT(strstr(buf, "maxmemory") == NULL); /* no Redis questions */
 }
 
+/* ---- dlock_lock_cancel: the waiting statement ends with its connection ---- */
+static void test_cancel(void) {
+    dlock_client *c = client();
+    th_check_lock_cancel(c, "pg:cancel", DLOCK_WATCHDOG);
+    /* the cancelled waits left no advisory lock behind */
+    PGconn *a = admin("testdb");
+    long long n = sql_int(a, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'");
+    th_log("cancel: advisory locks left: %lld", n);
+    ASSERT_EQ(n, 0);
+    PQfinish(a);
+    dlock_client_free(c);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_postgres");
     g_owner = getpid();
@@ -589,6 +600,7 @@ int main(int argc, char **argv) {
     test_counter();
     test_facts();
     test_cli(argc > 1 ? argv[1] : NULL);
+    test_cancel(); /* last: a thread (no fork after it) */
     th_log("all passed");
     return 0;
 }
