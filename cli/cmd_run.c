@@ -207,8 +207,8 @@ static void *locker_main(void *arg)
 /* A signal came while the locker waits: cancel its wait, so that it leaves
  * the lock's queue or waiter registry (and gives back a lock handed to it
  * meanwhile) instead of leaving a dead entry that others wait behind. If the
- * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step. On a
- * backend whose waits cannot be cancelled, dlock just exits, as before. */
+ * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step. If a
+ * cancel is refused (DLOCK_ENOTSUP), dlock just exits. */
 #define CANCEL_GRACE_MS 5000
 static int readable_within(int fd, int ms)
 {
@@ -229,7 +229,7 @@ static void give_up_waiting(locker *lk)
     } else {
         for (size_t i = 0; i < lk->nlocks; i++)
             if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
-                return; /* a backend whose waits cannot be cancelled */
+                return; /* refused: just exit */
     }
     if (!readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) || read_byte(lk->done_pipe[0], &b))
         return;

@@ -298,12 +298,12 @@ DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
  * Safe from any thread and from a signal handler (async-signal-safe: it
  * updates an atomic counter and writes to an eventfd), but not concurrently
  * with dlock_lock_free(l). A handle that has waited keeps that one eventfd
- * open until dlock_lock_free. Redis (single server, Sentinel, Cluster),
- * RedLock, PostgreSQL and MySQL (there the waiting thread, woken by the
- * cancel, asks the server to end its statement: a cancel request, KILL
- * QUERY; the session stays).
- * Returns DLOCK_OK, DLOCK_EINVAL (NULL), DLOCK_ENOTSUP (ZooKeeper, etcd:
- * their waits cannot be cancelled). */
+ * open until dlock_lock_free. Every backend: on PostgreSQL and MySQL the
+ * waiting thread, woken by the cancel, asks the server to end its statement
+ * (a cancel request, KILL QUERY; the session stays); on ZooKeeper the wait
+ * looks at the cancel every 50 ms (a condition variable cannot be woken
+ * async-signal-safely); on etcd the watch ends at once.
+ * Returns DLOCK_OK, DLOCK_EINVAL (NULL). */
 DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
 
 /* Releases one hold (the last hold deletes the key and publishes the unlock

@@ -243,12 +243,50 @@ static int conn_failure(CURLcode rc) {
            rc == CURLE_COULDNT_RESOLVE_PROXY;
 }
 
+/* curl_easy_perform; with cx (between dl_cancel_begin and dl_cancel_end),
+ * on a multi handle whose poll also watches the cancel's eventfd, so that a
+ * cancel ends the transfer at once (CURLE_ABORTED_BY_CALLBACK). */
+static CURLcode perform_cx(CURL *h, dl_cancel *cx) {
+    if (!cx) return curl_easy_perform(h);
+    CURLM *m = curl_multi_init();
+    if (!m) return CURLE_OUT_OF_MEMORY;
+    if (curl_multi_add_handle(m, h) != CURLM_OK) {
+        curl_multi_cleanup(m);
+        return CURLE_FAILED_INIT;
+    }
+    CURLcode res = CURLE_OK;
+    for (;;) {
+        int running = 0;
+        if (curl_multi_perform(m, &running) != CURLM_OK) {
+            res = CURLE_FAILED_INIT;
+            break;
+        }
+        if (!running) {
+            int left = 0;
+            CURLMsg *msg = curl_multi_info_read(m, &left);
+            res = msg && msg->msg == CURLMSG_DONE ? msg->data.result : CURLE_FAILED_INIT;
+            break;
+        }
+        if (dl_canceled(cx)) {
+            res = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        struct curl_waitfd w = {.fd = cx->own, .events = CURL_WAIT_POLLIN, .revents = 0};
+        curl_multi_poll(m, &w, cx->own >= 0 ? 1 : 0, 1000, NULL);
+        if (w.revents) dl_cancel_drain(cx);
+    }
+    curl_multi_remove_handle(m, h);
+    curl_multi_cleanup(m);
+    return res;
+}
+
 /* POSTs body (GET when NULL) to path on the first endpoint that accepts a
  * connection, within timeout_ms. *status: the HTTP status. A stream (watch)
  * that ends early by an event, or times out, is not an error: out->event
- * tells. */
-static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
-                   int64_t timeout_ms, http_buf *out, long *status, dl_err *err) {
+ * tells. cx: as perform_cx; a cancelled transfer is DLOCK_ECANCELED. */
+static int http_do_cx(etcd_client *ec, CURL *h, const char *path, const char *body,
+                      int64_t timeout_ms, dl_cancel *cx, http_buf *out, long *status,
+                      dl_err *err) {
     *status = 0;
     if (timeout_ms < 1) timeout_ms = 1;
     size_t start = atomic_load(&ec->cur);
@@ -291,7 +329,9 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
         }
-        rc = curl_easy_perform(h);
+        rc = perform_cx(h, cx);
+        if (rc == CURLE_ABORTED_BY_CALLBACK)
+            return dl_seterr(err, DLOCK_ECANCELED, "etcd: the wait was cancelled");
         if (rc == CURLE_OPERATION_TIMEDOUT) {
             /* not connected within the connect timeout: try the next one */
             curl_off_t connected = 0;
@@ -318,6 +358,11 @@ static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     return DLOCK_OK;
+}
+
+static int http_do(etcd_client *ec, CURL *h, const char *path, const char *body,
+                   int64_t timeout_ms, http_buf *out, long *status, dl_err *err) {
+    return http_do_cx(ec, h, path, body, timeout_ms, NULL, out, status, err);
 }
 
 static int64_t req_timeout(const etcd_client *ec) { return ec->connect_ms + ec->cmd_ms; }
@@ -794,9 +839,10 @@ static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, l
 }
 
 /* Watches key (from revision from) for its deletion, for at most ms: DLOCK_OK
- * when deleted or the time passed (the caller looks again). */
+ * when deleted or the time passed (the caller looks again); DLOCK_ECANCELED
+ * when cx (may be NULL) is cancelled. */
 static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long from,
-                        int64_t ms, dl_err *err) {
+                        int64_t ms, dl_cancel *cx, dl_err *err) {
     cJSON *q = cJSON_CreateObject();
     cJSON *cr = q ? cJSON_AddObjectToObject(q, "create_request") : NULL;
     cJSON *f = cr ? cJSON_AddArrayToObject(cr, "filters") : NULL;
@@ -813,7 +859,7 @@ static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long
     http_buf b = {0};
     b.stream = 1;
     long status = 0;
-    int rc = http_do(ec, h, "/v3/watch", body, ms, &b, &status, err);
+    int rc = http_do_cx(ec, h, "/v3/watch", body, ms, cx, &b, &status, err);
     free(b.p);
     free(body);
     if (!rc && !b.event && status != 200 && status != 0)
@@ -977,8 +1023,14 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
                 lease_revoke(ec, el->curl, id);
                 return pkey ? OOM(err) : dl_seterr(err, DLOCK_EPROTO, "etcd: range: no key");
             }
-            rc = watch_delete(ec, el->curl, pk, hrev + 1, slice, err);
+            dl_cancel_begin(&l->cancel);
+            rc = watch_delete(ec, el->curl, pk, hrev + 1, slice, &l->cancel, err);
+            dl_cancel_end(&l->cancel);
             free(pk);
+            if (rc == DLOCK_ECANCELED) {
+                lease_revoke(ec, el->curl, id);
+                return dl_cancel_err(l, err);
+            }
             int alive = 1;
             if (!rc) rc = lease_keepalive(ec, el->curl, id, &alive, err);
             if (rc) {
@@ -1281,6 +1333,7 @@ const dl_backend dl_backend_etcd = {
     .schemes = etcd_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
              (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
+    .caps = DL_CAP_CANCEL,
     .open = etcd_open,
     .close = etcd_close,
     .ping = etcd_ping,

@@ -202,6 +202,11 @@ static void cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadl
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
+/* A wait that dlock_lock_cancel / dlock_semaphore_cancel can end looks at
+ * the cancel this often: a cancel cannot wake a condition variable (it is
+ * async-signal-safe: an atomic counter and an eventfd). */
+#define ZK_CANCEL_SLICE_MS 50
+
 static void cv_init_mono(pthread_cond_t *cv) {
     pthread_condattr_t a;
     pthread_condattr_init(&a);
@@ -1038,6 +1043,25 @@ static void give_up_node(zk_client *zc, zk_sess *s, const char *path) {
     if (zrc != ZOK && zrc != ZNONODE && zrc != ZSESSIONEXPIRED) orphan_add(s, path, NULL);
 }
 
+/* Waits until the session's next watch event (after ev0), its end, or
+ * deadline; and, for a wait that may last (deadline not already due), until
+ * cx is cancelled, seen within ZK_CANCEL_SLICE_MS. 1 cancelled. */
+static int wait_event(zk_sess *s, uint64_t ev0, int64_t deadline, dl_cancel *cx) {
+    int canceled = 0;
+    pthread_mutex_lock(&s->mu);
+    while (s->events == ev0 && !s->dead && dl_now_ms() < deadline) {
+        if (dl_canceled(cx)) {
+            canceled = 1;
+            break;
+        }
+        int64_t soon = dl_deadline(ZK_CANCEL_SLICE_MS);
+        cv_wait_until(&s->cv, &s->mu, deadline == DL_INF_DEADLINE || soon < deadline ? soon
+                                                                                    : deadline);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return canceled || dl_canceled(cx);
+}
+
 static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     if (lease_ms != DLOCK_WATCHDOG)
         return dl_seterr(err, DLOCK_ENOTSUP,
@@ -1153,10 +1177,10 @@ static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
             rc = zk_fail(zrc, "watch the lock's queue", err);
             break;
         }
-        pthread_mutex_lock(&s->mu);
-        while (s->events == ev0 && !s->dead && dl_now_ms() < deadline)
-            cv_wait_until(&s->cv, &s->mu, deadline);
-        pthread_mutex_unlock(&s->mu);
+        if (wait_event(s, ev0, deadline, &l->cancel)) {
+            rc = dl_cancel_err(l, err);
+            break;
+        }
     }
     give_up_node(zc, s, path);
     free(path);
@@ -1664,10 +1688,10 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
                            (long long)permits, nm);
             break;
         }
-        pthread_mutex_lock(&s->mu);
-        while (s->events == ev0 && !s->dead && dl_now_ms() < deadline)
-            cv_wait_until(&s->cv, &s->mu, deadline);
-        pthread_mutex_unlock(&s->mu);
+        if (wait_event(s, ev0, deadline, &o->cancel)) {
+            rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
+            break;
+        }
     }
     for (int i = 0; i < k; i++) give_up_node(zc, s, paths[i]);
     free_paths(paths, k);
@@ -1910,6 +1934,7 @@ const dl_backend dl_backend_zookeeper = {
     .schemes = zk_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_READ) |
              (1u << DLOCK_KIND_WRITE),
+    .caps = DL_CAP_CANCEL,
     .open = zk_open,
     .close = zk_close,
     .ping = zk_ping,

@@ -980,6 +980,14 @@ static void test_tls(void) {
     th_stop_pid(&g_tls, SIGTERM, 10000);
 }
 
+/* dlock_lock_cancel: the watch of the predecessor's key ends at once, and
+ * the waiter's key goes with its lease */
+static void test_cancel(void) {
+    dlock_client *c = client();
+    th_check_lock_cancel(c, "etcd:cancel", DLOCK_WATCHDOG);
+    dlock_client_free(c);
+}
+
 int main(int argc, char **argv) {
     th_init("backend_etcd");
     g_owner = getpid();
@@ -998,6 +1006,7 @@ int main(int argc, char **argv) {
     test_unsupported_and_errors();
     test_cluster();
     test_tls();
+    test_cancel();
     curl_global_cleanup();
     th_log("all passed");
     return 0;
