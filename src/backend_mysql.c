@@ -1269,6 +1269,14 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
          * kill failed (the connection is closed); a lock taken first is
          * kept (OK) */
         if (canceled && (rc || isnull || v != 1)) {
+            if (rc && !broken) {
+                /* killed as GET_LOCK returned: the lock may be the
+                 * session's; give it back (it held none before: no
+                 * re-entry waits) */
+                dl_err e2 = {0};
+                snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
+                my_query(ml->db, sql, dl_deadline(mc->cmd_ms), 1, &v, &isnull, &broken, &e2);
+            }
             rc = dl_cancel_err(l, err);
             goto fail;
         }

@@ -553,8 +553,22 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     if (broken) close_conn(&pl->conn);
     /* cancelled: the statement ended (57014), or the request could not be
      * sent (the connection is closed); a lock taken first is kept (OK) */
-    if (canceled && (rc == DLOCK_ECANCELED || !strcmp(st, "57014")))
+    if (canceled && (rc == DLOCK_ECANCELED || !strcmp(st, "57014"))) {
+        if (pl->conn) {
+            /* the cancel may have hit the SETs after pg_advisory_lock
+             * returned: a session lock outlives the rolled-back
+             * transaction, so give it back (the session held none before:
+             * no re-entry waits) */
+            snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l),
+                     pl->key);
+            dl_err e2 = {0};
+            if (pg_run(pc, pl->conn, sql, 0, NULL, NULL, cmd_deadline(pc), &r, st, &broken,
+                       &e2))
+                close_conn(&pl->conn);
+            PQclear(r);
+        }
         return dl_cancel_err(l, err);
+    }
     if (rc) {
         if (!strcmp(st, "55P03"))
             return dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms", nm,
