@@ -300,9 +300,8 @@ DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
  * with dlock_lock_free(l). A handle that has waited keeps that one eventfd
  * open until dlock_lock_free. Every backend: on PostgreSQL and MySQL the
  * waiting thread, woken by the cancel, asks the server to end its statement
- * (a cancel request, KILL QUERY; the session stays); on ZooKeeper the wait
- * looks at the cancel every 50 ms (a condition variable cannot be woken
- * async-signal-safely); on etcd the watch ends at once.
+ * (a cancel request, KILL QUERY; the session stays); on ZooKeeper and etcd
+ * the wait ends at once.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL). */
 DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
 

@@ -124,6 +124,7 @@ typedef struct zk_sess {
     int connected;
     int dead;                  /* expired or auth failed: never usable again */
     uint64_t events;           /* watch events seen */
+    struct zk_waker *wakers;   /* waits told of each event through an eventfd */
     zk_lock *held;             /* handles holding a node on this session */
     zk_orphan *orphans;        /* our nodes to delete (sent again on reconnect) */
     int refs;
@@ -202,9 +203,16 @@ static void cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadl
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* A wait that dlock_lock_cancel / dlock_semaphore_cancel can end looks at
- * the cancel this often: a cancel cannot wake a condition variable (it is
- * async-signal-safe: an atomic counter and an eventfd). */
+/* A lock or semaphore wait sleeps in poll(2) on its handle's cancel
+ * eventfd, which a cancel writes to (async-signal-safely: it cannot signal
+ * a condition variable) and the session's watcher writes to on each event,
+ * while the wait is registered here (under the session's mutex). Without an
+ * eventfd (it could not be made), the wait sleeps on the condition variable
+ * in ZK_CANCEL_SLICE_MS slices and looks at the cancel between them. */
+typedef struct zk_waker {
+    int fd;
+    struct zk_waker *next;
+} zk_waker;
 #define ZK_CANCEL_SLICE_MS 50
 
 static void cv_init_mono(pthread_cond_t *cv) {
@@ -252,6 +260,11 @@ static void sess_watcher(zhandle_t *zh, int type, int state, const char *path, v
     }
     s->events++;
     pthread_cond_broadcast(&s->cv);
+    for (zk_waker *w = s->wakers; w; w = w->next) {
+        uint64_t one = 1;
+        ssize_t n = write(w->fd, &one, sizeof one); /* EAGAIN: readable anyway */
+        (void)n;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1043,23 +1056,40 @@ static void give_up_node(zk_client *zc, zk_sess *s, const char *path) {
     if (zrc != ZOK && zrc != ZNONODE && zrc != ZSESSIONEXPIRED) orphan_add(s, path, NULL);
 }
 
-/* Waits until the session's next watch event (after ev0), its end, or
- * deadline; and, for a wait that may last (deadline not already due), until
- * cx is cancelled, seen within ZK_CANCEL_SLICE_MS. 1 cancelled. */
+/* Waits until the session's next watch event (after ev0), its end,
+ * deadline, or a cancel of cx (zk_waker). 1 cancelled. */
 static int wait_event(zk_sess *s, uint64_t ev0, int64_t deadline, dl_cancel *cx) {
-    int canceled = 0;
+    int fd = dl_cancel_begin(cx);
+    zk_waker me = {fd, NULL};
     pthread_mutex_lock(&s->mu);
-    while (s->events == ev0 && !s->dead && dl_now_ms() < deadline) {
-        if (dl_canceled(cx)) {
-            canceled = 1;
-            break;
+    if (fd >= 0) {
+        me.next = s->wakers;
+        s->wakers = &me;
+    }
+    while (s->events == ev0 && !s->dead && !dl_canceled(cx)) {
+        int64_t now = dl_now_ms();
+        if (now >= deadline) break;
+        int64_t until = deadline;
+        if (fd < 0) {
+            until = now + ZK_CANCEL_SLICE_MS;
+            if (deadline != DL_INF_DEADLINE && deadline < until) until = deadline;
+            cv_wait_until(&s->cv, &s->mu, until);
+            continue;
         }
-        int64_t soon = dl_deadline(ZK_CANCEL_SLICE_MS);
-        cv_wait_until(&s->cv, &s->mu, deadline == DL_INF_DEADLINE || soon < deadline ? soon
-                                                                                    : deadline);
+        pthread_mutex_unlock(&s->mu);
+        struct pollfd p[1]; /* the eventfd only: dl_cancel_poll adds it */
+        int64_t left = until - now;
+        dl_cancel_poll(cx, p, 0, until == DL_INF_DEADLINE ? -1 : left > INT_MAX ? INT_MAX : (int)left);
+        pthread_mutex_lock(&s->mu);
+    }
+    if (fd >= 0) {
+        zk_waker **pp = &s->wakers;
+        while (*pp != &me) pp = &(*pp)->next;
+        *pp = me.next;
     }
     pthread_mutex_unlock(&s->mu);
-    return canceled || dl_canceled(cx);
+    dl_cancel_end(cx);
+    return dl_canceled(cx);
 }
 
 static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
