@@ -430,7 +430,7 @@ static void test_cli(const char *dlock) {
     th_log("cli: ok (busy lock: exit %d)", st);
 }
 
-/* dlock_lock_cancel: the waiting GET_LOCK ends with its connection */
+/* dlock_lock_cancel: the waiting GET_LOCK is killed (KILL QUERY) */
 static void test_cancel(void) {
     dlock_client *c = client();
     th_check_lock_cancel(c, "my:cancel", DLOCK_WATCHDOG);

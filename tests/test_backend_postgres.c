@@ -572,9 +572,37 @@ static void test_cli(const char *cli) {
     ASSERT(strstr(buf, "latency") != NULL);
     ASSERT(strstr(buf, "FAIL  ") == NULL);
     ASSERT(strstr(buf, "maxmemory") == NULL); /* no Redis questions */
+
+    /* a signal while `dlock run` waits: it cancels its wait and exits
+     * 128+15, and leaves nothing that takes the lock later */
+    dlock_client *c = client();
+    dlock_lock *h = lock(c, "cli-wait", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0) {
+            dup2(nul, 1);
+            dup2(nul, 2);
+        }
+        execl(cli, cli, "--url", g_url, "run", "cli-wait", "--", "true", (char *)NULL);
+        _exit(127);
+    }
+    th_sleep_ms(500);
+    int64_t t0 = th_now_ms();
+    kill(kid, SIGTERM);
+    st = th_wait_child(kid, 10000);
+    th_log("dlock run waiting, SIGTERM: exit %d after %lld ms", st,
+           (long long)(th_now_ms() - t0));
+    ASSERT_EQ(st, 128 + SIGTERM);
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(h, dlock_release(h));
+    dlock_lock_free(h);
+    dlock_client_free(c);
 }
 
-/* ---- dlock_lock_cancel: the waiting statement ends with its connection ---- */
+/* ---- dlock_lock_cancel: the server cancels the waiting statement ---- */
 static void test_cancel(void) {
     dlock_client *c = client();
     th_check_lock_cancel(c, "pg:cancel", DLOCK_WATCHDOG);
