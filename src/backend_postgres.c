@@ -32,6 +32,11 @@
  *   created if missing when the client opens; after each successful acquire,
  *   while holding, INSERT ... ON CONFLICT DO UPDATE SET n = n + 1 RETURNING n
  *   on the handle's session. Tokens of one name strictly increase.
+ * - A waiter that dies (killed, crashed) leaves its statement queued for the
+ *   lock until the server notices the client is gone: within 1 s on
+ *   PostgreSQL 14+ (client_connection_check_interval, set on every session);
+ *   on older servers only when the lock is granted to it (it then fails to
+ *   answer, ends, and frees it).
  * - Timeouts: connect_timeout_ms becomes libpq's connect_timeout (seconds,
  *   rounded up); every statement that does not wait for a lock runs under
  *   statement_timeout = command_timeout_ms on the server and the same bound
@@ -125,7 +130,13 @@ static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparam
 }
 
 /* Opens a session: the client's parameters, notices silenced, the
- * statement_timeout set. */
+ * statement_timeout set. On PostgreSQL 14 and later the server also checks
+ * every PG_CONN_CHECK_MS that the client is still there while a statement
+ * runs (client_connection_check_interval): a waiter that dies in
+ * pg_advisory_lock otherwise stays queued on the server, to take the lock
+ * at the next release (or never leave, while the holder holds). */
+#define PG_CONN_CHECK_MS 1000
+
 static int pg_connect(pg_client *pc, PGconn **out, dl_err *err) {
     *out = NULL;
     PGconn *conn = PQconnectdbParams(pc->kw, pc->val, 1);
@@ -136,9 +147,12 @@ static int pg_connect(pg_client *pc, PGconn **out, dl_err *err) {
         return rc;
     }
     PQsetNoticeProcessor(conn, no_notices, NULL);
-    char sql[128];
-    snprintf(sql, sizeof sql, "SET statement_timeout = %lld; SET lock_timeout = 0",
-             (long long)pc->cmd_timeout_ms);
+    char sql[160];
+    int n = snprintf(sql, sizeof sql, "SET statement_timeout = %lld; SET lock_timeout = 0",
+                     (long long)pc->cmd_timeout_ms);
+    if (PQserverVersion(conn) >= 140000)
+        snprintf(sql + n, sizeof sql - (size_t)n, "; SET client_connection_check_interval = %d",
+                 PG_CONN_CHECK_MS);
     PGresult *r = NULL;
     char st[6];
     int broken = 0;

@@ -311,6 +311,40 @@ static void test_crash_and_waits(void) {
     dlock_client_free(c);
 }
 
+/* ---- a waiter killed while it waits leaves nothing queued ---- */
+static void test_killed_waiter(void) {
+    dlock_client *c = client();
+    dlock_lock *h = lock(c, "kw", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        dlock_client *kc = client();
+        dlock_lock *kl = lock(kc, "kw", DLOCK_KIND_PLAIN);
+        dlock_acquire(kl, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, NULL);
+        _exit(3); /* never: killed while it waits */
+    }
+    PGconn *a = admin("testdb");
+    const char *waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+    int64_t t0 = th_now_ms();
+    while (sql_int(a, waiting) < 1 && th_now_ms() - t0 < 5000) th_sleep_ms(20);
+    ASSERT_EQ(sql_int(a, waiting), 1);
+    kill(kid, SIGKILL);
+    ASSERT_EQ(th_wait_child(kid, 5000), 128 + SIGKILL);
+    /* the server notices the dead client within client_connection_check_interval */
+    t0 = th_now_ms();
+    while (sql_int(a, waiting) > 0 && th_now_ms() - t0 < 5000) th_sleep_ms(20);
+    long long left = sql_int(a, waiting);
+    th_log("killed waiter: its statement left the queue %lld ms after the kill (%lld left)",
+           (long long)(th_now_ms() - t0), left);
+    ASSERT_EQ(left, 0);
+    PQfinish(a);
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(h, dlock_release(h));
+    dlock_lock_free(h);
+    dlock_client_free(c);
+}
+
 /* ---- session loss: the server ends the holder's session ---- */
 static void test_session_loss(void) {
     dlock_client *c = client();
@@ -623,6 +657,7 @@ int main(int argc, char **argv) {
     pg_start();
     test_rw_reentrant();
     test_crash_and_waits();
+    test_killed_waiter();
     test_session_loss();
     test_unsupported_and_errors();
     test_counter();
