@@ -342,6 +342,53 @@ static void test_holder_killed(void) {
     close(p[1]);
 }
 
+/* sessions waiting for a user lock (GET_LOCK), by the server's process list */
+static long long lock_waiters(void) {
+    char sock[160], out[200], buf[256];
+    snprintf(sock, sizeof sock, "--socket=%s", g_sock);
+    snprintf(out, sizeof out, "%s/q.out", g_dir);
+    char *argv[] = {g_tools[3], "--no-defaults", sock, "-u", "root", "-N", "-e",
+                    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE "
+                    "'%user lock%'",
+                    NULL};
+    ASSERT_EQ(th_run_capture(argv, out, buf, sizeof buf, 20000), 0);
+    return atoll(buf);
+}
+
+/* ---- a waiter killed while it waits leaves nothing queued ---- */
+static void test_waiter_killed(void) {
+    dlock_client *c = client();
+    dlock_lock *h = lock(c, "kw", DLOCK_KIND_PLAIN), *x = lock(c, "kw", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        dlock_client *kc = client();
+        dlock_lock *kl = lock(kc, "kw", DLOCK_KIND_PLAIN);
+        dlock_acquire(kl, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, NULL);
+        _exit(3); /* never: killed while it waits */
+    }
+    int64_t t0 = th_now_ms();
+    while (lock_waiters() < 1 && th_now_ms() - t0 < 5000) th_sleep_ms(20);
+    ASSERT_EQ(lock_waiters(), 1);
+    kill(pid, SIGKILL);
+    ASSERT_EQ(th_wait_child(pid, 5000), 128 + SIGKILL);
+    t0 = th_now_ms();
+    while (lock_waiters() > 0 && th_now_ms() - t0 < 5000) th_sleep_ms(20);
+    long long left = lock_waiters();
+    th_log("waiter killed: %lld still waiting %lld ms after the kill (MariaDB notices a "
+           "dead client in GET_LOCK)", left, (long long)(th_now_ms() - t0));
+    ASSERT_EQ(left, 0);
+    ASSERT_LOK(h, dlock_release(h));
+    int rc = dlock_acquire(x, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL);
+    th_log("waiter killed, holder released: try-once %s: %s", dlock_strerror(rc),
+           dlock_lock_errmsg(x));
+    ASSERT_LOK(x, rc);
+    ASSERT_LOK(x, dlock_release(x));
+    dlock_lock_free(x);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+}
+
 /* ---- 8 processes x 50 rounds: exact counter, increasing fences ---- */
 #define PROCS 8
 #define ROUNDS 50
@@ -448,6 +495,7 @@ int main(int argc, char **argv) {
     test_bad_url();
     test_conn_lost();
     test_holder_killed();
+    test_waiter_killed();
     test_mutex();
     test_cli(argc > 1 ? argv[1] : NULL);
     test_cancel(); /* last: a thread (no fork after it) */
