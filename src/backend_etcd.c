@@ -272,7 +272,11 @@ static CURLcode perform_cx(CURL *h, dl_cancel *cx) {
             break;
         }
         struct curl_waitfd w = {.fd = cx->own, .events = CURL_WAIT_POLLIN, .revents = 0};
+#if LIBCURL_VERSION_NUM >= 0x074200
         curl_multi_poll(m, &w, cx->own >= 0 ? 1 : 0, 1000, NULL);
+#else
+        curl_multi_wait(m, &w, cx->own >= 0 ? 1 : 0, 1000, NULL);
+#endif
         if (w.revents) dl_cancel_drain(cx);
     }
     curl_multi_remove_handle(m, h);
