@@ -208,7 +208,8 @@ static void *locker_main(void *arg)
  * the lock's queue or waiter registry (and gives back a lock handed to it
  * meanwhile) instead of leaving a dead entry that others wait behind. If the
  * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step. If a
- * cancel is refused (DLOCK_ENOTSUP), dlock just exits. */
+ * cancel is refused (DLOCK_ENOTSUP), dlock just exits. 1 when the locker
+ * thread has said its last word (it returns right after: join it). */
 #define CANCEL_GRACE_MS 5000
 static int readable_within(int fd, int ms)
 {
@@ -220,24 +221,24 @@ static int readable_within(int fd, int ms)
     return n > 0;
 }
 
-static void give_up_waiting(locker *lk)
+static int give_up_waiting(locker *lk)
 {
     char b;
     if (lk->permits) {
         if (dlock_permits_cancel(lk->permits) != DLOCK_OK)
-            return;
+            return 0;
     } else {
         for (size_t i = 0; i < lk->nlocks; i++)
             if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
-                return; /* refused: just exit */
+                return 0; /* refused: just exit */
     }
     if (!readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) || read_byte(lk->done_pipe[0], &b))
-        return;
+        return 0;
     if (lk->acquire_rc != DLOCK_OK)
-        return;
+        return 1;
     write_byte(lk->cmd_pipe[1], 'r');
-    if (readable_within(lk->done_pipe[0], CANCEL_GRACE_MS))
-        (void)read_byte(lk->done_pipe[0], &b);
+    return readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) &&
+           read_byte(lk->done_pipe[0], &b) == 0;
 }
 
 /* The lost-lease callback (watchdog thread): only a pipe write. */
@@ -757,7 +758,8 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 if (g->verbose)
                     cli_err(CMD, "signal %u while waiting for %s; giving up", si.ssi_signo,
                             what);
-                give_up_waiting(&lk);
+                if (give_up_waiting(&lk))
+                    pthread_join(th, NULL);
                 _exit(128 + (int)si.ssi_signo);
             }
         }

@@ -372,19 +372,23 @@ static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
  * row into *v (*isnull when SQL NULL or no row). *broken: the connection is
  * unusable afterwards (close it). */
 static int kill_query(my_client *mc, unsigned long id, dl_err *err);
+#define MY_KILL_AGAIN_MS 200
 
 /* Sends sql and reads the head of its answer before `until` (see my_query).
  * cx (may be NULL; between dl_cancel_begin and dl_cancel_end): on a cancel
  * of that wait, *canceled = 1 and the statement is killed (KILL QUERY on
  * the client's own connection: it ends with an error, or with its own
  * answer if it was done first), whose answer is waited for at most the
- * command timeout more. When the kill fails: DLOCK_ECANCELED and *broken =
+ * command timeout more; the KILL goes again every MY_KILL_AGAIN_MS
+ * meanwhile (one that came before the server started the statement may
+ * have missed it). When the kill fails: DLOCK_ECANCELED and *broken =
  * 1 (closing the connection ends the session, once the server notices). */
 static int my_run_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until, dl_cancel *cx,
                      int *canceled, int *broken, dl_err *err) {
     *broken = 0;
     if (mysql_send_query(db, sql, (unsigned long)strlen(sql))) goto fail;
     int fd = (int)mysql_get_socket(db);
+    int64_t killed_at = 0; /* when the latest KILL QUERY went */
     for (;;) {
         int64_t now = dl_now_ms();
         int ms = -1;
@@ -395,18 +399,26 @@ static int my_run_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until, d
             }
             ms = until - now > 600000 ? 600000 : (int)(until - now);
         }
+        if (killed_at) {
+            int64_t again = killed_at + MY_KILL_AGAIN_MS - now;
+            if (again < 0) again = 0;
+            if (ms < 0 || again < ms) ms = (int)again;
+        }
         struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}};
         int n = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
-        if (n == -2) {
-            *canceled = 1;
-            cx = NULL; /* from now on, the answer only */
+        if (n == -2 || (killed_at && n == 0 && dl_now_ms() >= killed_at + MY_KILL_AGAIN_MS)) {
+            if (!killed_at) {
+                *canceled = 1;
+                cx = NULL; /* from now on, the answer only */
+                int64_t soon = dl_deadline(mc->cmd_ms);
+                if (until == DL_INF_DEADLINE || soon < until) until = soon;
+            }
             dl_err e2 = {0};
             if (kill_query(mc, mysql_thread_id(db), &e2)) {
                 *broken = 1;
                 return dl_seterr(err, DLOCK_ECANCELED, "the wait was cancelled");
             }
-            int64_t soon = dl_deadline(mc->cmd_ms);
-            if (until == DL_INF_DEADLINE || soon < until) until = soon;
+            killed_at = dl_now_ms();
             continue;
         }
         if (n > 0) break;

@@ -121,6 +121,7 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
                      const char *const *vals, const int *lens, int64_t deadline,
                      dl_cancel *cx, int *canceled, PGresult **out, char state[6], int *broken,
                      dl_err *err);
+#define PG_CANCEL_AGAIN_MS 200
 
 static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
                   const char *const *vals, const int *lens, int64_t deadline, PGresult **out,
@@ -180,7 +181,9 @@ static void close_conn(PGconn **conn) {
  * and dl_cancel_end): on a cancel of that wait, *canceled = 1 and the server
  * is asked to cancel the statement (PQcancel: SQLSTATE 57014 then, or the
  * statement's own answer if it was done first), and the answer is waited for
- * at most the command timeout more. When the request cannot be sent:
+ * at most the command timeout more; the request goes again every
+ * PG_CANCEL_AGAIN_MS meanwhile (one that reaches the server before it
+ * started the statement is dropped). When the request cannot be sent:
  * DLOCK_ECANCELED and *broken = 1 (closing the connection ends the session,
  * once the server notices). */
 static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
@@ -199,6 +202,7 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
     }
     int rc = DLOCK_OK;
     PGresult *keep = NULL;
+    int64_t asked_at = 0; /* when the latest cancel request went */
     for (;;) {
         while (PQisBusy(conn)) {
             int64_t left = deadline == DL_INF_DEADLINE ? -1 : deadline - dl_now_ms();
@@ -215,10 +219,19 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
                 return dl_seterr(err, DLOCK_EIO, "postgres: connection lost");
             }
             int ms = left < 0 || left > INT_MAX ? (left < 0 ? -1 : INT_MAX) : (int)left;
+            if (asked_at) {
+                int64_t again = asked_at + PG_CANCEL_AGAIN_MS - dl_now_ms();
+                if (again < 0) again = 0;
+                if (ms < 0 || again < ms) ms = (int)again;
+            }
             int pr = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
-            if (pr == -2) {
-                *canceled = 1;
-                cx = NULL; /* from now on, the answer only */
+            if (pr == -2 || (asked_at && pr == 0 && dl_now_ms() >= asked_at + PG_CANCEL_AGAIN_MS)) {
+                if (!asked_at) {
+                    *canceled = 1;
+                    cx = NULL; /* from now on, the answer only */
+                    int64_t soon = dl_deadline(pc->cmd_timeout_ms);
+                    if (deadline == DL_INF_DEADLINE || soon < deadline) deadline = soon;
+                }
                 PGcancel *pgc = PQgetCancel(conn);
                 char ebuf[160];
                 int asked = pgc && PQcancel(pgc, ebuf, sizeof ebuf);
@@ -228,8 +241,7 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
                     PQclear(keep);
                     return dl_seterr(err, DLOCK_ECANCELED, "postgres: the wait was cancelled");
                 }
-                int64_t soon = dl_deadline(pc->cmd_timeout_ms);
-                if (deadline == DL_INF_DEADLINE || soon < deadline) deadline = soon;
+                asked_at = dl_now_ms();
                 continue;
             }
             if (pr < 0) continue; /* EINTR */
@@ -566,8 +578,9 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     if (cx) dl_cancel_end(cx);
     if (broken) close_conn(&pl->conn);
     /* cancelled: the statement ended (57014), or the request could not be
-     * sent (the connection is closed); a lock taken first is kept (OK) */
-    if (canceled && (rc == DLOCK_ECANCELED || !strcmp(st, "57014"))) {
+     * sent (the connection is closed), or no answer came (the same); a lock
+     * taken first is kept (OK) */
+    if (canceled && rc) {
         if (pl->conn) {
             /* the cancel may have hit the SETs after pg_advisory_lock
              * returned: a session lock outlives the rolled-back

@@ -831,6 +831,28 @@ void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms) {
         ASSERT_LOK(w, dlock_lock_check(w, &held, &count));
         ASSERT_EQ(held, 0);
     }
+    /* cancels from the moment the wait starts (before its statement, watch or
+     * queue entry reaches the server, say): repeated every millisecond until
+     * the acquire returns, which it does at once */
+    {
+        th_canceled_wait cw = {.l = w, .wait_ms = DLOCK_WAIT_FOREVER, .lease_ms = lease_ms,
+                               .rc = -1};
+        atomic_init(&cw.done, 0);
+        pthread_t t;
+        int64_t t0 = th_now_ms();
+        ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
+        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) {
+            ASSERT_LOK(w, dlock_lock_cancel(w));
+            th_sleep_ms(1);
+        }
+        ASSERT_MSG(atomic_load(&cw.done), "the early-cancelled wait did not end in 10 s");
+        ASSERT(pthread_join(t, NULL) == 0);
+        ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "early-cancelled wait: %s: %s",
+                   dlock_strerror(cw.rc), dlock_lock_errmsg(w));
+        th_log("cancel: a wait cancelled from its start ended after %lld ms",
+               (long long)(cw.t_done - t0));
+        ASSERT_LT(cw.t_done - t0, 2000);
+    }
     /* a cancel with nothing under way is not for the next acquire */
     ASSERT_LOK(w, dlock_lock_cancel(w));
     int64_t t0 = th_now_ms();

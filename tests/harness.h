@@ -206,7 +206,8 @@ dlock_lock *th_lock(dlock_client *c, const char *name, dlock_kind kind);
 /* dlock_lock_cancel's contract on any backend that has it: with name held by
  * a handle of c, a plain handle waiting in another thread (forever, then for
  * 20 s) returns DLOCK_ECANCELED within 1.5 s of the cancel, and the holder
- * still holds; a cancel with no acquire under way is not for the next one
+ * still holds; so does a wait cancelled from its very start (cancels every
+ * millisecond); a cancel with no acquire under way is not for the next one
  * (a 300 ms wait then times out); once the holder releases, the cancelled
  * handle takes the lock at once. lease_ms: the backend's (DLOCK_WATCHDOG for
  * session locks). Its thread is gone when it returns. */

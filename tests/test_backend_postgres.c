@@ -612,12 +612,14 @@ static void test_cli(const char *cli) {
     dlock_client *c = client();
     dlock_lock *h = lock(c, "cli-wait", DLOCK_KIND_PLAIN);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    char errf[300];
+    snprintf(errf, sizeof errf, "%s/cli-wait.err", g_dir);
     pid_t kid = th_fork();
     if (kid == 0) {
-        int nul = open("/dev/null", O_WRONLY);
-        if (nul >= 0) {
-            dup2(nul, 1);
-            dup2(nul, 2);
+        int fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
         }
         execl(cli, cli, "--url", g_url, "run", "cli-wait", "--", "true", (char *)NULL);
         _exit(127);
@@ -628,6 +630,15 @@ static void test_cli(const char *cli) {
     st = th_wait_child(kid, 10000);
     th_log("dlock run waiting, SIGTERM: exit %d after %lld ms", st,
            (long long)(th_now_ms() - t0));
+    if (st != 128 + SIGTERM) {
+        char out[8192] = "";
+        FILE *f = fopen(errf, "r");
+        if (f) {
+            out[fread(out, 1, sizeof out - 1, f)] = '\0';
+            fclose(f);
+        }
+        th_log("its output:\n%s", out);
+    }
     ASSERT_EQ(st, 128 + SIGTERM);
     ASSERT_LOK(h, dlock_release(h));
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
