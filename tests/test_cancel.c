@@ -14,6 +14,7 @@
  *   multi    dlock_multi_acquire of {a, b}, b held elsewhere: cancelling both
  *            ends it with DLOCK_ECANCELED and a is given back
  *   redlock  RedLock over 3 servers: the retry sleep is cut short too
+ *   contract th_check_lock_cancel, the check every backend's test runs
  *   objects  a semaphore acquire, a permit acquire and a latch await, each
  *            waiting in a thread, are cancelled the same way (and hold
  *            nothing afterwards) */
@@ -380,6 +381,12 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "signal")) part_signal(s);
     else if (!strcmp(part, "multi")) part_multi(s);
     else if (!strcmp(part, "objects")) part_objects(s);
+    else if (!strcmp(part, "contract")) {
+        /* the contract every backend's test checks (tests/harness.c) */
+        dlock_client *c = th_client(s, 0);
+        th_check_lock_cancel(c, "cancel:contract", 20000);
+        dlock_client_free(c);
+    }
     else th_fail(__FILE__, __LINE__, "unknown part %s", part);
     th_server_stop(s);
     return 0;
