@@ -26,9 +26,9 @@
  *    dlock_lock_cancel ends such a wait with KILL QUERY <the handle's
  *    connection id> on the client's own connection: GET_LOCK ends, the
  *    connection stays. Closing the connection instead would leave the
- *    server's thread waiting for the lock (it does not watch the socket
- *    there), to take it on the next release and hold it until it notices;
- *    that is only the fallback when the KILL fails. The table mode's naps
+ *    server's thread waiting for the lock until it notices the closed
+ *    socket (MariaDB: about a second), and take the lock if it is released
+ *    meanwhile; that is only the fallback when the KILL fails. The table mode's naps
  *    between attempts end at once.
  *  - Lock names (both modes): a name of at most 64 bytes of printable ASCII
  *    is used as is, as a binary string (MySQL's limit is 64 characters;
