@@ -372,16 +372,13 @@ static int my_connect(my_client *mc, MYSQL **out, dl_err *err) {
  * row into *v (*isnull when SQL NULL or no row). *broken: the connection is
  * unusable afterwards (close it). */
 static int kill_query(my_client *mc, unsigned long id, dl_err *err);
-#define MY_KILL_AGAIN_MS 200
 
 /* Sends sql and reads the head of its answer before `until` (see my_query).
  * cx (may be NULL; between dl_cancel_begin and dl_cancel_end): on a cancel
  * of that wait, *canceled = 1 and the statement is killed (KILL QUERY on
  * the client's own connection: it ends with an error, or with its own
  * answer if it was done first), whose answer is waited for at most the
- * command timeout more; the KILL goes again every MY_KILL_AGAIN_MS
- * meanwhile (one that came before the server started the statement may
- * have missed it). When the kill fails: DLOCK_ECANCELED and *broken =
+ * command timeout more, killing again meanwhile (dl_cancel_poll_ask). When the kill fails: DLOCK_ECANCELED and *broken =
  * 1 (closing the connection ends the session, once the server notices). */
 static int my_run_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until, dl_cancel *cx,
                      int *canceled, int *broken, dl_err *err) {
@@ -399,17 +396,11 @@ static int my_run_cx(my_client *mc, MYSQL *db, const char *sql, int64_t until, d
             }
             ms = until - now > 600000 ? 600000 : (int)(until - now);
         }
-        if (killed_at) {
-            int64_t again = killed_at + MY_KILL_AGAIN_MS - now;
-            if (again < 0) again = 0;
-            if (ms < 0 || again < ms) ms = (int)again;
-        }
         struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}};
-        int n = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
-        if (n == -2 || (killed_at && n == 0 && dl_now_ms() >= killed_at + MY_KILL_AGAIN_MS)) {
+        int n = dl_cancel_poll_ask(cx, &killed_at, pfd, 1, ms);
+        if (n == -2) {
             if (!killed_at) {
                 *canceled = 1;
-                cx = NULL; /* from now on, the answer only */
                 int64_t soon = dl_deadline(mc->cmd_ms);
                 if (until == DL_INF_DEADLINE || soon < until) until = soon;
             }
@@ -1240,6 +1231,20 @@ static void lock_conn_lost(dlock_lock *l) {
     }
 }
 
+/* Gives back one hold of l's GET_LOCK on its connection, best effort (the
+ * connection is dropped if it broke). */
+static void give_back(dlock_lock *l) {
+    my_lock *ml = l->bdata;
+    my_client *mc = l->c->bctx;
+    char sql[64 + sizeof ml->hex];
+    snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
+    long long v;
+    int isnull, broken = 0;
+    dl_err e2 = {0};
+    if (my_query(ml->db, sql, dl_deadline(mc->cmd_ms), 1, &v, &isnull, &broken, &e2) && broken)
+        lock_conn_lost(l);
+}
+
 static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                       dl_err *err) {
     my_lock *ml = l->bdata;
@@ -1281,14 +1286,9 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
          * kill failed (the connection is closed); a lock taken first is
          * kept (OK) */
         if (canceled && (rc || isnull || v != 1)) {
-            if (rc && !broken) {
-                /* killed as GET_LOCK returned: the lock may be the
-                 * session's; give it back (it held none before: no
-                 * re-entry waits) */
-                dl_err e2 = {0};
-                snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
-                my_query(ml->db, sql, dl_deadline(mc->cmd_ms), 1, &v, &isnull, &broken, &e2);
-            }
+            /* killed as GET_LOCK returned: the lock may be the session's
+             * (it held none before: no re-entry waits) */
+            if (rc && !broken) give_back(l);
             rc = dl_cancel_err(l, err);
             goto fail;
         }
@@ -1319,14 +1319,7 @@ static int my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
              ml->hex);
     rc = my_query(ml->db, fsql, dl_deadline(mc->cmd_ms), 0, NULL, NULL, &broken, err);
     if (rc) {
-        if (!broken) { /* give back the hold just taken; best effort */
-            int b2;
-            dl_err e2 = {0};
-            snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
-            if (my_query(ml->db, sql, dl_deadline(mc->cmd_ms), 1, &v, &isnull, &b2, &e2) &&
-                b2)
-                lock_conn_lost(l);
-        }
+        if (!broken) give_back(l); /* the hold just taken */
         char m[DL_ERRMSG_MAX];
         snprintf(m, sizeof m, "%s", err->msg);
         dl_seterr(err, err->code, "fencing token of '%s': %s", nm(l, nb, sizeof nb), m);

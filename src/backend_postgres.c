@@ -121,7 +121,6 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
                      const char *const *vals, const int *lens, int64_t deadline,
                      dl_cancel *cx, int *canceled, PGresult **out, char state[6], int *broken,
                      dl_err *err);
-#define PG_CANCEL_AGAIN_MS 200
 
 static int pg_run(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
                   const char *const *vals, const int *lens, int64_t deadline, PGresult **out,
@@ -181,9 +180,8 @@ static void close_conn(PGconn **conn) {
  * and dl_cancel_end): on a cancel of that wait, *canceled = 1 and the server
  * is asked to cancel the statement (PQcancel: SQLSTATE 57014 then, or the
  * statement's own answer if it was done first), and the answer is waited for
- * at most the command timeout more; the request goes again every
- * PG_CANCEL_AGAIN_MS meanwhile (one that reaches the server before it
- * started the statement is dropped). When the request cannot be sent:
+ * at most the command timeout more, asking again meanwhile
+ * (dl_cancel_poll_ask). When the request cannot be sent:
  * DLOCK_ECANCELED and *broken = 1 (closing the connection ends the session,
  * once the server notices). */
 static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int nparams,
@@ -219,16 +217,10 @@ static int pg_run_cx(const pg_client *pc, PGconn *conn, const char *sql, int npa
                 return dl_seterr(err, DLOCK_EIO, "postgres: connection lost");
             }
             int ms = left < 0 || left > INT_MAX ? (left < 0 ? -1 : INT_MAX) : (int)left;
-            if (asked_at) {
-                int64_t again = asked_at + PG_CANCEL_AGAIN_MS - dl_now_ms();
-                if (again < 0) again = 0;
-                if (ms < 0 || again < ms) ms = (int)again;
-            }
-            int pr = cx ? dl_cancel_poll(cx, pfd, 1, ms) : poll(pfd, 1, ms);
-            if (pr == -2 || (asked_at && pr == 0 && dl_now_ms() >= asked_at + PG_CANCEL_AGAIN_MS)) {
+            int pr = dl_cancel_poll_ask(cx, &asked_at, pfd, 1, ms);
+            if (pr == -2) {
                 if (!asked_at) {
                     *canceled = 1;
-                    cx = NULL; /* from now on, the answer only */
                     int64_t soon = dl_deadline(pc->cmd_timeout_ms);
                     if (deadline == DL_INF_DEADLINE || soon < deadline) deadline = soon;
                 }
@@ -534,6 +526,22 @@ static int next_fence(dlock_lock *l, uint64_t *fence, dl_err *err) {
     return DLOCK_OK;
 }
 
+/* Gives back one hold of l's key on its session, best effort (the session
+ * is closed if that fails). */
+static void give_back(dlock_lock *l) {
+    pg_client *pc = l->c->bctx;
+    pg_lock *pl = l->bdata;
+    if (!pl->conn) return;
+    char sql[96], st[6];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l), pl->key);
+    PGresult *r = NULL;
+    int broken = 0;
+    dl_err e2 = {0};
+    int rc = pg_run(pc, pl->conn, sql, 0, NULL, NULL, cmd_deadline(pc), &r, st, &broken, &e2);
+    PQclear(r);
+    if (rc) close_conn(&pl->conn);
+}
+
 static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     if (lease_ms != DLOCK_WATCHDOG)
         return dl_seterr(err, DLOCK_ENOTSUP,
@@ -581,19 +589,10 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
      * sent (the connection is closed), or no answer came (the same); a lock
      * taken first is kept (OK) */
     if (canceled && rc) {
-        if (pl->conn) {
-            /* the cancel may have hit the SETs after pg_advisory_lock
-             * returned: a session lock outlives the rolled-back
-             * transaction, so give it back (the session held none before:
-             * no re-entry waits) */
-            snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l),
-                     pl->key);
-            dl_err e2 = {0};
-            if (pg_run(pc, pl->conn, sql, 0, NULL, NULL, cmd_deadline(pc), &r, st, &broken,
-                       &e2))
-                close_conn(&pl->conn);
-            PQclear(r);
-        }
+        /* the cancel may have hit the SETs after pg_advisory_lock returned:
+         * a session lock outlives the rolled-back transaction (the session
+         * held none before: no re-entry waits) */
+        give_back(l);
         return dl_cancel_err(l, err);
     }
     if (rc) {
@@ -613,16 +612,7 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
     uint64_t fence = 0;
     rc = next_fence(l, &fence, err);
     if (rc) {
-        /* give back the hold just taken (or the whole session) */
-        if (pl->conn) {
-            snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l),
-                     pl->key);
-            dl_err e2 = {0};
-            int rc2 = pg_run(pc, pl->conn, sql, 0, NULL, NULL, cmd_deadline(pc), &r, st, &broken,
-                             &e2);
-            PQclear(r);
-            if (rc2) close_conn(&pl->conn);
-        }
+        give_back(l); /* the hold just taken (or the whole session) */
         return rc;
     }
     t->acquired = 1;

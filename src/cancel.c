@@ -82,6 +82,15 @@ int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms) {
     return r < 0 ? 0 : r;
 }
 
+int dl_cancel_poll_ask(dl_cancel *x, const int64_t *asked, struct pollfd *fds, int n, int ms) {
+    if (!*asked) return x ? dl_cancel_poll(x, fds, n, ms) : poll(fds, (nfds_t)n, ms);
+    int64_t again = *asked + DL_CANCEL_ASK_AGAIN_MS - dl_now_ms();
+    if (again <= 0) return -2;
+    if (ms < 0 || again < ms) ms = (int)again;
+    int r = poll(fds, (nfds_t)n, ms);
+    return r == 0 && dl_now_ms() >= *asked + DL_CANCEL_ASK_AGAIN_MS ? -2 : r;
+}
+
 int dl_cancel_nap(dl_cancel *x, int64_t ms) {
     int64_t end = dl_now_ms() + ms;
     struct pollfd p[1];

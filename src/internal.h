@@ -437,6 +437,15 @@ int dl_cancel_nap(dl_cancel *x, int64_t ms);
  * when the wait is cancelled. EINTR counts as none ready. */
 struct pollfd;
 int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms);
+/* For a wait the server runs (a statement), whose end must be asked for (a
+ * cancel request, KILL QUERY): as dl_cancel_poll (x may be NULL: poll) until
+ * the caller first asks, then poll(2) on fds alone. *asked: 0, then when the
+ * caller last asked (monotonic ms; the caller sets it). Returns -2 when it is
+ * time to ask: on the cancel, then every DL_CANCEL_ASK_AGAIN_MS until the
+ * answer comes (a request that reaches the server before it started the
+ * statement is dropped); else poll's result. */
+#define DL_CANCEL_ASK_AGAIN_MS 200
+int dl_cancel_poll_ask(dl_cancel *x, const int64_t *asked, struct pollfd *fds, int n, int ms);
 
 typedef struct dl_object {
     dlock_client *c;
