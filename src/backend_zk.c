@@ -69,10 +69,12 @@
  *   locks). The acquisition holds when the number of leases up to its last
  *   one (in sequence order) fits the total, so holders are a prefix of the
  *   queue and order is FIFO (a big request at the head holds up smaller
- *   ones behind it). Otherwise it watches the children and the total (any
- *   change wakes it: every waiter re-checks, a herd effect on the waiters of
- *   one semaphore) and waits with the deadline; try once (DLOCK_EBUSY) and
- *   a timed wait (DLOCK_ETIMEDOUT) delete its leases before returning.
+ *   ones behind it). Otherwise it waits with the deadline, watching the
+ *   total and, with no herd: the children if it is the first waiter, else
+ *   the last lease of the waiter just ahead, which marks it (data "held")
+ *   when admitted or deletes it when it gives up (see mark_held); try once
+ *   (DLOCK_EBUSY) and a timed wait (DLOCK_ETIMEDOUT) delete its leases
+ *   before returning.
  *   Permits are owned: release(n) deletes n of the handle's own leases (the
  *   latest first) and is DLOCK_EINVAL beyond what the handle holds (Redis's
  *   release adds permits whoever calls it); freeing the handle gives its
@@ -1092,6 +1094,25 @@ static int wait_event(zk_sess *s, uint64_t ev0, int64_t deadline, dl_cancel *cx)
     return dl_canceled(cx);
 }
 
+/* A waiter reads the node ahead of it, leaving a watch on it (data change
+ * or delete). DLOCK_OK: watched (*op, if op is not NULL, has its data);
+ * ZK_LOOK_AGAIN: the waiter looks at the queue again at once (the node is
+ * gone already, or the connection was lost for a moment: after a 50 ms
+ * pause); else a failure code. */
+#define ZK_LOOK_AGAIN (-1)
+
+static int watch_ahead(zk_client *zc, zk_sess *s, const char *path, int64_t deadline,
+                       const char *what, zk_op **op, dl_err *err) {
+    int zrc = zk_req(zc, s, OP_WATCH, path, 0, op);
+    if (zrc == ZOK) return DLOCK_OK;
+    if (zrc == ZNONODE) return ZK_LOOK_AGAIN;
+    if (zk_unknown(zrc) && dl_now_ms() < deadline) {
+        dl_sleep_ms(50);
+        return ZK_LOOK_AGAIN;
+    }
+    return zk_fail(zrc, what, err);
+}
+
 static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     if (lease_ms != DLOCK_WATCHDOG)
         return dl_seterr(err, DLOCK_ENOTSUP,
@@ -1195,18 +1216,11 @@ static int zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
                            (long long)wait_ms);
             break;
         }
-        /* watch the predecessor only; gone already: look again */
-        int zrc = zk_req(zc, s, OP_WATCH, pp, 0, NULL);
+        /* watch the predecessor only */
+        rc = watch_ahead(zc, s, pp, deadline, "watch the lock's queue", NULL, err);
         free(pp);
-        if (zrc == ZNONODE) continue;
-        if (zrc != ZOK) {
-            if (zk_unknown(zrc) && dl_now_ms() < deadline) {
-                dl_sleep_ms(50);
-                continue;
-            }
-            rc = zk_fail(zrc, "watch the lock's queue", err);
-            break;
-        }
+        if (rc == ZK_LOOK_AGAIN) continue;
+        if (rc) break;
         if (wait_event(s, ev0, deadline, &l->cancel)) {
             rc = dl_cancel_err(l, err);
             break;
@@ -1410,10 +1424,12 @@ static int leases_of(zk_op *op, zk_lease **out, int *n, dl_err *err) {
  * are a prefix of the queue (a later group counts all earlier ones); *mine
  * (may be NULL) gets whether the group guid fits, *nmine its leases. */
 static int64_t leases_held(const zk_lease *v, int n, int64_t total, const char *guid,
-                           int *mine, int *nmine) {
+                           int *mine, int *nmine, int *ahead) {
     int64_t held = 0;
+    int prev = -1, prev_fits = 0; /* the group before i's: its last lease */
     if (mine) *mine = 0;
     if (nmine) *nmine = 0;
+    if (ahead) *ahead = -1;
     for (int i = 0; i < n;) {
         int last = i; /* the last lease of i's group */
         while (last + 1 < n && !strcmp(v[last + 1].guid, v[i].guid)) last++;
@@ -1422,10 +1438,30 @@ static int64_t leases_held(const zk_lease *v, int n, int64_t total, const char *
         if (guid && !strcmp(v[i].guid, guid)) {
             if (mine) *mine = fits;
             if (nmine) *nmine += last - i + 1;
+            if (ahead && prev >= 0 && !prev_fits) *ahead = prev;
         }
+        prev = last;
+        prev_fits = fits;
         i = last + 1;
     }
     return held;
+}
+
+/* A waiter that got its permits marks its last lease (data "held"), so the
+ * waiter queued right behind it, which watches that lease, wakes and takes
+ * over the watch on the leases. Sent without waiting for the answer: if it
+ * is lost, that waiter's periodic re-check (ZK_SEM_RECHECK_MS) notices. */
+#define ZK_LEASE_HELD "held"
+#define ZK_SEM_RECHECK_MS 2000
+
+static void c_ignore(int rc, const struct Stat *st, const void *data) {
+    (void)rc;
+    (void)st;
+    (void)data;
+}
+
+static void mark_held(zk_sess *s, const char *path) {
+    (void)zoo_aset(s->zh, path, ZK_LEASE_HELD, (int)strlen(ZK_LEASE_HELD), -1, c_ignore, NULL);
 }
 
 /* Reads the total: *total (0 when unset), *set 1 if a value is there,
@@ -1664,6 +1700,13 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
         sess_unref(s);
         return rc;
     }
+    /* first: this waiter watches the leases (it is the first waiter, or
+     * has not looked yet); waited: it was refused once (a waiter behind may
+     * watch its lease); held_guid: a group ahead seen marked as holding
+     * although it does not fit in our view (a later total lowered below
+     * what is held): we are the first waiter then */
+    int first = 1, waited = 0;
+    char held_guid[2 * ZK_GUID_BYTES + 1] = "";
     for (;;) {
         pthread_mutex_lock(&s->mu);
         uint64_t ev0 = s->events;
@@ -1674,10 +1717,10 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
                                            "waiting", nm);
             break;
         }
-        /* both reads leave a watch: a release (delete) or a new total
-         * after them wakes us */
+        /* both reads leave a watch (the leases: the first waiter's only): a
+         * release (delete) or a new total after them wakes us */
         zk_op *op = NULL;
-        int zrc = zk_req(zc, s, OP_WATCH_KIDS, zs->node, 0, &op);
+        int zrc = zk_req(zc, s, first ? OP_WATCH_KIDS : OP_KIDS, zs->node, 0, &op);
         int64_t total = 0;
         int set = 0, exists = 0;
         rc = zrc == ZOK ? sem_read(zc, s, zs->node, 1, &total, &set, NULL, &exists, err)
@@ -1688,18 +1731,28 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
             continue;
         }
         zk_lease *v = NULL;
-        int n = 0, mine = 0, nmine = 0;
+        int n = 0, mine = 0, nmine = 0, ahead = -1;
         if (!rc) rc = leases_of(op, &v, &n, err);
-        if (!rc) leases_held(v, n, total, guid, &mine, &nmine);
+        if (!rc) leases_held(v, n, total, guid, &mine, &nmine, &ahead);
+        /* the waiting group just ahead of ours: we watch its last lease */
+        char *ap = NULL, aguid[2 * ZK_GUID_BYTES + 1] = "";
+        if (!rc && ahead >= 0 && strcmp(v[ahead].guid, held_guid)) {
+            memcpy(aguid, v[ahead].guid, sizeof aguid);
+            if (!(ap = join3(zs->node, "/", v[ahead].name)))
+                rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        }
         free(v);
         if (op) op_unref(op);
         if (rc) break;
         if (nmine != k) {
+            free(ap);
             rc = dl_seterr(err, DLOCK_EIO, "semaphore '%s': our lease nodes vanished (session "
                                            "expired?)", nm);
             break;
         }
         if (mine) {
+            free(ap);
+            if (waited) mark_held(s, paths[k - 1]);
             if (zs->sess && zs->sess != s) sem_drop(zs, 0); /* an expired session's */
             for (int i = 0; i < k; i++) zs->leases[zs->nleases++] = paths[i];
             free(paths);
@@ -1707,18 +1760,48 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
             else zs->sess = s;
             return DLOCK_OK;
         }
-        if (wait_ms == 0) {
-            rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
-                           nm, (long long)permits);
+        if (wait_ms == 0 || dl_now_ms() >= deadline) {
+            free(ap);
+            if (wait_ms == 0)
+                rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
+                               nm, (long long)permits);
+            else
+                rc = dl_seterr(err, DLOCK_ETIMEDOUT,
+                               "timed out waiting for %lld permit(s) of semaphore '%s'",
+                               (long long)permits, nm);
             break;
         }
-        if (dl_now_ms() >= deadline) {
-            rc = dl_seterr(err, DLOCK_ETIMEDOUT,
-                           "timed out waiting for %lld permit(s) of semaphore '%s'",
-                           (long long)permits, nm);
-            break;
+        waited = 1;
+        int64_t until = deadline;
+        if (!ap) {
+            /* the first waiter: every release wakes it */
+            if (!first) {
+                first = 1; /* we listed without the watch: again, with it */
+                continue;
+            }
+        } else {
+            /* a waiter behind another: its admission (the lease marked),
+             * its give-up or its release (the lease deleted) wakes us, as
+             * does a new total; a re-check now and then covers a mark that
+             * was lost, and holders beyond a lowered total (unmarked) */
+            first = 0;
+            zk_op *ao = NULL;
+            rc = watch_ahead(zc, s, ap, deadline, "watch the semaphore's queue", &ao, err);
+            free(ap);
+            if (rc == ZK_LOOK_AGAIN) continue;
+            if (rc) break;
+            int held = ao->datalen == (int)strlen(ZK_LEASE_HELD) &&
+                       !memcmp(ao->data, ZK_LEASE_HELD, strlen(ZK_LEASE_HELD));
+            op_unref(ao);
+            if (held) {
+                memcpy(held_guid, aguid, sizeof held_guid);
+                first = 1;
+                continue;
+            }
+            int64_t re = dl_now_ms() + ZK_SEM_RECHECK_MS;
+            if (re < until) until = re;
         }
-        if (wait_event(s, ev0, deadline, &o->cancel)) {
+        if (wait_event(s, ev0, until, &o->cancel)) {
             rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
             break;
         }
@@ -1790,7 +1873,7 @@ static int zk_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
     zk_lease *v = NULL;
     int n = 0;
     if (!rc) rc = leases_of(op, &v, &n, err);
-    if (!rc) *permits = total - leases_held(v, n, total, NULL, NULL, NULL);
+    if (!rc) *permits = total - leases_held(v, n, total, NULL, NULL, NULL, NULL);
     free(v);
     if (op) op_unref(op);
     sess_unref(s);

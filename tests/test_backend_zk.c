@@ -80,13 +80,17 @@ static void srvr(char *buf, size_t len) {
     close(s);
 }
 
-/* The server's znode count (from srvr), -1 when it does not answer. */
-static long node_count(void) {
+/* A number of the srvr answer ("Node count: ", "Received: "), -1 when the
+ * server does not answer. */
+static long srvr_number(const char *field) {
     char b[2048];
     srvr(b, sizeof b);
-    const char *p = strstr(b, "Node count: ");
-    return p ? atol(p + 12) : -1;
+    const char *p = strstr(b, field);
+    return p ? atol(p + strlen(field)) : -1;
 }
+
+/* The server's znode count. */
+static long node_count(void) { return srvr_number("Node count: "); }
 
 static void zk_start(void) {
     if (access(ZK_JAR, R_OK) || access(SLF4J_JAR, R_OK))
@@ -1227,6 +1231,173 @@ static void test_sem_fifo_wake(void) {
     dlock_client_free(c);
 }
 
+/* No herd: waiters queued on a semaphore of 1 permit, each on its own
+ * session. Only the first waiter watches the leases; each other watches the
+ * waiter just ahead of it, so a release wakes one waiter and its admission
+ * the next (before, every release woke every waiter: each listed the leases
+ * again). Counted with the server's packet counter (`srvr`: Received) over
+ * the whole drain; also checked: FIFO order, one holder at a time. */
+#define HERD_WAITERS 24
+static atomic_int g_herd_order[HERD_WAITERS], g_herd_next, g_herd_in, g_herd_bad;
+
+typedef struct herd_arg {
+    dlock_client *c;
+    int idx;
+    int64_t wait_ms;
+    int rc; /* the acquire's */
+} herd_arg;
+
+static void *herd_waiter(void *arg) {
+    herd_arg *a = arg;
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(a->c, "sem:herd", DLOCK_CSTR, &s);
+    if (!rc) rc = a->rc = dlock_semaphore_acquire(s, 1, a->wait_ms);
+    if (rc == DLOCK_ETIMEDOUT && a->wait_ms != DLOCK_WAIT_FOREVER) {
+        dlock_semaphore_free(s);
+        return NULL;
+    }
+    if (!rc) {
+        if (atomic_fetch_add(&g_herd_in, 1) != 0) atomic_store(&g_herd_bad, 1);
+        atomic_store(&g_herd_order[atomic_fetch_add(&g_herd_next, 1)], a->idx);
+        usleep(10000);
+        atomic_fetch_sub(&g_herd_in, 1);
+        rc = dlock_semaphore_release(s, 1);
+    }
+    if (rc) {
+        fprintf(stderr, "herd waiter %d: %s\n", a->idx, dlock_semaphore_errmsg(s));
+        atomic_store(&g_herd_bad, 2);
+    }
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+static void *lowered_waiter(void *arg) {
+    herd_arg *a = arg;
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(a->c, "sem:lowered", DLOCK_CSTR, &s);
+    if (!rc) rc = a->rc = dlock_semaphore_acquire(s, 1, a->wait_ms);
+    if (!rc) {
+        atomic_fetch_add(&g_herd_next, 1);
+        rc = dlock_semaphore_release(s, 1);
+    }
+    if (rc) atomic_store(&g_herd_bad, 3);
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+/* The packets the server received so far. */
+static long received(void) { return srvr_number("Received: "); }
+
+static void test_sem_no_herd(void) {
+    dlock_client *hc = client(), *wc[HERD_WAITERS];
+    dlock_semaphore *h = sem(hc, "sem:herd");
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
+    pthread_t t[HERD_WAITERS];
+    herd_arg args[HERD_WAITERS];
+    atomic_store(&g_herd_next, 0);
+    atomic_store(&g_herd_in, 0);
+    atomic_store(&g_herd_bad, 0);
+    long before = node_count();
+    for (int i = 0; i < HERD_WAITERS; i++) {
+        wc[i] = client();
+        args[i] = (herd_arg){wc[i], i, DLOCK_WAIT_FOREVER, -1};
+        ASSERT(pthread_create(&t[i], NULL, herd_waiter, &args[i]) == 0);
+        /* one at a time: the queue order is i */
+        int64_t until = th_now_ms() + 5000;
+        while (node_count() < before + i + 1 && th_now_ms() < until) th_sleep_ms(2);
+        ASSERT_EQ(node_count(), before + i + 1);
+    }
+    th_sleep_ms(300); /* every waiter past its first look */
+    long r0 = received();
+    int64_t t0 = th_now_ms();
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    for (int i = 0; i < HERD_WAITERS; i++) pthread_join(t[i], NULL);
+    long r1 = received();
+    double per = (double)(r1 - r0) / HERD_WAITERS;
+    th_log("no herd: %d waiters drained one by one in %lld ms, %ld packets to the server "
+           "(%.1f per handoff; a herd would be about %d)", HERD_WAITERS,
+           (long long)(th_now_ms() - t0), r1 - r0, per, HERD_WAITERS + 3);
+    ASSERT_EQ(atomic_load(&g_herd_bad), 0);
+    ASSERT_EQ(atomic_load(&g_herd_next), HERD_WAITERS);
+    for (int i = 0; i < HERD_WAITERS; i++) ASSERT_EQ(atomic_load(&g_herd_order[i]), i);
+    ASSERT(r0 >= 0 && r1 >= r0);
+    ASSERT_LT(per, 14.0);
+    ASSERT_EQ(avail(h), 1);
+
+    /* a waiter in the middle gives up: the one behind it, which watched
+     * its lease, watches the one ahead instead, and still comes next */
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
+    atomic_store(&g_herd_next, 0);
+    before = node_count();
+    int64_t waits[3] = {DLOCK_WAIT_FOREVER, 400, DLOCK_WAIT_FOREVER};
+    for (int i = 0; i < 3; i++) {
+        args[i] = (herd_arg){wc[i], i, waits[i], -1};
+        ASSERT(pthread_create(&t[i], NULL, herd_waiter, &args[i]) == 0);
+        int64_t until = th_now_ms() + 5000;
+        while (node_count() < before + i + 1 && th_now_ms() < until) th_sleep_ms(2);
+        ASSERT_EQ(node_count(), before + i + 1);
+    }
+    pthread_join(t[1], NULL);
+    ASSERT_EQ(args[1].rc, DLOCK_ETIMEDOUT);
+    ASSERT_EQ(node_count(), before + 2); /* its lease is gone */
+    t0 = th_now_ms();
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    pthread_join(t[0], NULL);
+    pthread_join(t[2], NULL);
+    th_log("no herd: a waiter behind one that timed out came next, %lld ms after the release",
+           (long long)(th_now_ms() - t0));
+    ASSERT_EQ(args[0].rc, DLOCK_OK);
+    ASSERT_EQ(args[2].rc, DLOCK_OK);
+    ASSERT_EQ(atomic_load(&g_herd_bad), 0);
+    ASSERT_EQ(atomic_load(&g_herd_next), 2);
+    ASSERT_EQ(atomic_load(&g_herd_order[0]), 0);
+    ASSERT_EQ(atomic_load(&g_herd_order[1]), 2);
+    ASSERT_EQ(avail(h), 1);
+
+    /* holders beyond a lowered total are not marked: a waiter behind one
+     * of them (it watches that holder's lease) that fits after holders
+     * ahead release is found by its periodic re-check */
+    dlock_semaphore *hs[3];
+    for (int i = 0; i < 3; i++) hs[i] = sem(hc, "sem:lowered");
+    ASSERT_SOK(hs[0], dlock_semaphore_try_set(hs[0], 3, &set));
+    for (int i = 0; i < 3; i++) ASSERT_SOK(hs[i], dlock_semaphore_acquire(hs[i], 1, DLOCK_NOWAIT));
+    ASSERT_SOK(hs[0], dlock_semaphore_add(hs[0], -2)); /* 1: hs[1], hs[2] beyond it */
+    atomic_store(&g_herd_next, 0);
+    before = node_count();
+    args[0] = (herd_arg){wc[0], 0, DLOCK_WAIT_FOREVER, -1};
+    ASSERT(pthread_create(&t[0], NULL, lowered_waiter, &args[0]) == 0);
+    int64_t until = th_now_ms() + 5000;
+    while (node_count() < before + 1 && th_now_ms() < until) th_sleep_ms(2);
+    ASSERT_EQ(node_count(), before + 1);
+    th_sleep_ms(200);
+    /* a refused try: its lease comes and goes, which uses up the watch on
+     * the leases that the waiter's first look left */
+    dlock_semaphore *x = sem(hc, "sem:lowered");
+    ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    dlock_semaphore_free(x);
+    ASSERT_SOK(hs[0], dlock_semaphore_add(hs[0], 1)); /* 2: hs[2] still beyond it */
+    th_sleep_ms(200);
+    ASSERT_EQ(atomic_load(&g_herd_next), 0);
+    t0 = th_now_ms();
+    ASSERT_SOK(hs[0], dlock_semaphore_release(hs[0], 1));
+    ASSERT_SOK(hs[1], dlock_semaphore_release(hs[1], 1)); /* hs[2] and the waiter fit */
+    pthread_join(t[0], NULL);
+    int64_t el = th_now_ms() - t0;
+    th_log("no herd: a waiter behind a holder beyond a lowered total got its permit %lld ms "
+           "after the holders ahead released (re-check)", (long long)el);
+    ASSERT_EQ(args[0].rc, DLOCK_OK);
+    ASSERT_EQ(atomic_load(&g_herd_next), 1);
+    ASSERT_LT(el, 10000);
+    ASSERT_SOK(hs[2], dlock_semaphore_release(hs[2], 1));
+    ASSERT_EQ(avail(hs[0]), 2);
+    for (int i = 0; i < 3; i++) dlock_semaphore_free(hs[i]);
+    for (int i = 0; i < HERD_WAITERS; i++) dlock_client_free(wc[i]);
+    dlock_semaphore_free(h);
+    dlock_client_free(hc);
+}
+
 /* ---- threads sharing one client (one session), a handle each ---- */
 #define NTHREADS 4
 #define TROUNDS 40
@@ -1332,6 +1503,7 @@ int main(int argc, char **argv) {
     test_sem_killed_holder();
     test_sem_calls();
     test_sem_fifo_wake();
+    test_sem_no_herd();
     const char *only = getenv("DLOCK_ZK_ONLY");
     if (only && !strcmp(only, "sem")) {
         th_log("semaphore tests passed (DLOCK_ZK_ONLY=sem)");
