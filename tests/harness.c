@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <netinet/in.h>
@@ -781,6 +782,87 @@ int th_python_has_redis(const char *python)
         _exit(127);
     }
     return th_wait_child(pid, 30000) == 0;
+}
+
+void th_coproc_start(th_coproc *p, const char *what, char *const argv[])
+{
+    memset(p, 0, sizeof *p);
+    p->what = what;
+    int in[2], out[2];
+    ASSERT_EQ(pipe(in), 0);
+    ASSERT_EQ(pipe(out), 0);
+    p->pid = th_fork();
+    if (p->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    p->to = in[1];
+    p->from = out[0];
+}
+
+void th_coproc_send(th_coproc *p, const char *cmd)
+{
+    size_t n = strlen(cmd);
+    ASSERT_EQ(write(p->to, cmd, n), (ssize_t)n);
+    ASSERT_EQ(write(p->to, "\n", 1), 1);
+}
+
+const char *th_coproc_line(th_coproc *p, int64_t timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    for (;;) {
+        char *nl = p->blen ? memchr(p->buf, '\n', p->blen) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - p->buf);
+            free(p->line);
+            p->line = malloc(n + 1);
+            ASSERT(p->line != NULL);
+            memcpy(p->line, p->buf, n);
+            p->line[n] = '\0';
+            p->blen -= n + 1;
+            memmove(p->buf, nl + 1, p->blen);
+            return p->line;
+        }
+        if (p->cap - p->blen < 4096) {
+            p->cap = p->cap ? p->cap * 2 : 8192;
+            p->buf = realloc(p->buf, p->cap);
+            ASSERT(p->buf != NULL);
+        }
+        int64_t left = deadline - th_now_ms();
+        ASSERT_MSG(left > 0, "%s did not answer within %lld ms", p->what, (long long)timeout_ms);
+        struct pollfd pf = {p->from, POLLIN, 0};
+        int pr = poll(&pf, 1, (int)left);
+        if (pr < 0 && errno == EINTR) continue;
+        ASSERT_MSG(pr == 1, "%s did not answer within %lld ms", p->what, (long long)timeout_ms);
+        ssize_t n = read(p->from, p->buf + p->blen, p->cap - p->blen);
+        ASSERT_MSG(n > 0, "%s exited (read: %zd)", p->what, n);
+        p->blen += (size_t)n;
+    }
+}
+
+const char *th_coproc_ask(th_coproc *p, const char *cmd)
+{
+    th_coproc_send(p, cmd);
+    return th_coproc_line(p, 15000);
+}
+
+void th_coproc_quit(th_coproc *p)
+{
+    th_coproc_send(p, "quit");
+    ASSERT_EQ(th_wait_child(p->pid, 10000), 0);
+    close(p->to);
+    close(p->from);
+    free(p->buf);
+    free(p->line);
+    memset(p, 0, sizeof *p);
 }
 
 typedef struct th_canceled_wait {

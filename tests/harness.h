@@ -224,4 +224,26 @@ int th_wait_child(pid_t pid, int64_t timeout_ms);
 /* 1 if the python interpreter at path can `import redis`. */
 int th_python_has_redis(const char *python);
 
+/* A worker process of another client library, driven line by line over
+ * pipes: its stdin takes commands, each answer is one line on its stdout
+ * (stderr stays the test's). */
+typedef struct th_coproc {
+    pid_t pid;
+    int to, from;
+    const char *what;  /* its name in failure messages */
+    char *buf, *line;  /* what was read; the last line returned */
+    size_t blen, cap;
+} th_coproc;
+/* Starts argv (argv[0] a path) as a coprocess. */
+void th_coproc_start(th_coproc *p, const char *what, char *const argv[]);
+/* Sends cmd and a newline. */
+void th_coproc_send(th_coproc *p, const char *cmd);
+/* The next line it writes (without the newline; valid until the next
+ * call); fails the test after timeout_ms or when it exits. */
+const char *th_coproc_line(th_coproc *p, int64_t timeout_ms);
+/* send + line (15 s). */
+const char *th_coproc_ask(th_coproc *p, const char *cmd);
+/* Sends "quit", waits up to 10 s for it to exit (0 expected) and frees it. */
+void th_coproc_quit(th_coproc *p);
+
 #endif

@@ -4,12 +4,7 @@
  * pipes. Skipped (77) with a reason when /usr/bin/python3 cannot import redis. */
 #include "harness.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #define PYTHON "/usr/bin/python3"
 #define NAME "interop:py"
@@ -43,76 +38,19 @@ static const char *py_script =
     "    except Exception as e:\n"
     "        out('error ' + type(e).__name__)\n";
 
-static pid_t g_py = -1;
-static int g_to = -1, g_from = -1;
-static char g_buf[4096];
-static size_t g_blen;
+static th_coproc g_py;
 
 static void py_start(int port)
 {
-    int in[2], out[2];
-    ASSERT_EQ(pipe(in), 0);
-    ASSERT_EQ(pipe(out), 0);
     char portbuf[16];
     snprintf(portbuf, sizeof portbuf, "%d", port);
-    g_py = th_fork();
-    if (g_py == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[0]);
-        close(in[1]);
-        close(out[0]);
-        close(out[1]);
-        execl(PYTHON, PYTHON, "-c", py_script, portbuf, NAME, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    g_to = in[1];
-    g_from = out[0];
+    char *argv[] = {PYTHON, "-c", (char *)py_script, portbuf, NAME, NULL};
+    th_coproc_start(&g_py, "python", argv);
 }
 
-/* Reads one line from python (bounded); returns a static string. */
-static const char *py_line(int64_t timeout_ms)
-{
-    static char line[512];
-    int64_t deadline = th_now_ms() + timeout_ms;
-    for (;;) {
-        char *nl = memchr(g_buf, '\n', g_blen);
-        if (nl) {
-            size_t n = (size_t)(nl - g_buf);
-            if (n >= sizeof line) n = sizeof line - 1;
-            memcpy(line, g_buf, n);
-            line[n] = '\0';
-            size_t rest = g_blen - (size_t)(nl - g_buf) - 1;
-            memmove(g_buf, nl + 1, rest);
-            g_blen = rest;
-            return line;
-        }
-        int64_t left = deadline - th_now_ms();
-        ASSERT_MSG(left > 0, "python did not answer within %lld ms", (long long)timeout_ms);
-        struct pollfd p = {g_from, POLLIN, 0};
-        int pr = poll(&p, 1, (int)left);
-        if (pr < 0 && errno == EINTR) continue;
-        ASSERT_MSG(pr == 1, "python did not answer within %lld ms", (long long)timeout_ms);
-        ssize_t n = read(g_from, g_buf + g_blen, sizeof g_buf - 1 - g_blen);
-        ASSERT_MSG(n > 0, "python exited (read: %zd)", n);
-        g_blen += (size_t)n;
-    }
-}
-
-static void py_send(const char *cmd)
-{
-    size_t n = strlen(cmd);
-    ASSERT_EQ(write(g_to, cmd, n), (ssize_t)n);
-    ASSERT_EQ(write(g_to, "\n", 1), 1);
-}
-
-static const char *py(const char *cmd)
-{
-    py_send(cmd);
-    return py_line(15000);
-}
+static const char *py_line(int64_t timeout_ms) { return th_coproc_line(&g_py, timeout_ms); }
+static void py_send(const char *cmd) { th_coproc_send(&g_py, cmd); }
+static const char *py(const char *cmd) { return th_coproc_ask(&g_py, cmd); }
 
 int main(void)
 {
@@ -195,10 +133,7 @@ int main(void)
     ASSERT_STR_EQ(py("acquire"), "False");
     ASSERT_LOK(l, dlock_release(l));
 
-    py_send("quit");
-    ASSERT_EQ(th_wait_child(g_py, 10000), 0);
-    close(g_to);
-    close(g_from);
+    th_coproc_quit(&g_py);
     dlock_lock_free(l);
     dlock_client_free(c);
     redisFree(rc);
