@@ -311,7 +311,10 @@ DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
  * Returns DLOCK_OK, DLOCK_ENOTHELD (the handle holds nothing), DLOCK_ELOST
  * (the handle held it but the lease had expired or was taken over; the handle
  * no longer holds), or a failure code (DLOCK_EIO: the handle still counts as
- * holding, so a retry is possible; the lease runs out otherwise). */
+ * holding, so a retry is possible; the lease runs out otherwise). RedLock:
+ * DLOCK_ELOST when fewer than a majority still had the hold (counting the
+ * nodes that did not answer); DLOCK_ENOQUORUM when fewer than a majority
+ * answered (deleted on those that did; the handle still holds). */
 DLOCK_EXPORT int dlock_release(dlock_lock *l);
 
 /* Sets the lease of a held lock to lease_ms (> 0) from now, owner-checked.

@@ -236,11 +236,18 @@ int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
         else if (v == 0) still++;
     }
     put_all(c, conns, replies);
+    /* too few answered to tell: what they had is deleted, the handle still
+     * holds (a retry deletes the rest; the lease ends it otherwise) */
+    if (answered < c->quorum) return no_quorum(c, answered, err);
     if (released + still == 0) {
-        if (answered < c->quorum) return no_quorum(c, answered, err);
         *res = -1;
+    } else if (released < still) {
+        *res = 0; /* a re-entered hold: still held */
     } else {
-        *res = released >= still ? 1 : 0;
+        /* lost when fewer than a quorum still had it, even counting the
+         * nodes that did not answer: the hold was not a majority's until
+         * now (its keys left are deleted all the same) */
+        *res = released + (c->nnodes - answered) < c->quorum ? -1 : 1;
     }
     return DLOCK_OK;
 }

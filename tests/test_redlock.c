@@ -105,15 +105,38 @@ int main(void)
     ASSERT_LOK(a, dlock_release(a));
     ASSERT_EQ(on_every_node("rl:a"), 0);
 
-    /* a lock held on only a minority of nodes does not count: b takes it */
+    /* dlock_lock_check asks every node: held while a majority has our token */
     redisContext *r0 = th_redis(srv[0]);
     redisContext *r1 = th_redis(srv[1]);
+    redisContext *r2 = th_redis(srv[2]);
+    int held = -1;
+    int64_t cnt = -1;
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(a, dlock_lock_check(a, &held, &cnt));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(cnt, 1);
+    ASSERT_LOK(b, dlock_lock_check(b, &held, &cnt));
+    ASSERT_EQ(held, 0);
+    ASSERT_EQ(cnt, 0);
+    th_cmd_int(r0, "DEL rl:a");
+    th_cmd_int(r1, "DEL rl:a");
+    ASSERT_LOK(a, dlock_lock_check(a, &held, &cnt)); /* 3 of 5 */
+    ASSERT_EQ(held, 1);
+    th_cmd_int(r2, "DEL rl:a");
+    ASSERT_LOK(a, dlock_lock_check(a, &held, &cnt)); /* 2 of 5 */
+    ASSERT_EQ(held, 0);
+    ASSERT_EQ(cnt, 0);
+    /* the release deletes what is left and says the hold was lost */
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+    ASSERT_EQ(on_every_node("rl:a"), 0);
+    ASSERT_EQ(dlock_lock_holding(a), 0);
+
+    /* a lock held on only a minority of nodes does not count: b takes it */
     th_cmd_ok(r0, "SET rl:a someone PX 10000");
     th_cmd_ok(r1, "SET rl:a someone PX 10000");
     ASSERT_LOK(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL));
     ASSERT_LOK(b, dlock_release(b));
     /* ...but on a majority it does, and the failed attempt leaves nothing */
-    redisContext *r2 = th_redis(srv[2]);
     th_cmd_ok(r2, "SET rl:a someone PX 10000");
     ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
     ASSERT_EQ(on_every_node("rl:a"), 3);
@@ -143,21 +166,27 @@ int main(void)
     th_server_halt(srv[3], SIGKILL);
     th_server_halt(srv[4], SIGKILL);
     ASSERT_LOK(a, dlock_acquire(a, 1000, 5000, NULL));
-    ASSERT_LOK(a, dlock_release(a));
-    /* three down: a clean "no quorum", within the wait bound */
+    /* three down: a check cannot tell (it says so), and nor can the next
+     * acquire: a clean "no quorum", within the wait bound */
     th_server_halt(srv[2], SIGKILL);
+    ASSERT_LCODE(a, dlock_lock_check(a, &held, &cnt), DLOCK_ENOQUORUM);
+    /* the release cannot tell either: deleted where it could be, the
+     * handle still holds (a retry once the nodes are back deletes the rest) */
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ENOQUORUM);
+    ASSERT_EQ(dlock_lock_holding(a), 1);
+    ASSERT_EQ(th_cmd_int(r0, "EXISTS rl:a") + th_cmd_int(r1, "EXISTS rl:a"), 0);
     t0 = th_now_ms();
-    ASSERT_LCODE(a, dlock_acquire(a, 300, 5000, NULL), DLOCK_ENOQUORUM);
+    ASSERT_LCODE(b, dlock_acquire(b, 300, 5000, NULL), DLOCK_ENOQUORUM);
     took = th_now_ms() - t0;
     ASSERT_LT(took, 1500);
-    ASSERT(strstr(dlock_lock_errmsg(a), "no quorum") != NULL);
-    ASSERT(strstr(dlock_lock_errmsg(a), "2 of 5") != NULL);
+    ASSERT(strstr(dlock_lock_errmsg(b), "no quorum") != NULL);
+    ASSERT(strstr(dlock_lock_errmsg(b), "2 of 5") != NULL);
     /* 3.3 s of failures: the down masters' reconnect backoff (50 ms doubling
      * to 2 s) reaches its cap, so that it still has more than a second to
      * run when they are back */
     t0 = th_now_ms();
     while (th_now_ms() - t0 < 3300) {
-        ASSERT_LCODE(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL), DLOCK_ENOQUORUM);
+        ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_ENOQUORUM);
         th_sleep_ms(50);
     }
     th_server_resume(srv[2]);
@@ -166,11 +195,15 @@ int main(void)
     /* the same client counts them again as soon as the quorum needs them (a
      * probe every 100 ms), not after its backoff: it used to fail here */
     t0 = th_now_ms();
-    ASSERT_LOK(a, dlock_acquire(a, 1000, 5000, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, 1000, 5000, NULL));
     took = th_now_ms() - t0;
     th_log("acquire right after three masters came back: %lld ms", (long long)took);
     ASSERT_LT(took, 700);
-    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_LOK(b, dlock_release(b));
+    /* a's release again: the masters came back empty, nothing of it is
+     * left: the hold was lost */
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+    ASSERT_EQ(dlock_lock_holding(a), 0);
 
     /* fencing tokens from one designated counter server: strictly increasing
      * across clients */
