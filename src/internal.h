@@ -620,10 +620,13 @@ int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
 /* ---- names (names.c) ---- */
 /* Validates a user name/length pair; resolves DLOCK_CSTR. */
 int dl_check_name(const char *name, size_t *len, dl_err *err);
-/* prefix + "{" name "}" + suffix, braces left out when name has '{'.
- * Returns malloc'd buffer (NUL-terminated, binary-safe length in *outlen). */
+/* On a Redis Cluster client: DLOCK_EINVAL when the keys derived from name
+ * (a valid name, len resolved) would not share its slot. */
+int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err);
 /* Printable, truncated copy of a name for messages ("\xNN" escapes). */
 const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen);
+/* prefix + "{" name "}" + suffix, braces left out when name has '{'.
+ * Returns malloc'd buffer (NUL-terminated, binary-safe length in *outlen). */
 char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
                     size_t *outlen);
 

@@ -42,6 +42,7 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     int rc = dl_check_name(name, &name_len, &err);
+    if (!rc) rc = dl_check_cluster_name(c, name, name_len, &err);
     const dl_kind_ops *ops = dl_kind_lookup(kind);
     if (!rc && !ops) rc = dl_seterr(&err, DLOCK_EINVAL, "unknown lock kind %d", (int)kind);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");

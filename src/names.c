@@ -14,6 +14,31 @@ int dl_check_name(const char *name, size_t *len, dl_err *err) {
     return DLOCK_OK;
 }
 
+/* Derived keys are "prefix{N}suffix" for a name without '{' (they hash by
+ * N, as the name does unless it has a '}': "a}b" hashes whole, "{a}b}" by
+ * "a"), and "prefixNsuffix" for a name with one, which all hash by the
+ * name's own tag only if it has a valid one ("x{}y", "open{": the whole
+ * key hashes, prefix included). Checked by deriving one key of each shape. */
+int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err) {
+    if (!c->cluster) return DLOCK_OK;
+    unsigned slot = dl_key_slot(name, len);
+    size_t kl = 0;
+    int same = 1;
+    for (int i = 0; same && i < 2; i++) {
+        char *k = dl_derive_key(i ? "" : "p:", name, len, i ? ":s" : "", &kl);
+        if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        same = dl_key_slot(k, kl) == slot;
+        free(k);
+    }
+    if (same) return DLOCK_OK;
+    char nm[80];
+    return dl_seterr(err, DLOCK_EINVAL,
+                     "lock name '%s' cannot be used on a Redis Cluster: its keys would hash to "
+                     "different slots (with '{' or '}' in it, a name needs a non-empty hash tag "
+                     "such as 'order{42}')",
+                     dl_name_msg(name, len, nm, sizeof nm));
+}
+
 char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
                     size_t *outlen) {
     size_t plen = strlen(prefix), slen = strlen(suffix);

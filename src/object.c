@@ -23,6 +23,7 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "semaphores and latches are not "
                                                           "supported on redlock://"});
     int rc = dl_check_name(name, &name_len, &err);
+    if (!rc) rc = dl_check_cluster_name(c, name, name_len, &err);
     if (rc) return dl_client_fail(c, &err);
     o->name = malloc(name_len + 1);
     if (o->name) {

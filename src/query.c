@@ -38,6 +38,7 @@ static int by_name(dlock_client *c, const char *what, int op, const char *name,
     const dl_backend *b = c->backend;
     int rc = dl_check_name(name, &name_len, &err);
     if (!rc && c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
+    if (!rc) rc = dl_check_cluster_name(c, name, name_len, &err);
     if (rc) return dl_client_fail(c, &err);
     dlock_info info;
     switch (op) {
