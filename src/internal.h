@@ -777,10 +777,6 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
 /* Parses {1, fence[, count]} | {0, pttl} answers of acquire scripts. */
 int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
                      dl_err *err);
-/* Runs an acquire script with KEYS {name, fence_key} and the two ARGV given. */
-int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_ms,
-                      const char *a1, size_t a1len, const char *a2, size_t a2len, dl_try *t,
-                      dl_err *err);
 /* "<client id>:<thread id>" into l->token. */
 int dl_owner_thread(dlock_lock *l, dl_err *err);
 /* Current thread's id (for reentrant owner fields). */

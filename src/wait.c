@@ -41,22 +41,6 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
     return DLOCK_OK;
 }
 
-int dl_attempt_script(dlock_lock *l, dl_conn *conn, dl_script *s, int64_t lease_ms,
-                      const char *a1, size_t a1len, const char *a2, size_t a2len, dl_try *t,
-                      dl_err *err) {
-    const char *keys[2] = {l->name, l->fence_key};
-    size_t keylens[2] = {l->name_len, l->fence_key_len};
-    const char *args[2] = {a1, a2};
-    size_t arglens[2] = {a1len, a2len};
-    int64_t t0 = dl_now_ms();
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, 2, keys, keylens, 2, args, arglens, &r, err);
-    if (rc) return rc;
-    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
-    freeReplyObject(r);
-    return rc;
-}
-
 /* Waits until the subscriber connection has a message, or until deadline,
  * or until the wait is cancelled (dlock_lock_cancel).
  * Returns DLOCK_OK (*granted set if the message handed the lock over),

@@ -76,6 +76,34 @@ int main(void)
     ASSERT_OK(dlock_multi_release(set, 2));
     ASSERT_EQ(th_cmd_int(rc, "EXISTS multi:A multi:B"), 0);
 
+    /* the read and write sides of one name in one set, listed read first:
+     * the write side is taken first (the canonical order), then the read
+     * side as a downgrade of the same owner; in the listed order the read
+     * hold would keep the owner's own write out until the wait ran out */
+    dlock_lock *rd = th_lock(c, "multi:rw", DLOCK_KIND_READ);
+    dlock_lock *wr = th_lock(c, "multi:rw", DLOCK_KIND_WRITE);
+    dlock_lock *rw[2] = {rd, wr};
+    uint64_t fences[2] = {0, 0};
+    t0 = th_now_ms();
+    ASSERT_OK(dlock_multi_acquire(rw, 2, 2000, 10000, fences));
+    ASSERT_LT(th_now_ms() - t0, 1000);
+    ASSERT_EQ(dlock_lock_holding(rd) && dlock_lock_holding(wr), 1);
+    ASSERT(fences[0] > 0 && fences[1] > 0);
+    dlock_client *c2 = th_client(s, 0);
+    dlock_lock *ord = th_lock(c2, "multi:rw", DLOCK_KIND_READ);
+    dlock_lock *owr = th_lock(c2, "multi:rw", DLOCK_KIND_WRITE);
+    ASSERT_CODE(dlock_acquire(ord, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_CODE(dlock_acquire(owr, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+    ASSERT_OK(dlock_multi_release(rw, 2));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS multi:rw"), 0);
+    ASSERT_OK(dlock_acquire(owr, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_OK(dlock_release(owr));
+    dlock_lock_free(ord);
+    dlock_lock_free(owr);
+    dlock_client_free(c2);
+    dlock_lock_free(rd);
+    dlock_lock_free(wr);
+
     /* bad input */
     ASSERT_CODE(dlock_multi_acquire(NULL, 2, 0, 1000, NULL), DLOCK_EINVAL);
     ASSERT_CODE(dlock_multi_acquire(set, 0, 0, 1000, NULL), DLOCK_EINVAL);
