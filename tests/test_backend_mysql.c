@@ -279,6 +279,32 @@ static void test_bad_url(void) {
     ASSERT_MSG(rc == DLOCK_EIO, "refused: got %d: %s", rc, dlock_errmsg(c));
     ASSERT(!strstr(dlock_errmsg(c), "secret"));
     dlock_client_free(c);
+    /* percent-escapes in the user and the password (a space, '@', ':',
+     * '/', '%'), decoded before they reach the server; a bad escape is a
+     * bad URL */
+    ASSERT_EQ(sql_root("CREATE USER 'dl user'@'127.0.0.1' IDENTIFIED BY 'p@ss:w/rd%'; "
+                       "GRANT ALL ON testdb.* TO 'dl user'@'127.0.0.1'"),
+              0);
+    snprintf(url, sizeof url, "mysql://dl%%20user:p%%40ss%%3Aw%%2Frd%%25@127.0.0.1:%d/testdb",
+             g_port);
+    o.url = url;
+    ASSERT_COK(c, dlock_client_new(&o, &c));
+    dlock_lock *el = lock(c, "escaped", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(el, dlock_acquire(el, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(el, dlock_release(el));
+    dlock_lock_free(el);
+    dlock_client_free(c);
+    const char *badesc[] = {"mysql://test:se%%zzret@127.0.0.1:%d/testdb",
+                            "mysql://test:secret%%4@127.0.0.1:%d/testdb",
+                            "mysql://te%%00st:secret@127.0.0.1:%d/testdb"};
+    for (size_t i = 0; i < sizeof badesc / sizeof badesc[0]; i++) {
+        snprintf(url, sizeof url, badesc[i], g_port);
+        o.url = url;
+        rc = dlock_client_new(&o, &c);
+        th_log("%s: %s", url, dlock_errmsg(c));
+        ASSERT_MSG(rc == DLOCK_EINVAL, "%s: got %d: %s", url, rc, dlock_errmsg(c));
+        dlock_client_free(c);
+    }
     th_log("bad URL and credentials: ok");
 }
 
