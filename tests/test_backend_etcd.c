@@ -157,6 +157,16 @@ static void lease_of_key(const char *name, int newest, char *id, size_t idlen) {
     free(r);
 }
 
+/* The leases the server has (granted and not expired or revoked). */
+static long lease_count(void) {
+    char *r = http("/v3/lease/leases", "{}");
+    ASSERT_MSG(r != NULL, "lease list failed");
+    long n = 0;
+    for (const char *p = r; (p = strstr(p, "\"ID\"")); p += 4) n++;
+    free(r);
+    return n;
+}
+
 static void lease_of(const char *name, char *id, size_t idlen) {
     lease_of_key(name, 0, id, idlen);
 }
@@ -628,8 +638,19 @@ static void test_leases(void) {
     ASSERT_EQ(held, 1);
     ASSERT_COK(c2, dlock_fence_current(c2, "wd", DLOCK_CSTR, &fc));
     ASSERT_U64_EQ(fc, f1);
-    /* from the watchdog to an explicit lease */
+    /* extend after the lease was revoked behind the holder's back: lost,
+     * and the lease granted for the extension is revoked again */
     ASSERT_LOK(l, dlock_release(l));
+    ASSERT_LOK(l, dlock_acquire(l, 0, 30000, NULL));
+    lease_of("wd", id, sizeof id);
+    long leases0 = lease_count();
+    lease_revoke_http(id);
+    ASSERT_LCODE(l, dlock_extend(l, 8000), DLOCK_ELOST);
+    th_log("extend after the lease was revoked: %s", dlock_lock_errmsg(l));
+    ASSERT_EQ(dlock_lock_holding(l), 0);
+    ASSERT_EQ(keys_of("wd"), 0);
+    ASSERT_EQ(lease_count(), leases0 - 1);
+    /* from the watchdog to an explicit lease */
     ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
     ASSERT_LOK(l, dlock_extend(l, 3000));
     ASSERT_LOK(l, dlock_release(l));
