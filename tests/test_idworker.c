@@ -187,6 +187,18 @@ static void test_args(dlock_client *c) {
     CHECK(strstr(dlock_errmsg(c), "prefix") != NULL, "message names the prefix: %s",
           dlock_errmsg(c));
     CHECK(dlock_idworker_new(c, "", NULL, &w) == DLOCK_EINVAL, "empty prefix");
+    {
+        static char longp[DLOCK_NAME_MAX + 2];
+        memset(longp, 'p', DLOCK_NAME_MAX + 1);
+        CHECK(dlock_idworker_new(c, longp, NULL, &w) == DLOCK_ENAMETOOLONG && w == NULL,
+              "prefix of DLOCK_NAME_MAX + 1 bytes");
+        CHECK(strstr(dlock_errmsg(c), "prefix longer than") != NULL, "message: %s",
+              dlock_errmsg(c));
+        longp[DLOCK_NAME_MAX] = '\0';
+        CHECK(dlock_idworker_new(c, longp, NULL, &w) == DLOCK_OK, "prefix of DLOCK_NAME_MAX bytes");
+        dlock_idworker_free(w);
+        w = NULL;
+    }
     dlock_idworker_options o = {.batch = -1};
     CHECK(dlock_idworker_new(c, "x", &o, &w) == DLOCK_EINVAL, "negative batch");
     o.batch = 0;
