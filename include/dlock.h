@@ -467,8 +467,8 @@ DLOCK_EXPORT const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
  * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available. */
 DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms);
 /* As dlock_lock_cancel, for a dlock_semaphore_acquire of s waiting in
- * another thread: it returns DLOCK_ECANCELED, holding nothing. Redis only
- * (DLOCK_ENOTSUP on ZooKeeper). */
+ * another thread: it returns DLOCK_ECANCELED, holding nothing (on
+ * ZooKeeper its lease nodes are deleted). Redis and ZooKeeper. */
 DLOCK_EXPORT int dlock_semaphore_cancel(dlock_semaphore *s);
 /* Gives back `permits` (>= 1) permits and wakes waiters. ZooKeeper:
  * DLOCK_EINVAL if this handle holds fewer; DLOCK_ELOST if the session
