@@ -14,7 +14,9 @@
  * all of one kind, each with the lost-lease callback), or one permit of a
  * permit-expirable semaphore (--limit N: the permit is renewed by the
  * client's watchdog and released by its id; the lost-permit callback writes
- * to the same pipe as the lost-lease one). */
+ * to the same pipe as the lost-lease one). A backend without those
+ * (ZooKeeper) gives --limit a permit of its semaphore, held by the client's
+ * session, whose lost-permits callback writes to that pipe too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -65,7 +67,10 @@ const char help_run[] =
     "                       runs; a killed dlock's permit comes back after --ttl.\n"
     "                       The command gets DLOCK_PERMIT (the permit id), no\n"
     "                       DLOCK_FENCE. A lost permit stops the command as a\n"
-    "                       lost lock does.\n"
+    "                       lost lock does. On ZooKeeper: a permit of the\n"
+    "                       semaphore NAME, held by dlock's session (a killed\n"
+    "                       dlock's comes back when the session times out; no\n"
+    "                       DLOCK_PERMIT).\n"
     "  --also NAME2         also hold the lock NAME2 (of the same kind); repeat for\n"
     "                       more. All are taken or none, without deadlock against\n"
     "                       runs that list them in another order; DLOCK_FENCE is\n"
@@ -104,6 +109,7 @@ typedef struct locker {
     size_t nlocks;
     uint64_t *fences;   /* one per lock */
     dlock_permits *permits; /* --limit */
+    dlock_semaphore *sem;   /* --limit where permits belong to a session (ZooKeeper) */
     int64_t limit;
     char permit_id[DLOCK_PERMIT_ID_LEN + 1];
     int64_t wait_ms;
@@ -173,6 +179,13 @@ static void *locker_main(void *arg)
                 dlock_permits_acquire(lk->permits, lk->wait_ms, DLOCK_WATCHDOG, lk->permit_id);
         if (lk->acquire_rc != DLOCK_OK)
             copy_msg(lk->acquire_msg, dlock_permits_errmsg(lk->permits));
+    } else if (lk->sem) {
+        int set = 0;
+        lk->acquire_rc = dlock_semaphore_try_set(lk->sem, lk->limit, &set);
+        if (lk->acquire_rc == DLOCK_OK)
+            lk->acquire_rc = dlock_semaphore_acquire(lk->sem, 1, lk->wait_ms);
+        if (lk->acquire_rc != DLOCK_OK)
+            copy_msg(lk->acquire_msg, dlock_semaphore_errmsg(lk->sem));
     } else if (lk->nlocks == 1) {
         lk->acquire_rc = dlock_acquire(lk->locks[0], lk->wait_ms, DLOCK_WATCHDOG, &lk->fence);
         if (lk->acquire_rc != DLOCK_OK)
@@ -194,6 +207,10 @@ static void *locker_main(void *arg)
         lk->release_rc = dlock_permits_release(lk->permits, lk->permit_id);
         if (lk->release_rc != DLOCK_OK)
             copy_msg(lk->release_msg, dlock_permits_errmsg(lk->permits));
+    } else if (lk->sem) {
+        lk->release_rc = dlock_semaphore_release(lk->sem, 1);
+        if (lk->release_rc != DLOCK_OK)
+            copy_msg(lk->release_msg, dlock_semaphore_errmsg(lk->sem));
     } else {
         lk->release_rc = lk->nlocks == 1 ? dlock_release(lk->locks[0])
                                          : dlock_multi_release(lk->locks, lk->nlocks);
@@ -227,6 +244,9 @@ static int give_up_waiting(locker *lk)
     if (lk->permits) {
         if (dlock_permits_cancel(lk->permits) != DLOCK_OK)
             return 0;
+    } else if (lk->sem) {
+        if (dlock_semaphore_cancel(lk->sem) != DLOCK_OK)
+            return 0;
     } else {
         for (size_t i = 0; i < lk->nlocks; i++)
             if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
@@ -249,11 +269,18 @@ static void on_lost(dlock_lock *l, int reason, void *userdata)
     write_byte(fd, (char)reason);
 }
 
-/* The lost-permit callback (--limit; watchdog thread): the same. */
+/* The lost-permit callbacks (--limit; watchdog or session thread): the same. */
 static void on_permit_lost(dlock_permits *p, const char *id, int reason, void *userdata)
 {
     int fd = *(const int *)userdata;
     (void)p, (void)id;
+    write_byte(fd, (char)reason);
+}
+
+static void on_sem_lost(dlock_semaphore *s, int reason, void *userdata)
+{
+    int fd = *(const int *)userdata;
+    (void)s;
     write_byte(fd, (char)reason);
 }
 
@@ -717,6 +744,13 @@ int cmd_run(int argc, char **argv, cli_global *g)
         rc = dlock_permits_new(c, o.name, DLOCK_CSTR, &lk.permits);
         if (rc == DLOCK_OK)
             dlock_permits_on_lost(lk.permits, on_permit_lost, &lostpipe[1]);
+        /* no expirable permits (ZooKeeper): a semaphore whose permits
+         * belong to this client's session, which ends with the process */
+        if (rc == DLOCK_ENOTSUP &&
+            dlock_semaphore_new(c, o.name, DLOCK_CSTR, &lk.sem) == DLOCK_OK) {
+            dlock_semaphore_on_lost(lk.sem, on_sem_lost, &lostpipe[1]);
+            rc = DLOCK_OK;
+        }
     } else {
         rc = DLOCK_OK;
         for (i = 0; i <= o.nalso && rc == DLOCK_OK; i++) {
@@ -791,7 +825,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
     if (g->verbose && o.limit)
         cli_err(CMD, "getting %s took %lld.%06lld seconds (permit %s)", what,
                 (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000),
-                lk.permit_id);
+                lk.permits ? lk.permit_id : "held by the session");
     else if (g->verbose)
         cli_err(CMD, "getting %s took %lld.%06lld seconds (fence %" PRIu64 ")", what,
                 (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence);
@@ -828,6 +862,7 @@ out:
     for (i = 0; i <= MAX_ALSO; i++)
         dlock_lock_free(locks[i]);
     dlock_permits_free(lk.permits);
+    dlock_semaphore_free(lk.sem);
     dlock_client_free(c);
     if (sigfd >= 0)
         close(sigfd);

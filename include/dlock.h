@@ -480,6 +480,17 @@ DLOCK_EXPORT int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, in
 /* Adds delta (may be negative) to the available permits (ZooKeeper: to
  * the total; creates the semaphore at delta if missing). */
 DLOCK_EXPORT int dlock_semaphore_add(dlock_semaphore *s, int64_t delta);
+/* Called when permits s holds are gone without a release. Only where
+ * permits belong to their holder: on ZooKeeper, when the session holding
+ * them expired (reason DLOCK_LOST_UNREACHABLE; on the ZooKeeper client's
+ * thread), after which release says DLOCK_ELOST. A Redis semaphore is a
+ * counter: its permits are never lost, fn is never called. The rules of
+ * dlock_lost_fn apply: return quickly, call no dlock function. */
+typedef void (*dlock_semaphore_lost_fn)(dlock_semaphore *s, int reason, void *userdata);
+/* Registers the lost-permits callback (NULL to remove). Register it before
+ * acquiring. */
+DLOCK_EXPORT void dlock_semaphore_on_lost(dlock_semaphore *s, dlock_semaphore_lost_fn fn,
+                                          void *userdata);
 
 /* ---- permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
  * STRING `name` holds the available permits, ZSET "{name}:timeout" each

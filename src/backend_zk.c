@@ -115,6 +115,7 @@
 #define ZK_NOANSWER (-10000)
 
 typedef struct zk_lock zk_lock;
+typedef struct zk_sem zk_sem;
 typedef struct zk_orphan zk_orphan;
 
 /* One ZooKeeper session. Freed (and closed) when the last reference goes:
@@ -128,6 +129,7 @@ typedef struct zk_sess {
     uint64_t events;           /* watch events seen */
     struct zk_waker *wakers;   /* waits told of each event through an eventfd */
     zk_lock *held;             /* handles holding a node on this session */
+    zk_sem *held_sems;         /* semaphore handles holding leases on it */
     zk_orphan *orphans;        /* our nodes to delete (sent again on reconnect) */
     int refs;
 } zk_sess;
@@ -990,6 +992,8 @@ static int zk_lock_init(dlock_lock *l, dl_err *err) {
 }
 
 /* Called with s->mu held (the session watcher, on expiry). */
+static void sems_lost_locked(zk_sess *s);
+
 static void mark_lost_locked(zk_sess *s) {
     for (zk_lock *zl = s->held; zl; zl = zl->next) {
         zl->lost = 1;
@@ -997,6 +1001,7 @@ static void mark_lost_locked(zk_sess *s) {
         atomic_store(&l->lease.lost, 1);
         if (l->lost_fn) l->lost_fn(l, DLOCK_LOST_UNREACHABLE, l->lost_ud);
     }
+    sems_lost_locked(s);
 }
 
 static void held_add(zk_lock *zl) {
@@ -1369,12 +1374,44 @@ static int zk_fence_current(dlock_client *c, const char *name, size_t len, uint6
 /* the most bytes of creates one acquire sends in its multi */
 #define ZK_MULTI_BYTES (512 * 1024)
 
-typedef struct zk_sem {
+struct zk_sem {
+    dl_object *o;
     char *node;                /* sems + "/" + hex(name) */
     zk_sess *sess;             /* set (a reference) while leases are held */
     char **leases;             /* full paths of the lease nodes this handle holds */
     int64_t nleases, cap;
-} zk_sem;
+    zk_sem *prev, *next;       /* in sess->held_sems while leases are held */
+};
+
+/* The session expired: every semaphore handle holding leases on it lost
+ * them (the server deleted them); under s->mu. */
+static void sems_lost_locked(zk_sess *s) {
+    for (zk_sem *zs = s->held_sems; zs; zs = zs->next)
+        dl_semaphore_lost(zs->o, DLOCK_LOST_UNREACHABLE);
+}
+
+/* zs now holds leases on its session zs->sess: listed there (a session
+ * that expired meanwhile has told its handles already: release says
+ * DLOCK_ELOST, as for a lock). */
+static void sem_held_add(zk_sem *zs) {
+    zk_sess *s = zs->sess;
+    pthread_mutex_lock(&s->mu);
+    zs->prev = NULL;
+    zs->next = s->held_sems;
+    if (s->held_sems) s->held_sems->prev = zs;
+    s->held_sems = zs;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void sem_held_del(zk_sem *zs) {
+    zk_sess *s = zs->sess;
+    pthread_mutex_lock(&s->mu);
+    if (zs->prev) zs->prev->next = zs->next;
+    else if (s->held_sems == zs) s->held_sems = zs->next;
+    if (zs->next) zs->next->prev = zs->prev;
+    zs->next = zs->prev = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
 
 /* Parses "lease-<guid>-<seq>"; guid into g (33 bytes). */
 static int parse_lease(const char *name, char *g, long long *seq) {
@@ -1630,6 +1667,7 @@ static int zk_sem_init(dl_object *o, dl_err *err) {
     zk_sem *zs = calloc(1, sizeof *zs);
     if (!zs) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     o->bdata = zs;
+    zs->o = o;
     zk_client *zc = o->c->bctx;
     zs->node = name_under(zc->sems, o->name, o->name_len);
     if (!zs->node) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
@@ -1643,6 +1681,7 @@ static void sem_drop(zk_sem *zs, int del) {
         free(zs->leases[i]);
     }
     zs->nleases = 0;
+    if (zs->sess) sem_held_del(zs);
     sess_unref(zs->sess);
     zs->sess = NULL;
 }
@@ -1756,8 +1795,12 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
             if (zs->sess && zs->sess != s) sem_drop(zs, 0); /* an expired session's */
             for (int i = 0; i < k; i++) zs->leases[zs->nleases++] = paths[i];
             free(paths);
-            if (zs->sess) sess_unref(s); /* the handle has its reference already */
-            else zs->sess = s;
+            if (zs->sess) {
+                sess_unref(s); /* the handle has its reference already */
+            } else {
+                zs->sess = s;
+                sem_held_add(zs);
+            }
             return DLOCK_OK;
         }
         if (wait_ms == 0 || dl_now_ms() >= deadline) {

@@ -456,7 +456,13 @@ typedef struct dl_object {
     char errmsg[DL_ERRMSG_MAX];
     void *bdata;               /* a backend's per-handle state (sem_init) */
     dl_cancel cancel;          /* dlock_semaphore_cancel and its siblings */
+    dlock_semaphore_lost_fn lost_fn; /* dlock_semaphore_on_lost (semaphores) */
+    void *lost_ud;
 } dl_object;
+
+/* A backend found the permits of the semaphore whose handle o is gone:
+ * runs its lost callback, if any. */
+void dl_semaphore_lost(dl_object *o, int reason);
 
 /* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
  * DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH), checks and copies name and

@@ -258,6 +258,17 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
     return sem_ok(s);
 }
 
+void dlock_semaphore_on_lost(dlock_semaphore *s, dlock_semaphore_lost_fn fn, void *userdata) {
+    if (!s) return;
+    s->o.lost_fn = fn;
+    s->o.lost_ud = userdata;
+}
+
+void dl_semaphore_lost(dl_object *o, int reason) {
+    /* o is the first member of its dlock_semaphore */
+    if (o->lost_fn) o->lost_fn((dlock_semaphore *)o, reason, o->lost_ud);
+}
+
 int dlock_semaphore_cancel(dlock_semaphore *s) {
     return s ? dl_cancel_ask(s->o.c, &s->o.cancel) : DLOCK_EINVAL;
 }

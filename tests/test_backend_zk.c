@@ -361,6 +361,15 @@ static void on_lost(dlock_lock *l, int reason, void *ud) {
     atomic_store(&g_lost_reason, reason);
 }
 
+static dlock_semaphore *sem(dlock_client *c, const char *name);
+static int64_t avail(dlock_semaphore *s);
+
+static atomic_int g_sem_lost;
+static void on_sem_lost(dlock_semaphore *s, int reason, void *ud) {
+    (void)s, (void)ud;
+    atomic_store(&g_sem_lost, reason);
+}
+
 static void test_session_expiry(void) {
     int up[2], down[2];
     ASSERT(pipe(up) == 0 && pipe(down) == 0);
@@ -373,6 +382,14 @@ static void test_session_expiry(void) {
         dlock_lock_on_lost(l, on_lost, NULL);
         if (dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)) _exit(3);
         if (dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)) _exit(3); /* two holds */
+        /* and a semaphore's permit */
+        dlock_semaphore *sm = NULL;
+        int set = 0;
+        if (dlock_semaphore_new(c, "sem:frozen", DLOCK_CSTR, &sm) ||
+            dlock_semaphore_try_set(sm, 1, &set))
+            _exit(11);
+        dlock_semaphore_on_lost(sm, on_sem_lost, NULL);
+        if (dlock_semaphore_acquire(sm, 1, DLOCK_NOWAIT)) _exit(12);
         (void)!write(up[1], "x", 1);
         char b;
         if (read(down[0], &b, 1) != 1) _exit(4); /* frozen (SIGSTOP) meanwhile */
@@ -385,6 +402,10 @@ static void test_session_expiry(void) {
         if (dlock_lock_holding(l)) _exit(9);
         /* a new session for later calls: the lock is the parent's now */
         if (dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL) != DLOCK_EBUSY) _exit(10);
+        /* the permit went with the session, and the callback said so */
+        if (atomic_load(&g_sem_lost) != DLOCK_LOST_UNREACHABLE) _exit(13);
+        if (dlock_semaphore_release(sm, 1) != DLOCK_ELOST) _exit(14);
+        dlock_semaphore_free(sm);
         dlock_lock_free(l);
         dlock_client_free(c);
         _exit(0);
@@ -407,8 +428,13 @@ static void test_session_expiry(void) {
     int st = th_wait_child(kid, 15000);
     ASSERT_MSG(st == 0, "the expired holder's checks failed at step %d", st);
     th_log("expired holder: lost flag and callback, check not held, release DLOCK_ELOST, "
-           "new session for the next acquire");
+           "new session for the next acquire; its semaphore permit: lost callback, release "
+           "DLOCK_ELOST");
     ASSERT_LOK(l, dlock_release(l));
+    dlock_semaphore *sm = sem(c, "sem:frozen");
+    ASSERT_SOK(sm, dlock_semaphore_acquire(sm, 1, DLOCK_NOWAIT)); /* the child's is back */
+    ASSERT_SOK(sm, dlock_semaphore_release(sm, 1));
+    dlock_semaphore_free(sm);
     dlock_lock_free(l);
     dlock_client_free(c);
 }
@@ -688,13 +714,29 @@ static void test_cli(const char *cli) {
                    NULL};
     st = run_cli(cli, ttl, buf, sizeof buf);
     ASSERT_MSG(st == 0, "dlock run --ttl 2s: exit %d: %s", st, buf);
-    /* unsupported: a semaphore (--limit), a lease by token, the ID worker */
-    char *sem[] = {(char *)cli, "--url", g_url, "run", "--limit", "2", "cli-sem", "--", "true",
-                   NULL};
-    st = run_cli(cli, sem, buf, sizeof buf);
-    th_log("dlock run --limit: exit %d: %s", st, buf);
-    ASSERT(st != 0);
-    ASSERT(strstr(buf, "not supported by the zookeeper backend") != NULL);
+    /* --limit: a permit of the semaphore, held by dlock's session; the
+     * command's own exit status comes back; with the only permit held
+     * elsewhere, a run that does not wait is refused (the conflict code) */
+    char *limit1[] = {(char *)cli, "--url", g_url, "run", "--limit", "1", "cli-sem", "--", "sh",
+                      "-c", "exit 7", NULL};
+    st = run_cli(cli, limit1, buf, sizeof buf);
+    th_log("dlock run --limit 1: exit %d: %s", st, buf);
+    ASSERT_EQ(st, 7);
+    dlock_client *hc = client();
+    dlock_semaphore *hs = sem(hc, "cli-sem");
+    ASSERT_SOK(hs, dlock_semaphore_acquire(hs, 1, DLOCK_NOWAIT));
+    char *sem0[] = {(char *)cli, "--url", g_url, "run", "--limit", "1", "-w", "0", "cli-sem",
+                    "--", "true", NULL};
+    st = run_cli(cli, sem0, buf, sizeof buf);
+    th_log("dlock run --limit 1 -w 0 with the permit held: exit %d: %s", st, buf);
+    ASSERT_EQ(st, 1);
+    ASSERT_SOK(hs, dlock_semaphore_release(hs, 1));
+    st = run_cli(cli, sem0, buf, sizeof buf);
+    ASSERT_EQ(st, 0);
+    ASSERT_EQ(avail(hs), 1);
+    dlock_semaphore_free(hs);
+    dlock_client_free(hc);
+    /* unsupported: a lease by token, the ID worker */
     char *tok[] = {(char *)cli, "--url", g_url, "acquire", "--ttl", "5s", "cli-tok", NULL};
     st = run_cli(cli, tok, buf, sizeof buf);
     th_log("dlock acquire --ttl: exit %d: %s", st, buf);
