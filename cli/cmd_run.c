@@ -618,7 +618,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             char ka[32];
             fmt_secs(ka, sizeof ka, o->kill_after_ms);
             cli_err(CMD, "%s '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
-                    "(SIGKILL after %s)", lk->permits ? "permit of" : "lock", lost_name,
+                    "(SIGKILL after %s)", lk->permits || lk->sem ? "permit of" : "lock", lost_name,
                     lost_reason(lost), (long)pid, ka);
             kill(pid, SIGTERM);
             kill_at = now_us() / 1000 + o->kill_after_ms;

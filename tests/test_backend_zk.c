@@ -734,6 +734,47 @@ static void test_cli(const char *cli) {
     st = run_cli(cli, sem0, buf, sizeof buf);
     ASSERT_EQ(st, 0);
     ASSERT_EQ(avail(hs), 1);
+    /* a frozen `dlock run --limit`: its session (--ttl 1s) expires, so the
+     * permit is gone; once it runs again it hears so, stops the command and
+     * exits 80; the permit is free meanwhile */
+    char out[300];
+    snprintf(out, sizeof out, "%s/cli-lost.out", g_dir);
+    pid_t dl = th_fork();
+    if (dl == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(cli, cli, "--url", g_url, "run", "--ttl", "1s", "--limit", "1", "cli-lost", "--",
+              "sh", "-c", "echo started; exec sleep 30", (char *)NULL);
+        _exit(127);
+    }
+    dlock_semaphore *ls = sem(hc, "cli-lost");
+    int64_t until = th_now_ms() + 10000;
+    for (;;) { /* the command started: the run holds the only permit */
+        int fd = open(out, O_RDONLY);
+        ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0) close(fd);
+        buf[got > 0 ? got : 0] = '\0';
+        if (strstr(buf, "started") || th_now_ms() > until) break;
+        th_sleep_ms(20);
+    }
+    ASSERT_MSG(strstr(buf, "started") != NULL, "dlock run did not start: %s", buf);
+    ASSERT_EQ(avail(ls), 0);
+    ASSERT(kill(dl, SIGSTOP) == 0);
+    th_sleep_ms(2500);
+    ASSERT_SOK(ls, dlock_semaphore_acquire(ls, 1, 5000)); /* the session expired */
+    ASSERT(kill(dl, SIGCONT) == 0);
+    st = th_wait_child(dl, 20000);
+    int fd = open(out, O_RDONLY);
+    ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    buf[got > 0 ? got : 0] = '\0';
+    if (fd >= 0) close(fd);
+    th_log("dlock run --limit frozen past its session: exit %d: %s", st, buf);
+    ASSERT_EQ(st, 80);
+    ASSERT(strstr(buf, "permit of 'cli-lost' lost while the command ran") != NULL);
+    ASSERT_SOK(ls, dlock_semaphore_release(ls, 1));
+    dlock_semaphore_free(ls);
     dlock_semaphore_free(hs);
     dlock_client_free(hc);
     /* unsupported: a lease by token, the ID worker */
