@@ -15,8 +15,9 @@
  * permit-expirable semaphore (--limit N: the permit is renewed by the
  * client's watchdog and released by its id; the lost-permit callback writes
  * to the same pipe as the lost-lease one). A backend without those
- * (ZooKeeper) gives --limit a permit of its semaphore, held by the client's
- * session, whose lost-permits callback writes to that pipe too. */
+ * (ZooKeeper, etcd) gives --limit a permit of its semaphore, held by the
+ * client's session or a lease it keeps alive, whose lost-permits callback
+ * writes to that pipe too. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -67,9 +68,9 @@ const char help_run[] =
     "                       runs; a killed dlock's permit comes back after --ttl.\n"
     "                       The command gets DLOCK_PERMIT (the permit id), no\n"
     "                       DLOCK_FENCE. A lost permit stops the command as a\n"
-    "                       lost lock does. On ZooKeeper: a permit of the\n"
-    "                       semaphore NAME, held by dlock's session (a killed\n"
-    "                       dlock's comes back when the session times out; no\n"
+    "                       lost lock does. On ZooKeeper and etcd: a permit of\n"
+    "                       the semaphore NAME, held by dlock's session or lease\n"
+    "                       (a killed dlock's comes back when it times out; no\n"
     "                       DLOCK_PERMIT).\n"
     "  --also NAME2         also hold the lock NAME2 (of the same kind); repeat for\n"
     "                       more. All are taken or none, without deadlock against\n"

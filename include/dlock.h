@@ -451,11 +451,11 @@ DLOCK_EXPORT int dlock_multi_release(dlock_lock *const *locks, size_t n);
 /* ---- semaphore (Redisson RSemaphore layout) ----
  * STRING `name` holds the available permits; a release publishes the new
  * count on "redisson_sc:{name}". Permits are not owned: anyone may release.
- * On ZooKeeper (zk://) permits are owned by the handle that acquired them
- * (lease nodes; docs/backends.md): release gives back only those, freeing
- * the handle gives them back, a dead holder's come back at its session's
- * end. Backends other than Redis and ZooKeeper: DLOCK_ENOTSUP from
- * dlock_semaphore_new.
+ * On ZooKeeper (zk://) and etcd (etcd://) permits are owned by the handle
+ * that acquired them (lease nodes / leased keys; docs/backends.md): release
+ * gives back only those, freeing the handle gives them back, a dead
+ * holder's come back at its session's end / when its lease runs out. Other
+ * backends: DLOCK_ENOTSUP from dlock_semaphore_new.
  * A handle is used by one thread at a time. */
 typedef struct dlock_semaphore dlock_semaphore;
 
@@ -483,7 +483,8 @@ DLOCK_EXPORT int dlock_semaphore_add(dlock_semaphore *s, int64_t delta);
 /* Called when permits s holds are gone without a release. Only where
  * permits belong to their holder: on ZooKeeper, when the session holding
  * them expired (reason DLOCK_LOST_UNREACHABLE; on the ZooKeeper client's
- * thread), after which release says DLOCK_ELOST. A Redis semaphore is a
+ * thread); on etcd, when the keep-alive thread finds their lease gone
+ * (DLOCK_LOST_TAKEN, on that thread). Release then says DLOCK_ELOST. A Redis semaphore is a
  * counter: its permits are never lost, fn is never called. The rules of
  * dlock_lost_fn apply: return quickly, call no dlock function. */
 typedef void (*dlock_semaphore_lost_fn)(dlock_semaphore *s, int reason, void *userdata);

@@ -62,8 +62,9 @@
  *   alive between watches.
  * - Kinds: plain, reentrant, fair, read and write, all on one name sharing
  *   the prefix. Re-entry of a handle that holds (reentrant, fair, read,
- *   write) is counted by the handle. Semaphores, tokens, force_unlock, list
- *   and the ID worker: not supported (DLOCK_ENOTSUP).
+ *   write) is counted by the handle. Semaphores: see "semaphores" below.
+ *   Permit-expirable semaphores, latches, tokens, force_unlock, list and the
+ *   ID worker: not supported (DLOCK_ENOTSUP).
  * - dlock_inspect: writer / holder (token) / fence of the exclusive holder,
  *   or readers (the read keys older than the oldest exclusive key) with the
  *   newest reader's token as fence; waiters: the other keys; ttl_ms: the
@@ -111,7 +112,8 @@ typedef struct etcd_client {
 } etcd_client;
 
 struct etcd_lock {
-    dlock_lock *l;
+    dlock_lock *l;                /* NULL: a semaphore acquisition (sem) */
+    dl_object *sem;               /* its semaphore handle, when l is NULL */
     CURL *curl;
     char *prefix;                 /* "dlock/lock/<len>/<name>/" (binary-safe) */
     size_t prefix_len;
@@ -587,10 +589,14 @@ static void *ka_main(void *arg) {
             while (el && el->lease != ids[i]) el = el->next;
             if (!el) continue;
             atomic_store(&el->lost, 1);
-            atomic_store(&el->l->lease.lost, 1);
-            /* the lost-lease callback, as the Redis watchdog runs it (on
-             * this thread; registered before the acquire) */
-            if (el->l->lease.on_lost) el->l->lease.on_lost(&el->l->lease, DLOCK_LOST_TAKEN);
+            if (el->l) {
+                atomic_store(&el->l->lease.lost, 1);
+                /* the lost-lease callback, as the Redis watchdog runs it (on
+                 * this thread; registered before the acquire) */
+                if (el->l->lease.on_lost) el->l->lease.on_lost(&el->l->lease, DLOCK_LOST_TAKEN);
+            } else {
+                dl_semaphore_lost(el->sem, DLOCK_LOST_TAKEN);
+            }
             ka_remove_locked(ec, el);
         }
         free(ids);
@@ -783,10 +789,11 @@ static int etcd_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 
 /* ---- keys ---- */
 
-/* "dlock/lock/<len>/<name>/" + sub (NULL: nothing). */
-static char *name_prefix(const char *name, size_t len, const char *sub, size_t *outlen) {
+/* "dlock/<what>/<len>/<name>/" + sub (NULL: nothing). */
+static char *what_prefix(const char *what, const char *name, size_t len, const char *sub,
+                         size_t *outlen) {
     char head[48];
-    int hn = snprintf(head, sizeof head, "dlock/lock/%zu/", len);
+    int hn = snprintf(head, sizeof head, "dlock/%s/%zu/", what, len);
     size_t sl = sub ? strlen(sub) : 0;
     char *p = malloc((size_t)hn + len + 2 + sl);
     if (!p) return NULL;
@@ -797,6 +804,11 @@ static char *name_prefix(const char *name, size_t len, const char *sub, size_t *
     p[hn + len + 1 + sl] = '\0';
     *outlen = (size_t)hn + len + 1 + sl;
     return p;
+}
+
+/* "dlock/lock/<len>/<name>/" + sub (NULL: nothing). */
+static char *name_prefix(const char *name, size_t len, const char *sub, size_t *outlen) {
+    return what_prefix("lock", name, len, sub, outlen);
 }
 
 /* The oldest (newest: the newest) key under prefix created before max_rev
@@ -842,21 +854,23 @@ static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, l
     return DLOCK_OK;
 }
 
-/* Watches key (from revision from) for its deletion, for at most ms: DLOCK_OK
- * when deleted or the time passed (the caller looks again); DLOCK_ECANCELED
- * when cx (may be NULL) is cancelled. */
-static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long from,
-                        int64_t ms, dl_cancel *cx, dl_err *err) {
+/* Watches key (base64; with range_end, base64, the keys in [key, end)) from
+ * revision from, for at most ms: DLOCK_OK at the first event (a deletion
+ * only, with noput) or when the time passed (the caller looks again);
+ * DLOCK_ECANCELED when cx (may be NULL) is cancelled. */
+static int watch_keys(etcd_client *ec, CURL *h, const char *key_b64, const char *end_b64,
+                      int noput, long long from, int64_t ms, dl_cancel *cx, dl_err *err) {
     cJSON *q = cJSON_CreateObject();
     cJSON *cr = q ? cJSON_AddObjectToObject(q, "create_request") : NULL;
     cJSON *f = cr ? cJSON_AddArrayToObject(cr, "filters") : NULL;
-    cJSON *noput = cJSON_CreateString("NOPUT");
-    if (!f || !noput || !add_str(cr, "key", key_b64) || !add_ll(cr, "start_revision", from)) {
-        cJSON_Delete(noput);
+    cJSON *np = noput ? cJSON_CreateString("NOPUT") : NULL;
+    if (!f || (noput && !np) || !add_str(cr, "key", key_b64) ||
+        (end_b64 && !add_str(cr, "range_end", end_b64)) || !add_ll(cr, "start_revision", from)) {
+        cJSON_Delete(np);
         cJSON_Delete(q);
         return OOM(err);
     }
-    cJSON_AddItemToArray(f, noput);
+    if (np) cJSON_AddItemToArray(f, np);
     char *body = cJSON_PrintUnformatted(q);
     cJSON_Delete(q);
     if (!body) return OOM(err);
@@ -870,6 +884,41 @@ static int watch_delete(etcd_client *ec, CURL *h, const char *key_b64, long long
         return dl_seterr(err, DLOCK_ESERVER, "etcd: watch: HTTP %ld", status);
     if (!rc && !b.event && status == 200) dl_sleep_ms(50); /* closed early: not too fast */
     return rc;
+}
+
+/* One txn on key: when its target revision ("CREATE" or "MOD") is rev, a
+ * put of value (with lease, when not 0), or a delete when value is NULL.
+ * *done: whether it ran. */
+static int txn_if(etcd_client *ec, CURL *h, const char *key, size_t key_len, const char *target,
+                  long long rev, const char *value, size_t value_len, long long lease, int *done,
+                  dl_err *err) {
+    *done = 0;
+    cJSON *q = cJSON_CreateObject();
+    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
+    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
+    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject();
+    cJSON *op = o1 ? cJSON_AddObjectToObject(o1, value ? "request_put" : "request_delete_range")
+                   : NULL;
+    int ok = cmp && succ && c1 && op && add_b64(c1, "key", key, key_len) &&
+             add_str(c1, "target", target) &&
+             add_ll(c1, strcmp(target, "MOD") ? "create_revision" : "mod_revision", rev) &&
+             add_b64(op, "key", key, key_len) &&
+             (!value || add_b64(op, "value", value, value_len)) &&
+             (!lease || add_ll(op, "lease", lease));
+    if (!ok) {
+        cJSON_Delete(c1);
+        cJSON_Delete(o1);
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    cJSON_AddItemToArray(cmp, c1);
+    cJSON_AddItemToArray(succ, o1);
+    cJSON *r = NULL;
+    int rc = rpc(ec, h, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    if (rc) return rc;
+    *done = cJSON_IsTrue(jobj(r, "succeeded"));
+    cJSON_Delete(r);
+    return DLOCK_OK;
 }
 
 /* ---- lock handles ---- */
@@ -1028,7 +1077,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
                 return pkey ? OOM(err) : dl_seterr(err, DLOCK_EPROTO, "etcd: range: no key");
             }
             dl_cancel_begin(&l->cancel);
-            rc = watch_delete(ec, el->curl, pk, hrev + 1, slice, &l->cancel, err);
+            rc = watch_keys(ec, el->curl, pk, NULL, 1, hrev + 1, slice, &l->cancel, err);
             dl_cancel_end(&l->cancel);
             free(pk);
             if (rc == DLOCK_ECANCELED) {
@@ -1093,32 +1142,14 @@ static int etcd_release(dlock_lock *l, long long *res, dl_err *err) {
         *res = -1;
         return DLOCK_OK;
     }
-    cJSON *q = cJSON_CreateObject();
-    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
-    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
-    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject();
-    cJSON *del = o1 ? cJSON_AddObjectToObject(o1, "request_delete_range") : NULL;
-    int ok = cmp && succ && c1 && del && add_b64(c1, "key", el->key, el->key_len) &&
-             add_str(c1, "target", "CREATE") && add_ll(c1, "create_revision", el->rev) &&
-             add_b64(del, "key", el->key, el->key_len);
-    if (!ok) {
-        cJSON_Delete(c1);
-        cJSON_Delete(o1);
-        cJSON_Delete(q);
-        if (kept) ka_add(ec, el, err);
-        return OOM(err);
-    }
-    cJSON_AddItemToArray(cmp, c1);
-    cJSON_AddItemToArray(succ, o1);
-    cJSON *r = NULL;
-    int rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    int deleted = 0;
+    int rc = txn_if(ec, el->curl, el->key, el->key_len, "CREATE", el->rev, NULL, 0, 0, &deleted,
+                    err);
     if (rc) {
         dl_err e2 = {0};
         if (kept) ka_add(ec, el, &e2);
         return rc;
     }
-    int deleted = cJSON_IsTrue(jobj(r, "succeeded"));
-    cJSON_Delete(r);
     lease_revoke(ec, el->curl, el->lease);
     *res = deleted ? 1 : -1;
     return DLOCK_OK;
@@ -1134,32 +1165,13 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
     int64_t t0 = dl_now_ms();
     int rc = lease_grant(ec, el->curl, lease_secs(lease_ms), &id, &granted, err);
     if (rc) return rc;
-    cJSON *q = cJSON_CreateObject();
-    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
-    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
-    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject();
-    cJSON *put = o1 ? cJSON_AddObjectToObject(o1, "request_put") : NULL;
-    int ok = cmp && succ && c1 && put && add_b64(c1, "key", el->key, el->key_len) &&
-             add_str(c1, "target", "CREATE") && add_ll(c1, "create_revision", el->rev) &&
-             add_b64(put, "key", el->key, el->key_len) &&
-             add_b64(put, "value", l->token, l->token_len) && add_ll(put, "lease", id);
-    if (!ok) {
-        cJSON_Delete(c1);
-        cJSON_Delete(o1);
-        cJSON_Delete(q);
-        lease_revoke(ec, el->curl, id);
-        return OOM(err);
-    }
-    cJSON_AddItemToArray(cmp, c1);
-    cJSON_AddItemToArray(succ, o1);
-    cJSON *r = NULL;
-    rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    int moved = 0;
+    rc = txn_if(ec, el->curl, el->key, el->key_len, "CREATE", el->rev, l->token, l->token_len, id,
+                &moved, err);
     if (rc) {
         lease_revoke(ec, el->curl, id);
         return rc;
     }
-    int moved = cJSON_IsTrue(jobj(r, "succeeded"));
-    cJSON_Delete(r);
     if (!moved) {
         lease_revoke(ec, el->curl, id);
         atomic_store(&el->lost, 1);
@@ -1330,6 +1342,423 @@ static int etcd_server_fact(dlock_client *c, const char *what, char *buf, size_t
     return rc;
 }
 
+/* ---- semaphores ----
+ * "dlock/sem/<len>/<name>/": the key "total" holds the total permits in
+ * decimal (absent: unset), and each acquisition has one key "l/<lease id, 16
+ * hex>" whose value is its permit count ("<k>", or "<k> held" once it got
+ * them after waiting), put with a lease of its own (DLOCK_WATCHDOG TTL): kept
+ * alive by the waiter while it waits and by the keep-alive thread while it
+ * holds. FIFO as on ZooKeeper: an acquisition holds when the counts of the
+ * keys created before its own, plus its own, fit the total, so holders are a
+ * prefix of the queue (a large request at the head holds up smaller ones
+ * behind it). Waiting without a herd: the first waiter watches the
+ * semaphore's keys (a release, a new total, a newcomer); each waiter behind
+ * another watches the key of the acquisition just ahead, which is re-put as
+ * "<k> held" when it gets its permits after waiting, or deleted when it gives
+ * up or its lease ends; a re-check every ETCD_SEM_RECHECK_MS covers holders
+ * beyond a lowered total (they got in at once: unmarked). Permits are owned:
+ * release(n) takes n from the handle's latest acquisitions (rewriting the
+ * count, or deleting the key and revoking its lease), and is DLOCK_EINVAL
+ * beyond what the handle holds; freeing the handle gives them back; a
+ * holder that dies frees them when its lease runs out. A lease found gone
+ * by the keep-alive thread runs the lost callback (DLOCK_LOST_TAKEN), and
+ * release then says DLOCK_ELOST. */
+
+#define ETCD_SEM_RECHECK_MS 2000
+
+typedef struct etcd_acq {
+    etcd_lock ka;                 /* the lease's entry in the keep-alive list */
+    int64_t k;                    /* permits it holds (its key's count) */
+} etcd_acq;
+
+typedef struct etcd_sem {
+    CURL *curl;
+    char *prefix, *lprefix, *total; /* the semaphore's keys; + "l/"; + "total" */
+    size_t prefix_len, lprefix_len, total_len;
+    etcd_acq **acqs;              /* held, oldest first */
+    int nacq, cap;
+} etcd_sem;
+
+static int etcd_sem_init(dl_object *o, dl_err *err) {
+    etcd_sem *es = calloc(1, sizeof *es);
+    if (!es) return OOM(err);
+    o->bdata = es;
+    es->prefix = what_prefix("sem", o->name, o->name_len, NULL, &es->prefix_len);
+    es->lprefix = what_prefix("sem", o->name, o->name_len, "l/", &es->lprefix_len);
+    es->total = what_prefix("sem", o->name, o->name_len, "total", &es->total_len);
+    es->curl = curl_easy_init();
+    if (!es->prefix || !es->lprefix || !es->total || !es->curl) return OOM(err);
+    return DLOCK_OK;
+}
+
+static void acq_free(etcd_client *ec, etcd_sem *es, etcd_acq *a, int revoke) {
+    ka_del(ec, &a->ka);
+    if (revoke) lease_revoke(ec, es->curl, a->ka.lease);
+    free(a->ka.key);
+    free(a);
+}
+
+/* Freeing the handle gives its permits back. */
+static void etcd_sem_destroy(dl_object *o) {
+    etcd_sem *es = o->bdata;
+    if (!es) return;
+    for (int i = 0; i < es->nacq; i++) acq_free(o->c->bctx, es, es->acqs[i], 1);
+    free(es->acqs);
+    if (es->curl) curl_easy_cleanup(es->curl);
+    free(es->prefix);
+    free(es->lprefix);
+    free(es->total);
+    free(es);
+    o->bdata = NULL;
+}
+
+/* A key's count ("<k>" or "<k> held"), *held set for the latter; -1 when
+ * the value is not a count. */
+static int64_t kv_count(const cJSON *kv, int *held) {
+    char v[48];
+    const char *b = jstr(kv, "value");
+    size_t n = b ? b64_dec(b, v, sizeof v) : 0;
+    char *end = NULL;
+    long long k = n ? strtoll(v, &end, 10) : -1;
+    if (held) *held = end && !strcmp(end, " held");
+    return n && end != v && k >= 0 && (!*end || !strcmp(end, " held")) ? k : -1;
+}
+
+/* The semaphore at one revision: the total (0 unset) and the acquisitions'
+ * keys in creation order (*kvs, in *resp). With put (not NULL): our key and
+ * count are put first, in the same txn (lease id), and *rev is its create
+ * revision. */
+static int sem_state(etcd_client *ec, etcd_sem *es, const char *put, size_t put_len,
+                     long long id, int64_t k, cJSON **resp, cJSON **kvs, int64_t *total,
+                     long long *hrev, long long *rev, dl_err *err) {
+    *resp = NULL;
+    *kvs = NULL;
+    *total = 0;
+    char num[24];
+    snprintf(num, sizeof num, "%lld", (long long)k);
+    cJSON *q = cJSON_CreateObject();
+    cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
+    cJSON *o0 = put ? cJSON_CreateObject() : NULL, *o1 = cJSON_CreateObject(),
+          *o2 = cJSON_CreateObject();
+    cJSON *pr = o0 ? cJSON_AddObjectToObject(o0, "request_put") : NULL;
+    cJSON *r1 = o1 ? cJSON_AddObjectToObject(o1, "request_range") : NULL;
+    cJSON *r2 = o2 ? cJSON_AddObjectToObject(o2, "request_range") : NULL;
+    int ok = succ && r1 && r2 && (!put || pr) &&
+             (!put || (add_b64(pr, "key", put, put_len) && add_b64(pr, "value", num, strlen(num)) &&
+                       add_ll(pr, "lease", id))) &&
+             add_prefix_range(r1, es->lprefix, es->lprefix_len) &&
+             add_str(r1, "sort_order", "ASCEND") && add_str(r1, "sort_target", "CREATE") &&
+             add_b64(r2, "key", es->total, es->total_len);
+    if (!ok) {
+        cJSON_Delete(o0);
+        cJSON_Delete(o1);
+        cJSON_Delete(o2);
+        cJSON_Delete(q);
+        return OOM(err);
+    }
+    if (o0) cJSON_AddItemToArray(succ, o0);
+    cJSON_AddItemToArray(succ, o1);
+    cJSON_AddItemToArray(succ, o2);
+    int rc = rpc(ec, es->curl, "/v3/kv/txn", q, req_timeout(ec), resp, NULL, err);
+    if (rc) return rc;
+    cJSON *resps = jobj(*resp, "responses");
+    int off = put ? 1 : 0;
+    cJSON *lr = jobj(cJSON_GetArrayItem(resps, off), "response_range");
+    cJSON *tr = jobj(cJSON_GetArrayItem(resps, off + 1), "response_range");
+    *hrev = jnum(jobj(*resp, "header"), "revision");
+    if (rev) *rev = *hrev; /* the put is this txn's only write */
+    if (!lr || !tr) {
+        cJSON_Delete(*resp);
+        *resp = NULL;
+        return dl_seterr(err, DLOCK_EPROTO, "etcd: semaphore txn: unexpected answer");
+    }
+    cJSON *tk = jobj(tr, "kvs");
+    cJSON *tkv = cJSON_IsArray(tk) ? cJSON_GetArrayItem(tk, 0) : NULL;
+    if (tkv) {
+        *total = kv_count(tkv, NULL);
+        if (*total < 0) {
+            cJSON_Delete(*resp);
+            *resp = NULL;
+            return dl_seterr(err, DLOCK_EPROTO, "etcd: the semaphore's total is not a number");
+        }
+    }
+    *kvs = jobj(lr, "kvs");
+    return DLOCK_OK;
+}
+
+/* Where the acquisition with create revision rev stands: *mine 1 when it
+ * fits (the counts up to it fit total), *present 0 when its key is gone;
+ * *ahead the key of the acquisition just before it when that one does not
+ * fit and is not marked held (else NULL: we are the first waiter). Returns
+ * the permits held (the counts of the prefix that fits). */
+static int64_t sem_place(const cJSON *kvs, int64_t total, long long rev, int *mine,
+                         int *present, const cJSON **ahead) {
+    int64_t sum = 0, held = 0;
+    const cJSON *prev = NULL;
+    int prev_fits = 1;
+    *mine = *present = 0;
+    if (ahead) *ahead = NULL;
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, kvs) {
+        int64_t k = kv_count(kv, NULL);
+        if (k < 0) continue;
+        sum += k;
+        int fits = sum <= total;
+        if (fits && prev_fits) held = sum;
+        if (rev && jnum(kv, "create_revision") == rev) {
+            *present = 1;
+            *mine = fits && prev_fits;
+            if (ahead && prev && !prev_fits) *ahead = prev;
+        }
+        prev_fits = fits && prev_fits;
+        prev = kv;
+    }
+    return held;
+}
+
+static int etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
+    etcd_client *ec = o->c->bctx;
+    etcd_sem *es = o->bdata;
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    if (es->nacq == es->cap) {
+        int cap = es->cap ? es->cap * 2 : 4;
+        etcd_acq **na = realloc(es->acqs, (size_t)cap * sizeof *na);
+        if (!na) return OOM(err);
+        es->acqs = na;
+        es->cap = cap;
+    }
+    int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
+    for (;;) {
+        long long id = 0;
+        int64_t granted = 0;
+        int rc = lease_grant(ec, es->curl, ec->wd_ttl_s, &id, &granted, err);
+        if (rc) return rc;
+        etcd_acq *a = calloc(1, sizeof *a);
+        if (a) a->ka.key = malloc(es->lprefix_len + 17);
+        if (!a || !a->ka.key) {
+            free(a);
+            lease_revoke(ec, es->curl, id);
+            return OOM(err);
+        }
+        a->ka.sem = o;
+        a->ka.lease = id;
+        a->ka.ttl_s = granted;
+        a->k = permits;
+        atomic_init(&a->ka.lost, 0);
+        memcpy(a->ka.key, es->lprefix, es->lprefix_len);
+        snprintf(a->ka.key + es->lprefix_len, 17, "%016llx", (unsigned long long)id);
+        a->ka.key_len = es->lprefix_len + 16;
+        int waited = 0, gone = 0;
+        const char *put = a->ka.key;
+        for (;;) {
+            cJSON *resp = NULL, *kvs = NULL;
+            int64_t total = 0;
+            long long hrev = 0;
+            rc = sem_state(ec, es, put, a->ka.key_len, id, permits, &resp, &kvs, &total, &hrev,
+                           put ? &a->ka.rev : NULL, err);
+            put = NULL;
+            if (rc) break;
+            int mine = 0, present = 0;
+            const cJSON *ahead = NULL;
+            sem_place(kvs, total, a->ka.rev, &mine, &present, &ahead);
+            char *akey = NULL;
+            if (ahead) {
+                int marked = 0;
+                kv_count(ahead, &marked);
+                const char *ak = jstr(ahead, "key");
+                if (!marked && ak && !(akey = strdup(ak))) rc = OOM(err);
+            }
+            cJSON_Delete(resp);
+            if (rc) break;
+            if (!present) {
+                free(akey);
+                gone = 1; /* our lease ran out while we waited: start over */
+                break;
+            }
+            if (mine) {
+                free(akey);
+                if (waited) {
+                    /* mark it: the waiter behind, which watches our key, wakes */
+                    char num[40];
+                    snprintf(num, sizeof num, "%lld held", (long long)permits);
+                    cJSON *q = cJSON_CreateObject();
+                    if (q && add_b64(q, "key", a->ka.key, a->ka.key_len) &&
+                        add_b64(q, "value", num, strlen(num)) && add_ll(q, "lease", id)) {
+                        cJSON *r = NULL;
+                        dl_err e2 = {0};
+                        if (!rpc(ec, es->curl, "/v3/kv/put", q, req_timeout(ec), &r, NULL, &e2))
+                            cJSON_Delete(r);
+                    } else {
+                        cJSON_Delete(q);
+                    }
+                }
+                rc = ka_add(ec, &a->ka, err);
+                if (rc) break;
+                es->acqs[es->nacq++] = a;
+                return DLOCK_OK;
+            }
+            int64_t left = deadline == DL_INF_DEADLINE ? INT64_MAX : deadline - dl_now_ms();
+            if (wait_ms == 0 || left <= 0) {
+                free(akey);
+                if (wait_ms == 0)
+                    rc = dl_seterr(err, DLOCK_EBUSY,
+                                   "semaphore '%s': %lld permit(s) not available", nm,
+                                   (long long)permits);
+                else
+                    rc = dl_seterr(err, DLOCK_ETIMEDOUT,
+                                   "timed out waiting for %lld permit(s) of semaphore '%s'",
+                                   (long long)permits, nm);
+                break;
+            }
+            waited = 1;
+            int64_t slice = granted * 1000 / 3;
+            if (slice > left) slice = left;
+            if (akey && slice > ETCD_SEM_RECHECK_MS) slice = ETCD_SEM_RECHECK_MS;
+            char *wk = akey;
+            char *end = NULL;
+            if (!akey) {
+                /* the first waiter: every change of the semaphore's keys */
+                char *e = malloc(es->prefix_len);
+                if (e) {
+                    memcpy(e, es->prefix, es->prefix_len);
+                    e[es->prefix_len - 1]++;
+                    wk = b64_enc(es->prefix, es->prefix_len);
+                    end = b64_enc(e, es->prefix_len);
+                    free(e);
+                }
+                if (!wk || !end) {
+                    free(wk);
+                    free(end);
+                    rc = OOM(err);
+                    break;
+                }
+            }
+            dl_cancel_begin(&o->cancel);
+            rc = watch_keys(ec, es->curl, wk, end, 0, hrev + 1, slice, &o->cancel, err);
+            dl_cancel_end(&o->cancel);
+            free(wk);
+            free(end);
+            if (rc == DLOCK_ECANCELED) {
+                rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
+                break;
+            }
+            int alive = 1;
+            if (!rc) rc = lease_keepalive(ec, es->curl, id, &alive, err);
+            if (rc) break;
+            if (!alive) {
+                gone = 1;
+                break;
+            }
+        }
+        lease_revoke(ec, es->curl, id); /* deletes our key */
+        free(a->ka.key);
+        free(a);
+        if (!gone) return rc;
+    }
+}
+
+/* Gives back permits this handle holds (its latest acquisitions first). */
+static int etcd_sem_release(dl_object *o, int64_t permits, dl_err *err) {
+    etcd_client *ec = o->c->bctx;
+    etcd_sem *es = o->bdata;
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    int64_t have = 0;
+    for (int i = 0; i < es->nacq; i++) have += es->acqs[i]->k;
+    if (permits > have)
+        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': release of %lld permit(s), but this "
+                                            "handle holds %lld (on etcd a handle gives back "
+                                            "only permits it acquired)",
+                         nm, (long long)permits, (long long)have);
+    int lost = 0;
+    while (permits > 0) {
+        etcd_acq *a = es->acqs[es->nacq - 1];
+        int64_t left = permits >= a->k ? 0 : a->k - permits;
+        int rc = DLOCK_OK, done = 0;
+        if (!atomic_load(&a->ka.lost)) {
+            /* guarded by the key's create revision: a key made again is not
+             * ours; the new count, or a delete */
+            char num[40];
+            snprintf(num, sizeof num, "%lld held", (long long)left);
+            rc = txn_if(ec, es->curl, a->ka.key, a->ka.key_len, "CREATE", a->ka.rev,
+                        left ? num : NULL, strlen(num), left ? a->ka.lease : 0, &done, err);
+            if (rc) return rc; /* nothing changed here: a retry is possible */
+        }
+        if (!done) lost = 1;
+        if (done && left) {
+            a->k = left;
+            break;
+        }
+        permits -= a->k;
+        es->nacq--;
+        acq_free(ec, es, a, 1);
+    }
+    if (lost)
+        return dl_seterr(err, DLOCK_ELOST, "semaphore '%s': the etcd lease of permits this "
+                                           "handle held ran out (they were freed)", nm);
+    return DLOCK_OK;
+}
+
+/* total - the permits held (waiters are not counted). */
+static int etcd_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
+    etcd_client *ec = o->c->bctx;
+    etcd_sem *es = o->bdata;
+    cJSON *resp = NULL, *kvs = NULL;
+    int64_t total = 0;
+    long long hrev = 0;
+    int rc = sem_state(ec, es, NULL, 0, 0, 0, &resp, &kvs, &total, &hrev, NULL, err);
+    if (rc) return rc;
+    int mine = 0, present = 0;
+    *permits = total - sem_place(kvs, total, 0, &mine, &present, NULL);
+    if (*permits < 0) *permits = 0;
+    cJSON_Delete(resp);
+    return DLOCK_OK;
+}
+
+/* Puts the total when it is unset (try_set) or its mod revision is still
+ * mod (add): *done 1 when it was written. */
+static int total_put(etcd_client *ec, etcd_sem *es, long long mod, int64_t v, int *done,
+                     dl_err *err) {
+    char num[24];
+    snprintf(num, sizeof num, "%lld", (long long)v);
+    return txn_if(ec, es->curl, es->total, es->total_len, mod ? "MOD" : "CREATE", mod, num,
+                  strlen(num), 0, done, err);
+}
+
+static int etcd_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
+    return total_put(o->c->bctx, o->bdata, 0, permits, set, err);
+}
+
+/* Adds delta to the total by compare-and-set (creating it at delta). */
+static int etcd_sem_add(dl_object *o, int64_t delta, dl_err *err) {
+    etcd_client *ec = o->c->bctx;
+    etcd_sem *es = o->bdata;
+    for (int tries = 0; tries < 100; tries++) {
+        cJSON *q = cJSON_CreateObject();
+        if (!q || !add_b64(q, "key", es->total, es->total_len)) {
+            cJSON_Delete(q);
+            return OOM(err);
+        }
+        cJSON *r = NULL;
+        int rc = rpc(ec, es->curl, "/v3/kv/range", q, req_timeout(ec), &r, NULL, err);
+        if (rc) return rc;
+        cJSON *kvs = jobj(r, "kvs");
+        cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
+        int64_t v = kv ? kv_count(kv, NULL) : 0;
+        long long mod = kv ? jnum(kv, "mod_revision") : 0;
+        cJSON_Delete(r);
+        if (kv && v < 0)
+            return dl_seterr(err, DLOCK_EPROTO, "etcd: the semaphore's total is not a number");
+        if ((delta > 0 && v > INT64_MAX - delta) || (delta < 0 && v < INT64_MIN - delta))
+            return dl_seterr(err, DLOCK_EOVERFLOW, "semaphore add: the total would overflow");
+        int done = 0;
+        rc = total_put(ec, es, mod, v + delta, &done, err);
+        if (rc || done) return rc;
+    }
+    return dl_seterr(err, DLOCK_EIO, "semaphore add: the total kept changing (100 tries)");
+}
+
 static const char *const etcd_schemes[] = {"etcd://", "etcds://", NULL};
 
 const dl_backend dl_backend_etcd = {
@@ -1351,4 +1780,11 @@ const dl_backend dl_backend_etcd = {
     .fence_current = etcd_fence_current,
     .force_unlock = NULL,
     .server_fact = etcd_server_fact,
+    .sem_init = etcd_sem_init,
+    .sem_destroy = etcd_sem_destroy,
+    .sem_acquire = etcd_sem_acquire,
+    .sem_release = etcd_sem_release,
+    .sem_available = etcd_sem_available,
+    .sem_try_set = etcd_sem_try_set,
+    .sem_add = etcd_sem_add,
 };

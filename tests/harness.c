@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -863,6 +864,79 @@ void th_coproc_quit(th_coproc *p)
     free(p->buf);
     free(p->line);
     memset(p, 0, sizeof *p);
+}
+
+dlock_semaphore *th_sem(dlock_client *c, const char *name)
+{
+    dlock_semaphore *s = NULL;
+    ASSERT_COK(c, dlock_semaphore_new(c, name, DLOCK_CSTR, &s));
+    return s;
+}
+
+int64_t th_sem_available(dlock_semaphore *s)
+{
+    int64_t v = -12345;
+    ASSERT_SOK(s, dlock_semaphore_available(s, &v));
+    return v;
+}
+
+void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int permits,
+                              int procs, int rounds)
+{
+    atomic_int *shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT(shm != MAP_FAILED);
+    atomic_int *cur = &shm[0], *max = &shm[1], *bad = &shm[2], *done = &shm[3];
+    atomic_store(cur, 0);
+    atomic_store(max, 0);
+    atomic_store(bad, 0);
+    atomic_store(done, 0);
+    pid_t *kids = calloc((size_t)procs, sizeof *kids);
+    ASSERT(kids != NULL);
+    int64_t t0 = th_now_ms();
+    for (int k = 0; k < procs; k++) {
+        kids[k] = th_fork();
+        if (kids[k] == 0) {
+            dlock_client *c = mk();
+            dlock_semaphore *s = NULL;
+            if (dlock_semaphore_new(c, name, DLOCK_CSTR, &s)) _exit(2);
+            int set = 0;
+            if (dlock_semaphore_try_set(s, permits, &set)) _exit(3);
+            for (int i = 0; i < rounds; i++) {
+                if (dlock_semaphore_acquire(s, 1, DLOCK_WAIT_FOREVER)) {
+                    fprintf(stderr, "sem acquire: %s\n", dlock_semaphore_errmsg(s));
+                    _exit(4);
+                }
+                int n = atomic_fetch_add(cur, 1) + 1;
+                if (n > permits) atomic_store(bad, n);
+                int m = atomic_load(max);
+                while (n > m && !atomic_compare_exchange_weak(max, &m, n)) {
+                }
+                usleep(30000);
+                atomic_fetch_sub(cur, 1);
+                if (dlock_semaphore_release(s, 1)) {
+                    fprintf(stderr, "sem release: %s\n", dlock_semaphore_errmsg(s));
+                    _exit(5);
+                }
+            }
+            atomic_fetch_add(done, set);
+            dlock_semaphore_free(s);
+            dlock_client_free(c);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < procs; k++) ASSERT_EQ(th_wait_child(kids[k], 60000), 0);
+    free(kids);
+    th_log("semaphore of %d permits, %d processes x %d rounds: at most %d holders at once, "
+           "in %lld ms", permits, procs, rounds, atomic_load(max), (long long)(th_now_ms() - t0));
+    ASSERT_EQ(atomic_load(bad), 0);
+    ASSERT_EQ(atomic_load(max), permits);
+    ASSERT_EQ(atomic_load(done), 1); /* try_set: set by exactly one process */
+    munmap(shm, 4096);
+    dlock_client *c = mk();
+    dlock_semaphore *s = th_sem(c, name);
+    ASSERT_EQ(th_sem_available(s), permits);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
 }
 
 typedef struct th_canceled_wait {

@@ -106,6 +106,8 @@ void th_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* ... also printing the lock handle's / client's message on failure */
 #define ASSERT_LCODE(l, expr, want) TH_CODE_(expr, want, dlock_lock_errmsg(l))
 #define ASSERT_LOK(l, expr) TH_CODE_(expr, DLOCK_OK, dlock_lock_errmsg(l))
+#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
+#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
 #define ASSERT_CCODE(c, expr, want) TH_CODE_(expr, want, dlock_errmsg(c))
 #define ASSERT_COK(c, expr) TH_CODE_(expr, DLOCK_OK, dlock_errmsg(c))
 
@@ -212,6 +214,19 @@ dlock_lock *th_lock(dlock_client *c, const char *name, dlock_kind kind);
  * handle takes the lock at once. lease_ms: the backend's (DLOCK_WATCHDOG for
  * session locks). Its thread is gone when it returns. */
 void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms);
+
+/* Mutual exclusion of a semaphore across processes: procs forked
+ * processes, each on a client of its own from mk(), try_set(permits) then
+ * rounds x (acquire 1 waiting forever, count the holders in shared memory
+ * for 30 ms, release). Never more than permits holders at once, permits
+ * reached, try_set won by exactly one; afterwards all permits available.
+ * Call it while this process has no client (it forks). */
+/* A semaphore handle on c (fails on error), and its available permits. */
+dlock_semaphore *th_sem(dlock_client *c, const char *name);
+int64_t th_sem_available(dlock_semaphore *s);
+
+void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int permits,
+                              int procs, int rounds);
 
 /* ---- processes ---- */
 /* fflush + fork; fails on error. In the child, the harness no longer owns the

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -112,11 +113,13 @@ static void b64(const char *s, char *out) {
     out[o] = '\0';
 }
 
-/* The documented key prefix of a lock: "dlock/lock/<len>/<name>/", and the
- * range body for all keys under it. */
-static void range_body(const char *name, char *out, size_t outlen) {
+/* The documented key prefix of a lock: "dlock/lock/<len>/<name>/" (of a
+ * semaphore's permits: "dlock/sem/<len>/<name>/l/"), and the range body for
+ * all keys under it. */
+static void range_body_of(const char *what, const char *name, const char *sub, char *out,
+                          size_t outlen) {
     char pre[200], end[200], k[300], e[300];
-    snprintf(pre, sizeof pre, "dlock/lock/%zu/%s/", strlen(name), name);
+    snprintf(pre, sizeof pre, "dlock/%s/%zu/%s/%s", what, strlen(name), name, sub);
     snprintf(end, sizeof end, "%s", pre);
     end[strlen(end) - 1]++;
     b64(pre, k);
@@ -124,17 +127,33 @@ static void range_body(const char *name, char *out, size_t outlen) {
     snprintf(out, outlen, "{\"key\":\"%s\",\"range_end\":\"%s\"}", k, e);
 }
 
-/* How many keys a lock has in etcd (holder and waiters). */
-static long keys_of(const char *name) {
-    char q[700];
-    range_body(name, q, sizeof q);
+static void range_body(const char *name, char *out, size_t outlen) {
+    range_body_of("lock", name, "", out, outlen);
+}
+
+/* How many keys under a range body. */
+static long count_keys(const char *q) {
     char *r = http("/v3/kv/range", q);
-    ASSERT_MSG(r != NULL, "range %s failed", name);
+    ASSERT_MSG(r != NULL, "range %s failed", q);
     long n = 0;
     char *c = strstr(r, "\"count\":\"");
     if (c) n = atol(c + 9);
     free(r);
     return n;
+}
+
+/* How many keys a lock has in etcd (holder and waiters). */
+static long keys_of(const char *name) {
+    char q[700];
+    range_body(name, q, sizeof q);
+    return count_keys(q);
+}
+
+/* How many acquisitions (held or waiting) a semaphore has in etcd. */
+static long sem_keys_of(const char *name) {
+    char q[700];
+    range_body_of("sem", name, "l/", q, sizeof q);
+    return count_keys(q);
 }
 
 /* The lease id of the oldest (newest: the newest) key of a lock, as the
@@ -704,10 +723,10 @@ static void test_unsupported_and_errors(void) {
     int64_t rtt = 0;
     ASSERT_COK(c, dlock_ping(c, &rtt));
 
-    dlock_semaphore *s = NULL;
-    ASSERT_CCODE(c, dlock_semaphore_new(c, "sem", DLOCK_CSTR, &s), DLOCK_ENOTSUP);
+    dlock_permits *pm = NULL;
+    ASSERT_CCODE(c, dlock_permits_new(c, "pm", DLOCK_CSTR, &pm), DLOCK_ENOTSUP);
     want_etcd_msg(dlock_errmsg(c));
-    th_log("semaphore: %s", dlock_errmsg(c));
+    th_log("permit-expirable semaphore: %s", dlock_errmsg(c));
     char tok[DLOCK_TOKEN_LEN + 1];
     ASSERT_CCODE(c, dlock_acquire_token(c, "t", DLOCK_CSTR, 0, 1000, tok, NULL), DLOCK_ENOTSUP);
     want_etcd_msg(dlock_errmsg(c));
@@ -767,6 +786,13 @@ static void test_cli(const char *cli) {
     ASSERT(f != NULL);
     ASSERT(atoll(f + 6) > 0);
     ASSERT_EQ(keys_of("cli-lock"), 0);
+    /* --limit: a permit of the semaphore, kept by the keep-alive thread */
+    char *lim[] = {(char *)cli, "--url", g_url, "run", "--limit", "2", "cli-sem", "--", "sh",
+                   "-c", "exit 7", NULL};
+    st = run_cli(lim, buf, sizeof buf);
+    th_log("dlock run --limit 2: exit %d: %s", st, buf);
+    ASSERT_EQ(st, 7);
+    ASSERT_EQ(sem_keys_of("cli-sem"), 0);
     char *id[] = {(char *)cli, "--url", g_url, "id", "next", NULL};
     st = run_cli(id, buf, sizeof buf);
     th_log("dlock id next: exit %d, output: %s", st, buf);
@@ -1001,6 +1027,202 @@ static void test_tls(void) {
     th_stop_pid(&g_tls, SIGTERM, 10000);
 }
 
+
+/* ---- semaphores ---- */
+
+
+/* 10 processes on 3 permits (th_check_semaphore_procs); no key left. */
+static void test_sem_procs(void) {
+    th_check_semaphore_procs(client, "sem:procs", 3, 10, 3);
+    ASSERT_EQ(sem_keys_of("sem:procs"), 0);
+}
+
+/* A waiter thread on its own client: acquire g_wpermits of g_wname waiting
+ * a->wait_ms; a->rc its answer; holds 10 ms, releases. g_worder: the
+ * order in which the waiters got their permits. */
+static const char *g_wname;
+static int64_t g_wpermits = 1;
+static atomic_int g_wnext, g_worder[8];
+
+typedef struct sem_arg {
+    dlock_client *c;
+    int idx;
+    int64_t wait_ms;
+    int rc;
+} sem_arg;
+
+static void *sem_waiter(void *arg) {
+    sem_arg *a = arg;
+    dlock_semaphore *s = NULL;
+    int rc = dlock_semaphore_new(a->c, g_wname, DLOCK_CSTR, &s);
+    if (!rc) rc = dlock_semaphore_acquire(s, g_wpermits, a->wait_ms);
+    a->rc = rc;
+    if (!rc) {
+        atomic_store(&g_worder[atomic_fetch_add(&g_wnext, 1)], a->idx);
+        usleep(10000);
+        a->rc = dlock_semaphore_release(s, g_wpermits);
+    }
+    dlock_semaphore_free(s);
+    return NULL;
+}
+
+static atomic_int g_sem_lost;
+static void on_sem_lost(dlock_semaphore *s, int reason, void *ud) {
+    (void)s, (void)ud;
+    atomic_store(&g_sem_lost, reason);
+}
+
+static void *cancel_later(void *arg) {
+    th_sleep_ms(300);
+    dlock_semaphore_cancel(arg);
+    return NULL;
+}
+
+static void test_sem_calls(void) {
+    dlock_client *c = client_wd(3000), *c2 = client();
+    dlock_semaphore *s = th_sem(c, "sem:calls"), *o = th_sem(c2, "sem:calls");
+    int set = 0;
+    /* unset: nothing available; a try refused, leaving no key */
+    ASSERT_EQ(th_sem_available(s), 0);
+    ASSERT_SCODE(s, dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    ASSERT_EQ(sem_keys_of("sem:calls"), 0);
+    ASSERT_SOK(s, dlock_semaphore_try_set(s, 3, &set));
+    ASSERT_EQ(set, 1);
+    ASSERT_SOK(o, dlock_semaphore_try_set(o, 7, &set));
+    ASSERT_EQ(set, 0);
+    ASSERT_EQ(th_sem_available(o), 3);
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 2, DLOCK_NOWAIT));
+    ASSERT_EQ(th_sem_available(o), 1);
+    ASSERT_SCODE(o, dlock_semaphore_acquire(o, 2, DLOCK_NOWAIT), DLOCK_EBUSY);
+    int64_t t0 = th_now_ms();
+    ASSERT_SCODE(o, dlock_semaphore_acquire(o, 2, 300), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 250);
+    ASSERT_EQ(sem_keys_of("sem:calls"), 1); /* only the holder's */
+    /* permits are owned: a handle gives back only its own */
+    ASSERT_SCODE(o, dlock_semaphore_release(o, 1), DLOCK_EINVAL);
+    ASSERT_SCODE(s, dlock_semaphore_release(s, 3), DLOCK_EINVAL);
+    ASSERT_SOK(s, dlock_semaphore_release(s, 1)); /* partly */
+    ASSERT_EQ(th_sem_available(o), 2);
+    ASSERT_SOK(o, dlock_semaphore_add(o, 2)); /* total 5 */
+    ASSERT_EQ(th_sem_available(o), 4);
+    ASSERT_SOK(o, dlock_semaphore_acquire(o, 4, DLOCK_NOWAIT));
+    ASSERT_EQ(th_sem_available(s), 0);
+    ASSERT_SOK(o, dlock_semaphore_add(o, -2)); /* total 3, 5 held: nobody new gets one */
+    dlock_semaphore *y = th_sem(c2, "sem:calls");
+    ASSERT_SCODE(y, dlock_semaphore_acquire(y, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    dlock_semaphore_free(y);
+    /* available counts the holders that fit the new total (s's 1): o's 4,
+     * beyond it, are not told apart from a waiter's */
+    ASSERT_EQ(th_sem_available(s), 2);
+    ASSERT_SOK(o, dlock_semaphore_release(o, 4));
+    ASSERT_SOK(s, dlock_semaphore_release(s, 1));
+    ASSERT_EQ(th_sem_available(s), 3);
+    ASSERT_EQ(sem_keys_of("sem:calls"), 0);
+    /* freeing a handle gives its permits back */
+    ASSERT_SOK(o, dlock_semaphore_acquire(o, 3, DLOCK_NOWAIT));
+    dlock_semaphore_free(o);
+    ASSERT_EQ(th_sem_available(s), 3);
+
+    /* FIFO: a waiter for 2 at the head holds up a request for 1 */
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 2, DLOCK_NOWAIT));
+    g_wname = "sem:calls";
+    g_wpermits = 2;
+    atomic_store(&g_wnext, 0);
+    pthread_t t;
+    sem_arg wa = {c2, 0, DLOCK_WAIT_FOREVER, -1};
+    ASSERT(pthread_create(&t, NULL, sem_waiter, &wa) == 0);
+    ASSERT_EVENTUALLY(sem_keys_of("sem:calls") == 2, 5000);
+    dlock_semaphore *x = th_sem(c, "sem:calls");
+    ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    t0 = th_now_ms();
+    ASSERT_SOK(s, dlock_semaphore_release(s, 2));
+    pthread_join(t, NULL);
+    ASSERT_EQ(wa.rc, DLOCK_OK);
+    th_log("semaphore FIFO: a request for 1 refused behind a waiter for 2; the waiter had its "
+           "permits %lld ms after the release", (long long)(th_now_ms() - t0));
+    g_wpermits = 1;
+
+    /* a wait cancelled from another thread: DLOCK_ECANCELED, no key left */
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 3, DLOCK_NOWAIT));
+    ASSERT(pthread_create(&t, NULL, cancel_later, x) == 0);
+    t0 = th_now_ms();
+    ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_WAIT_FOREVER), DLOCK_ECANCELED);
+    pthread_join(t, NULL);
+    th_log("semaphore wait cancelled after %lld ms", (long long)(th_now_ms() - t0));
+    ASSERT_EQ(sem_keys_of("sem:calls"), 1);
+    ASSERT_SOK(s, dlock_semaphore_release(s, 3));
+
+    /* the lease revoked behind the holder's back: lost callback, release
+     * DLOCK_ELOST, the permits free again */
+    dlock_semaphore_on_lost(s, on_sem_lost, NULL);
+    atomic_store(&g_sem_lost, 0);
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 2, DLOCK_NOWAIT));
+    char q[700];
+    range_body_of("sem", "sem:calls", "l/", q, sizeof q);
+    char *r = http("/v3/kv/range", q);
+    ASSERT(r != NULL);
+    char *lp = strstr(r, "\"lease\":\"");
+    ASSERT_MSG(lp != NULL, "no lease in %s", r);
+    char id[40];
+    size_t n = strcspn(lp + 9, "\"");
+    ASSERT(n < sizeof id);
+    memcpy(id, lp + 9, n);
+    id[n] = '\0';
+    free(r);
+    lease_revoke_http(id);
+    ASSERT_EVENTUALLY(atomic_load(&g_sem_lost) == DLOCK_LOST_TAKEN, 5000);
+    ASSERT_SCODE(s, dlock_semaphore_release(s, 2), DLOCK_ELOST);
+    ASSERT_EQ(th_sem_available(x), 3);
+    th_log("semaphore lease revoked: lost callback, release: %s", dlock_semaphore_errmsg(s));
+
+    dlock_semaphore_free(x);
+    dlock_semaphore_free(s);
+    dlock_client_free(c2);
+    dlock_client_free(c);
+}
+
+/* Waiters on their own clients, queued one at a time on one permit: served
+ * in FIFO order, one at a time; one in the middle that times out is
+ * skipped, the one behind it (it watched its key) comes next. */
+static void test_sem_queue(void) {
+    enum { NW = 6 };
+    dlock_client *hc = client(), *wc[NW];
+    dlock_semaphore *h = th_sem(hc, "sem:queue");
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
+    g_wname = "sem:queue";
+    g_wpermits = 1;
+    atomic_store(&g_wnext, 0);
+    pthread_t t[NW];
+    sem_arg a[NW];
+    for (int i = 0; i < NW; i++) {
+        wc[i] = client();
+        a[i] = (sem_arg){wc[i], i, i == 2 ? 600 : DLOCK_WAIT_FOREVER, -1};
+        ASSERT(pthread_create(&t[i], NULL, sem_waiter, &a[i]) == 0);
+        ASSERT_EVENTUALLY(sem_keys_of("sem:queue") == i + 2, 5000);
+    }
+    pthread_join(t[2], NULL);
+    ASSERT_EQ(a[2].rc, DLOCK_ETIMEDOUT);
+    int64_t t0 = th_now_ms();
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    for (int i = 0; i < NW; i++)
+        if (i != 2) pthread_join(t[i], NULL);
+    th_log("semaphore queue: %d waiters (one timed out) served in %lld ms", NW - 1,
+           (long long)(th_now_ms() - t0));
+    ASSERT_EQ(atomic_load(&g_wnext), NW - 1);
+    static const int want[NW - 1] = {0, 1, 3, 4, 5};
+    for (int i = 0; i < NW - 1; i++) {
+        ASSERT_EQ(a[want[i]].rc, DLOCK_OK);
+        ASSERT_EQ(atomic_load(&g_worder[i]), want[i]);
+    }
+    ASSERT_EQ(th_sem_available(h), 1);
+    ASSERT_EQ(sem_keys_of("sem:queue"), 0);
+    for (int i = 0; i < NW; i++) dlock_client_free(wc[i]);
+    dlock_semaphore_free(h);
+    dlock_client_free(hc);
+}
+
 /* dlock_lock_cancel: the watch of the predecessor's key ends at once, and
  * the waiter's key goes with its lease */
 static void test_cancel(void) {
@@ -1019,6 +1241,7 @@ int main(int argc, char **argv) {
     /* the tests that fork come first, while the parent has no keep-alive
      * thread (each frees its clients, which joins their threads) */
     test_counter();
+    test_sem_procs();
     test_crash_and_waits();
     test_handoff();
     test_rw_fair();
@@ -1028,6 +1251,8 @@ int main(int argc, char **argv) {
     test_cluster();
     test_tls();
     test_cancel();
+    test_sem_calls();
+    test_sem_queue();
     curl_global_cleanup();
     th_log("all passed");
     return 0;

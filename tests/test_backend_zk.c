@@ -162,8 +162,6 @@ static dlock_client *client_s(int64_t session_ms) {
 
 static dlock_client *client(void) { return client_s(LONG_SESSION_MS); }
 
-#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
-#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
 
 static dlock_lock *lock(dlock_client *c, const char *name, dlock_kind kind) {
     dlock_lock *l = NULL;
@@ -361,8 +359,6 @@ static void on_lost(dlock_lock *l, int reason, void *ud) {
     atomic_store(&g_lost_reason, reason);
 }
 
-static dlock_semaphore *sem(dlock_client *c, const char *name);
-static int64_t avail(dlock_semaphore *s);
 
 static atomic_int g_sem_lost;
 static void on_sem_lost(dlock_semaphore *s, int reason, void *ud) {
@@ -431,7 +427,7 @@ static void test_session_expiry(void) {
            "new session for the next acquire; its semaphore permit: lost callback, release "
            "DLOCK_ELOST");
     ASSERT_LOK(l, dlock_release(l));
-    dlock_semaphore *sm = sem(c, "sem:frozen");
+    dlock_semaphore *sm = th_sem(c, "sem:frozen");
     ASSERT_SOK(sm, dlock_semaphore_acquire(sm, 1, DLOCK_NOWAIT)); /* the child's is back */
     ASSERT_SOK(sm, dlock_semaphore_release(sm, 1));
     dlock_semaphore_free(sm);
@@ -723,7 +719,7 @@ static void test_cli(const char *cli) {
     th_log("dlock run --limit 1: exit %d: %s", st, buf);
     ASSERT_EQ(st, 7);
     dlock_client *hc = client();
-    dlock_semaphore *hs = sem(hc, "cli-sem");
+    dlock_semaphore *hs = th_sem(hc, "cli-sem");
     ASSERT_SOK(hs, dlock_semaphore_acquire(hs, 1, DLOCK_NOWAIT));
     char *sem0[] = {(char *)cli, "--url", g_url, "run", "--limit", "1", "-w", "0", "cli-sem",
                     "--", "true", NULL};
@@ -733,7 +729,7 @@ static void test_cli(const char *cli) {
     ASSERT_SOK(hs, dlock_semaphore_release(hs, 1));
     st = run_cli(cli, sem0, buf, sizeof buf);
     ASSERT_EQ(st, 0);
-    ASSERT_EQ(avail(hs), 1);
+    ASSERT_EQ(th_sem_available(hs), 1);
     /* a frozen `dlock run --limit`: its session (--ttl 1s) expires, so the
      * permit is gone; once it runs again it hears so, stops the command and
      * exits 80; the permit is free meanwhile */
@@ -749,7 +745,7 @@ static void test_cli(const char *cli) {
               "sh", "-c", "echo started; exec sleep 30", (char *)NULL);
         _exit(127);
     }
-    dlock_semaphore *ls = sem(hc, "cli-lost");
+    dlock_semaphore *ls = th_sem(hc, "cli-lost");
     int64_t until = th_now_ms() + 10000;
     for (;;) { /* the command started: the run holds the only permit */
         int fd = open(out, O_RDONLY);
@@ -760,7 +756,7 @@ static void test_cli(const char *cli) {
         th_sleep_ms(20);
     }
     ASSERT_MSG(strstr(buf, "started") != NULL, "dlock run did not start: %s", buf);
-    ASSERT_EQ(avail(ls), 0);
+    ASSERT_EQ(th_sem_available(ls), 0);
     ASSERT(kill(dl, SIGSTOP) == 0);
     th_sleep_ms(2500);
     ASSERT_SOK(ls, dlock_semaphore_acquire(ls, 1, 5000)); /* the session expired */
@@ -1031,79 +1027,8 @@ static void test_facts_unsupported_errors(void) {
 
 /* ---- semaphores: lease nodes under the semaphore's node ---- */
 
-static dlock_semaphore *sem(dlock_client *c, const char *name) {
-    dlock_semaphore *s = NULL;
-    ASSERT_COK(c, dlock_semaphore_new(c, name, DLOCK_CSTR, &s));
-    return s;
-}
-
-static int64_t avail(dlock_semaphore *s) {
-    int64_t v = -12345;
-    ASSERT_SOK(s, dlock_semaphore_available(s, &v));
-    return v;
-}
-
-/* 12 processes, 3 permits, 3 rounds each: the holders count themselves in
- * shared memory; never more than 3 at once, and 3 at some point. */
-#define SEM_PERMITS 3
-#define SEM_PROCS 12
-#define SEM_ROUNDS 3
-
-static void test_sem_procs(void) {
-    atomic_int *shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ASSERT(shm != MAP_FAILED);
-    atomic_int *cur = &shm[0], *max = &shm[1], *bad = &shm[2], *done = &shm[3];
-    atomic_store(cur, 0);
-    atomic_store(max, 0);
-    atomic_store(bad, 0);
-    atomic_store(done, 0);
-    pid_t kids[SEM_PROCS];
-    int64_t t0 = th_now_ms();
-    for (int k = 0; k < SEM_PROCS; k++) {
-        kids[k] = th_fork();
-        if (kids[k] == 0) {
-            dlock_client *c = client();
-            dlock_semaphore *s = NULL;
-            if (dlock_semaphore_new(c, "sem:procs", DLOCK_CSTR, &s)) _exit(2);
-            int set = 0;
-            if (dlock_semaphore_try_set(s, SEM_PERMITS, &set)) _exit(3);
-            for (int i = 0; i < SEM_ROUNDS; i++) {
-                if (dlock_semaphore_acquire(s, 1, DLOCK_WAIT_FOREVER)) {
-                    fprintf(stderr, "sem acquire: %s\n", dlock_semaphore_errmsg(s));
-                    _exit(4);
-                }
-                int n = atomic_fetch_add(cur, 1) + 1;
-                if (n > SEM_PERMITS) atomic_store(bad, n);
-                int m = atomic_load(max);
-                while (n > m && !atomic_compare_exchange_weak(max, &m, n)) {
-                }
-                usleep(30000);
-                atomic_fetch_sub(cur, 1);
-                if (dlock_semaphore_release(s, 1)) {
-                    fprintf(stderr, "sem release: %s\n", dlock_semaphore_errmsg(s));
-                    _exit(5);
-                }
-            }
-            atomic_fetch_add(done, set);
-            dlock_semaphore_free(s);
-            dlock_client_free(c);
-            _exit(0);
-        }
-    }
-    for (int k = 0; k < SEM_PROCS; k++) ASSERT_EQ(th_wait_child(kids[k], 60000), 0);
-    th_log("semaphore of %d permits, %d processes x %d rounds: at most %d holders at once, "
-           "in %lld ms", SEM_PERMITS, SEM_PROCS, SEM_ROUNDS, atomic_load(max),
-           (long long)(th_now_ms() - t0));
-    ASSERT_EQ(atomic_load(bad), 0);
-    ASSERT_EQ(atomic_load(max), SEM_PERMITS);
-    ASSERT_EQ(atomic_load(done), 1); /* try_set: set by exactly one process */
-    munmap(shm, 4096);
-    dlock_client *c = client();
-    dlock_semaphore *s = sem(c, "sem:procs");
-    ASSERT_EQ(avail(s), SEM_PERMITS);
-    dlock_semaphore_free(s);
-    dlock_client_free(c);
-}
+/* 12 processes on 3 permits (th_check_semaphore_procs). */
+static void test_sem_procs(void) { th_check_semaphore_procs(client, "sem:procs", 3, 12, 3); }
 
 /* A SIGKILLed holder's permit comes back when its session ends. */
 static void test_sem_killed_holder(void) {
@@ -1129,8 +1054,8 @@ static void test_sem_killed_holder(void) {
     int64_t killed_at = th_now_ms();
     ASSERT_EQ(th_wait_child(kid, 5000), 128 + SIGKILL);
     dlock_client *c = client();
-    dlock_semaphore *s = sem(c, "sem:crash");
-    int64_t a = avail(s);
+    dlock_semaphore *s = th_sem(c, "sem:crash");
+    int64_t a = th_sem_available(s);
     if (th_now_ms() - killed_at < SESSION_MS / 2) ASSERT_EQ(a, 0);
     ASSERT_SOK(s, dlock_semaphore_acquire(s, 1, 10000));
     int64_t el = th_now_ms() - killed_at;
@@ -1138,25 +1063,25 @@ static void test_sem_killed_holder(void) {
            "%d ms)", (long long)el, SESSION_MS);
     ASSERT_GE(el, SESSION_MS / 2);
     ASSERT_LT(el, SESSION_MS + 3000);
-    ASSERT_EQ(avail(s), 0);
+    ASSERT_EQ(th_sem_available(s), 0);
     ASSERT_SOK(s, dlock_semaphore_release(s, 1));
-    ASSERT_EQ(avail(s), 1);
+    ASSERT_EQ(th_sem_available(s), 1);
     dlock_semaphore_free(s);
     dlock_client_free(c);
 }
 
 static void test_sem_calls(void) {
     dlock_client *c = client();
-    dlock_semaphore *h = sem(c, "sem:busy"), *l = sem(c, "sem:busy");
-    ASSERT_EQ(avail(h), 0); /* no node yet */
+    dlock_semaphore *h = th_sem(c, "sem:busy"), *l = th_sem(c, "sem:busy");
+    ASSERT_EQ(th_sem_available(h), 0); /* no node yet */
     int set = 0;
     ASSERT_SOK(h, dlock_semaphore_try_set(h, 2, &set));
     ASSERT_EQ(set, 1);
     ASSERT_SOK(h, dlock_semaphore_try_set(h, 7, &set));
     ASSERT_EQ(set, 0);
-    ASSERT_EQ(avail(h), 2);
+    ASSERT_EQ(th_sem_available(h), 2);
     ASSERT_SOK(h, dlock_semaphore_acquire(h, 2, DLOCK_NOWAIT));
-    ASSERT_EQ(avail(l), 0);
+    ASSERT_EQ(th_sem_available(l), 0);
     long before = node_count();
     int64_t t0 = th_now_ms();
     ASSERT_SCODE(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
@@ -1179,34 +1104,34 @@ static void test_sem_calls(void) {
     ASSERT_SCODE(l, dlock_semaphore_release(l, 1), DLOCK_EINVAL);
     ASSERT_SCODE(h, dlock_semaphore_release(h, 0), DLOCK_EINVAL);
     ASSERT_SOK(h, dlock_semaphore_release(h, 1));
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
     ASSERT_SOK(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT));
-    ASSERT_EQ(avail(h), 0);
+    ASSERT_EQ(th_sem_available(h), 0);
     /* add: to the total */
     ASSERT_SOK(h, dlock_semaphore_add(h, 1));
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
     ASSERT_SCODE(l, dlock_semaphore_acquire(l, 2, DLOCK_NOWAIT), DLOCK_EBUSY);
     ASSERT_SOK(l, dlock_semaphore_acquire(l, 1, DLOCK_NOWAIT)); /* l holds 2 now */
-    ASSERT_EQ(avail(h), 0);
+    ASSERT_EQ(th_sem_available(h), 0);
     ASSERT_SOK(h, dlock_semaphore_add(h, -1)); /* total 2, 3 held: none available */
     ASSERT_SOK(l, dlock_semaphore_release(l, 2));
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
     ASSERT_SOK(h, dlock_semaphore_release(h, 1));
-    ASSERT_EQ(avail(h), 2);
+    ASSERT_EQ(th_sem_available(h), 2);
     /* freeing a handle gives its permits back */
     ASSERT_SOK(l, dlock_semaphore_acquire(l, 2, DLOCK_NOWAIT));
-    ASSERT_EQ(avail(h), 0);
+    ASSERT_EQ(th_sem_available(h), 0);
     dlock_semaphore_free(l);
     int64_t until = th_now_ms() + 5000;
-    while (avail(h) != 2 && th_now_ms() < until) th_sleep_ms(10);
-    ASSERT_EQ(avail(h), 2);
+    while (th_sem_available(h) != 2 && th_now_ms() < until) th_sleep_ms(10);
+    ASSERT_EQ(th_sem_available(h), 2);
     dlock_semaphore_free(h);
 
     /* add creates the semaphore; an unset one has no permits; waiters wake
      * on add */
-    dlock_semaphore *a = sem(c, "sem:add"), *u = sem(c, "sem:unset");
+    dlock_semaphore *a = th_sem(c, "sem:add"), *u = th_sem(c, "sem:unset");
     ASSERT_SOK(a, dlock_semaphore_add(a, 2));
-    ASSERT_EQ(avail(a), 2);
+    ASSERT_EQ(th_sem_available(a), 2);
     ASSERT_SOK(a, dlock_semaphore_try_set(a, 5, &set));
     ASSERT_EQ(set, 0);
     ASSERT_SCODE(u, dlock_semaphore_acquire(u, 1, 200), DLOCK_ETIMEDOUT);
@@ -1260,7 +1185,7 @@ static void *sem_waiter(void *arg) {
  * waiter on an unset semaphore wakes on try_set / add. */
 static void test_sem_fifo_wake(void) {
     dlock_client *c = client(), *wc = client();
-    dlock_semaphore *h = sem(c, "sem:fifo"), *x = sem(c, "sem:fifo");
+    dlock_semaphore *h = th_sem(c, "sem:fifo"), *x = th_sem(c, "sem:fifo");
     int set = 0;
     ASSERT_SOK(h, dlock_semaphore_try_set(h, 3, &set));
     ASSERT_SOK(h, dlock_semaphore_acquire(h, 2, DLOCK_NOWAIT));
@@ -1273,7 +1198,7 @@ static void test_sem_fifo_wake(void) {
     int64_t until = th_now_ms() + 5000;
     while (node_count() < before + 2 && th_now_ms() < until) th_sleep_ms(5);
     ASSERT_EQ(node_count(), before + 2); /* the waiter's two leases are queued */
-    ASSERT_EQ(avail(x), 1);
+    ASSERT_EQ(th_sem_available(x), 1);
     /* 1 is free, but the waiter for 2 is ahead: FIFO */
     ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
     ASSERT_EQ(atomic_load(&g_wdone), 0);
@@ -1284,19 +1209,19 @@ static void test_sem_fifo_wake(void) {
     th_log("semaphore FIFO: a request for 1 refused behind a waiter for 2; the waiter woke "
            "%lld ms after the release", (long long)(th_now_ms() - t0));
     pthread_join(t, NULL);
-    ASSERT_EQ(avail(x), 3);
+    ASSERT_EQ(th_sem_available(x), 3);
 
     /* an unset semaphore: the waiter wakes when permits are added */
     g_wsem_name = "sem:later";
     g_wpermits = 1;
     atomic_store(&g_wdone, 0);
-    dlock_semaphore *u = sem(c, "sem:later");
+    dlock_semaphore *u = th_sem(c, "sem:later");
     long b2 = node_count();
     ASSERT(pthread_create(&t, NULL, sem_waiter, wc) == 0);
     until = th_now_ms() + 5000;
     while (node_count() < b2 + 2 && th_now_ms() < until) th_sleep_ms(5);
     ASSERT_EQ(node_count(), b2 + 2); /* the semaphore's node (unset) and the lease */
-    ASSERT_EQ(avail(u), 0);
+    ASSERT_EQ(th_sem_available(u), 0);
     ASSERT_EQ(atomic_load(&g_wdone), 0);
     t0 = th_now_ms();
     ASSERT_SOK(u, dlock_semaphore_add(u, 1));
@@ -1373,7 +1298,7 @@ static long received(void) { return srvr_number("Received: "); }
 
 static void test_sem_no_herd(void) {
     dlock_client *hc = client(), *wc[HERD_WAITERS];
-    dlock_semaphore *h = sem(hc, "sem:herd");
+    dlock_semaphore *h = th_sem(hc, "sem:herd");
     int set = 0;
     ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
     ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
@@ -1407,7 +1332,7 @@ static void test_sem_no_herd(void) {
     for (int i = 0; i < HERD_WAITERS; i++) ASSERT_EQ(atomic_load(&g_herd_order[i]), i);
     ASSERT(r0 >= 0 && r1 >= r0);
     ASSERT_LT(per, 14.0);
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
 
     /* a waiter in the middle gives up: the one behind it, which watched
      * its lease, watches the one ahead instead, and still comes next */
@@ -1437,13 +1362,13 @@ static void test_sem_no_herd(void) {
     ASSERT_EQ(atomic_load(&g_herd_next), 2);
     ASSERT_EQ(atomic_load(&g_herd_order[0]), 0);
     ASSERT_EQ(atomic_load(&g_herd_order[1]), 2);
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
 
     /* holders beyond a lowered total are not marked: a waiter behind one
      * of them (it watches that holder's lease) that fits after holders
      * ahead release is found by its periodic re-check */
     dlock_semaphore *hs[3];
-    for (int i = 0; i < 3; i++) hs[i] = sem(hc, "sem:lowered");
+    for (int i = 0; i < 3; i++) hs[i] = th_sem(hc, "sem:lowered");
     ASSERT_SOK(hs[0], dlock_semaphore_try_set(hs[0], 3, &set));
     for (int i = 0; i < 3; i++) ASSERT_SOK(hs[i], dlock_semaphore_acquire(hs[i], 1, DLOCK_NOWAIT));
     ASSERT_SOK(hs[0], dlock_semaphore_add(hs[0], -2)); /* 1: hs[1], hs[2] beyond it */
@@ -1457,7 +1382,7 @@ static void test_sem_no_herd(void) {
     th_sleep_ms(200);
     /* a refused try: its lease comes and goes, which uses up the watch on
      * the leases that the waiter's first look left */
-    dlock_semaphore *x = sem(hc, "sem:lowered");
+    dlock_semaphore *x = th_sem(hc, "sem:lowered");
     ASSERT_SCODE(x, dlock_semaphore_acquire(x, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
     dlock_semaphore_free(x);
     ASSERT_SOK(hs[0], dlock_semaphore_add(hs[0], 1)); /* 2: hs[2] still beyond it */
@@ -1474,7 +1399,7 @@ static void test_sem_no_herd(void) {
     ASSERT_EQ(atomic_load(&g_herd_next), 1);
     ASSERT_LT(el, 10000);
     ASSERT_SOK(hs[2], dlock_semaphore_release(hs[2], 1));
-    ASSERT_EQ(avail(hs[0]), 2);
+    ASSERT_EQ(th_sem_available(hs[0]), 2);
     for (int i = 0; i < 3; i++) dlock_semaphore_free(hs[i]);
     for (int i = 0; i < HERD_WAITERS; i++) dlock_client_free(wc[i]);
     dlock_semaphore_free(h);
@@ -1545,7 +1470,7 @@ static void test_cancel(void) {
     /* a lock wait (the predecessor watch) */
     th_check_lock_cancel(c, "zk:cancel", DLOCK_WATCHDOG);
     /* a semaphore wait: its lease node goes, the permit count is as before */
-    dlock_semaphore *h = sem(c, "zk:cancel-sem"), *s = sem(c, "zk:cancel-sem");
+    dlock_semaphore *h = th_sem(c, "zk:cancel-sem"), *s = th_sem(c, "zk:cancel-sem");
     int set = 0;
     ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
     ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, 0));
@@ -1565,9 +1490,9 @@ static void test_cancel(void) {
            dlock_semaphore_errmsg(s));
     ASSERT_SCODE(s, w.rc, DLOCK_ECANCELED);
     ASSERT_LT(el, 1500);
-    ASSERT_EQ(avail(h), 0);
+    ASSERT_EQ(th_sem_available(h), 0);
     ASSERT_SOK(h, dlock_semaphore_release(h, 1));
-    ASSERT_EQ(avail(h), 1);
+    ASSERT_EQ(th_sem_available(h), 1);
     ASSERT_SOK(s, dlock_semaphore_acquire(s, 1, 0));
     ASSERT_SOK(s, dlock_semaphore_release(s, 1));
     dlock_semaphore_free(s);

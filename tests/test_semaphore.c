@@ -31,8 +31,6 @@ static dlock_semaphore *sem(dlock_client *c, const char *name)
     return s;
 }
 
-#define ASSERT_SOK(s, expr) TH_CODE_(expr, DLOCK_OK, dlock_semaphore_errmsg(s))
-#define ASSERT_SCODE(s, expr, want) TH_CODE_(expr, want, dlock_semaphore_errmsg(s))
 
 static int64_t avail(dlock_semaphore *s)
 {
