@@ -880,6 +880,79 @@ int64_t th_sem_available(dlock_semaphore *s)
     return v;
 }
 
+typedef struct th_canceled_sem {
+    dlock_semaphore *s;
+    int64_t wait_ms;
+    int rc;
+    int64_t t_done;
+    atomic_int done;
+} th_canceled_sem;
+
+static void *canceled_sem_main(void *arg) {
+    th_canceled_sem *w = arg;
+    w->rc = dlock_semaphore_acquire(w->s, 1, w->wait_ms);
+    w->t_done = th_now_ms();
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+void th_check_semaphore_cancel(dlock_client *c, const char *name) {
+    dlock_semaphore *h = th_sem(c, name), *w = th_sem(c, name);
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
+    const int64_t waits[2] = {DLOCK_WAIT_FOREVER, 20000};
+    for (int i = 0; i < 2; i++) {
+        th_canceled_sem cw = {.s = w, .wait_ms = waits[i], .rc = -1};
+        atomic_init(&cw.done, 0);
+        pthread_t t;
+        ASSERT(pthread_create(&t, NULL, canceled_sem_main, &cw) == 0);
+        th_sleep_ms(300);
+        ASSERT_MSG(!atomic_load(&cw.done), "the semaphore waiter did not wait: %s",
+                   dlock_strerror(cw.rc));
+        int64_t t0 = th_now_ms();
+        ASSERT_SOK(w, dlock_semaphore_cancel(w));
+        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) th_sleep_ms(5);
+        ASSERT_MSG(atomic_load(&cw.done), "the cancelled semaphore wait did not end in 10 s");
+        ASSERT(pthread_join(t, NULL) == 0);
+        ASSERT_SCODE(w, cw.rc, DLOCK_ECANCELED);
+        th_log("semaphore cancel: a %s wait ended %lld ms after the cancel: %s",
+               waits[i] == DLOCK_WAIT_FOREVER ? "forever" : "20 s",
+               (long long)(cw.t_done - t0), dlock_semaphore_errmsg(w));
+        ASSERT_LT(cw.t_done - t0, 1500);
+        ASSERT_EQ(th_sem_available(h), 0);
+    }
+    {
+        th_canceled_sem cw = {.s = w, .wait_ms = DLOCK_WAIT_FOREVER, .rc = -1};
+        atomic_init(&cw.done, 0);
+        pthread_t t;
+        int64_t t0 = th_now_ms();
+        ASSERT(pthread_create(&t, NULL, canceled_sem_main, &cw) == 0);
+        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) {
+            ASSERT_SOK(w, dlock_semaphore_cancel(w));
+            th_sleep_ms(1);
+        }
+        ASSERT_MSG(atomic_load(&cw.done), "the early-cancelled semaphore wait did not end");
+        ASSERT(pthread_join(t, NULL) == 0);
+        ASSERT_SCODE(w, cw.rc, DLOCK_ECANCELED);
+        th_log("semaphore cancel: a wait cancelled from its start ended after %lld ms",
+               (long long)(cw.t_done - t0));
+        ASSERT_LT(cw.t_done - t0, 2000);
+    }
+    /* a cancel with nothing under way is not for the next acquire */
+    ASSERT_SOK(w, dlock_semaphore_cancel(w));
+    int64_t t0 = th_now_ms();
+    ASSERT_SCODE(w, dlock_semaphore_acquire(w, 1, 300), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 250);
+    /* nothing left queued: the released permit is there for the next */
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    ASSERT_EQ(th_sem_available(h), 1);
+    ASSERT_SOK(w, dlock_semaphore_acquire(w, 1, DLOCK_NOWAIT));
+    ASSERT_SOK(w, dlock_semaphore_release(w, 1));
+    dlock_semaphore_free(w);
+    dlock_semaphore_free(h);
+}
+
 void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int permits,
                               int procs, int rounds)
 {

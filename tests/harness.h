@@ -225,6 +225,15 @@ void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms);
 dlock_semaphore *th_sem(dlock_client *c, const char *name);
 int64_t th_sem_available(dlock_semaphore *s);
 
+/* dlock_semaphore_cancel's contract, as th_check_lock_cancel's: with the
+ * only permit of name (set to 1 here) held by a handle of c, a wait in
+ * another thread (forever, then for 20 s) returns DLOCK_ECANCELED within
+ * 1.5 s of the cancel, leaving nothing queued (once the holder releases,
+ * the permit is available and the cancelled handle takes it at once); so
+ * does a wait cancelled from its very start; a cancel with no acquire under
+ * way is not for the next one. */
+void th_check_semaphore_cancel(dlock_client *c, const char *name);
+
 void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int permits,
                               int procs, int rounds);
 

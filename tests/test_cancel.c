@@ -385,6 +385,7 @@ int main(int argc, char **argv)
         /* the contract every backend's test checks (tests/harness.c) */
         dlock_client *c = th_client(s, 0);
         th_check_lock_cancel(c, "cancel:contract", 20000);
+        th_check_semaphore_cancel(c, "cancel:contract-sem");
         dlock_client_free(c);
     }
     else th_fail(__FILE__, __LINE__, "unknown part %s", part);
