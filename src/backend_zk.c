@@ -82,7 +82,8 @@
  *   the session expired, release says DLOCK_ELOST. available = total - the
  *   leases that fit (waiters are not counted). After add lowered the total
  *   below what is held, the holders beyond it keep their permits (nobody
- *   new gets one until enough are released) and available reads 0 (or the
+ *   new gets one until enough are released); available counts only the
+ *   holders that fit the new total, so it can read above 0 then (or the
  *   total, if negative). An add or try_set whose answer is lost is not
  *   re-sent (it could apply twice): DLOCK_EIO. An acquire's multi is kept
  *   under 512 KiB (the server's jute.maxbuffer is 1 MiB): about 5000
