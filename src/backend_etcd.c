@@ -1373,8 +1373,9 @@ typedef struct etcd_acq {
 
 typedef struct etcd_sem {
     CURL *curl;
-    char *prefix, *lprefix, *total; /* the semaphore's keys; + "l/"; + "total" */
-    size_t prefix_len, lprefix_len, total_len;
+    char *lprefix, *total;        /* its keys: "dlock/sem/<len>/<name>/" + "l/", + "total" */
+    size_t lprefix_len, total_len;
+    char *wkey, *wend;            /* base64: the range of all its keys (first waiter's watch) */
     etcd_acq **acqs;              /* held, oldest first */
     int nacq, cap;
 } etcd_sem;
@@ -1383,11 +1384,18 @@ static int etcd_sem_init(dl_object *o, dl_err *err) {
     etcd_sem *es = calloc(1, sizeof *es);
     if (!es) return OOM(err);
     o->bdata = es;
-    es->prefix = what_prefix("sem", o->name, o->name_len, NULL, &es->prefix_len);
+    size_t plen = 0;
+    char *prefix = what_prefix("sem", o->name, o->name_len, NULL, &plen);
+    if (prefix) {
+        es->wkey = b64_enc(prefix, plen);
+        prefix[plen - 1]++; /* the range's end: '/' + 1 */
+        es->wend = b64_enc(prefix, plen);
+        free(prefix);
+    }
     es->lprefix = what_prefix("sem", o->name, o->name_len, "l/", &es->lprefix_len);
     es->total = what_prefix("sem", o->name, o->name_len, "total", &es->total_len);
     es->curl = curl_easy_init();
-    if (!es->prefix || !es->lprefix || !es->total || !es->curl) return OOM(err);
+    if (!es->wkey || !es->wend || !es->lprefix || !es->total || !es->curl) return OOM(err);
     return DLOCK_OK;
 }
 
@@ -1405,9 +1413,10 @@ static void etcd_sem_destroy(dl_object *o) {
     for (int i = 0; i < es->nacq; i++) acq_free(o->c->bctx, es, es->acqs[i], 1);
     free(es->acqs);
     if (es->curl) curl_easy_cleanup(es->curl);
-    free(es->prefix);
     free(es->lprefix);
     free(es->total);
+    free(es->wkey);
+    free(es->wend);
     free(es);
     o->bdata = NULL;
 }
@@ -1516,6 +1525,22 @@ static int64_t sem_place(const cJSON *kvs, int64_t total, long long rev, int *mi
     return held;
 }
 
+/* Re-puts a's key as "<k> held" (best effort): the waiter behind, which
+ * watches it, wakes and becomes the first waiter. */
+static void sem_mark(etcd_client *ec, etcd_sem *es, const etcd_acq *a) {
+    char num[40];
+    snprintf(num, sizeof num, "%lld held", (long long)a->k);
+    cJSON *q = cJSON_CreateObject();
+    if (!q || !add_b64(q, "key", a->ka.key, a->ka.key_len) ||
+        !add_b64(q, "value", num, strlen(num)) || !add_ll(q, "lease", a->ka.lease)) {
+        cJSON_Delete(q);
+        return;
+    }
+    cJSON *r = NULL;
+    dl_err ignored = {0};
+    if (!rpc(ec, es->curl, "/v3/kv/put", q, req_timeout(ec), &r, NULL, &ignored)) cJSON_Delete(r);
+}
+
 static int etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
     etcd_client *ec = o->c->bctx;
     etcd_sem *es = o->bdata;
@@ -1578,21 +1603,7 @@ static int etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_e
             }
             if (mine) {
                 free(akey);
-                if (waited) {
-                    /* mark it: the waiter behind, which watches our key, wakes */
-                    char num[40];
-                    snprintf(num, sizeof num, "%lld held", (long long)permits);
-                    cJSON *q = cJSON_CreateObject();
-                    if (q && add_b64(q, "key", a->ka.key, a->ka.key_len) &&
-                        add_b64(q, "value", num, strlen(num)) && add_ll(q, "lease", id)) {
-                        cJSON *r = NULL;
-                        dl_err e2 = {0};
-                        if (!rpc(ec, es->curl, "/v3/kv/put", q, req_timeout(ec), &r, NULL, &e2))
-                            cJSON_Delete(r);
-                    } else {
-                        cJSON_Delete(q);
-                    }
-                }
+                if (waited) sem_mark(ec, es, a);
                 rc = ka_add(ec, &a->ka, err);
                 if (rc) break;
                 es->acqs[es->nacq++] = a;
@@ -1601,44 +1612,19 @@ static int etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_e
             int64_t left = deadline == DL_INF_DEADLINE ? INT64_MAX : deadline - dl_now_ms();
             if (wait_ms == 0 || left <= 0) {
                 free(akey);
-                if (wait_ms == 0)
-                    rc = dl_seterr(err, DLOCK_EBUSY,
-                                   "semaphore '%s': %lld permit(s) not available", nm,
-                                   (long long)permits);
-                else
-                    rc = dl_seterr(err, DLOCK_ETIMEDOUT,
-                                   "timed out waiting for %lld permit(s) of semaphore '%s'",
-                                   (long long)permits, nm);
+                rc = dl_sem_refused(o, permits, wait_ms != 0, err);
                 break;
             }
             waited = 1;
             int64_t slice = granted * 1000 / 3;
             if (slice > left) slice = left;
             if (akey && slice > ETCD_SEM_RECHECK_MS) slice = ETCD_SEM_RECHECK_MS;
-            char *wk = akey;
-            char *end = NULL;
-            if (!akey) {
-                /* the first waiter: every change of the semaphore's keys */
-                char *e = malloc(es->prefix_len);
-                if (e) {
-                    memcpy(e, es->prefix, es->prefix_len);
-                    e[es->prefix_len - 1]++;
-                    wk = b64_enc(es->prefix, es->prefix_len);
-                    end = b64_enc(e, es->prefix_len);
-                    free(e);
-                }
-                if (!wk || !end) {
-                    free(wk);
-                    free(end);
-                    rc = OOM(err);
-                    break;
-                }
-            }
+            /* behind another: its key; the first waiter: all the semaphore's */
             dl_cancel_begin(&o->cancel);
-            rc = watch_keys(ec, es->curl, wk, end, 0, hrev + 1, slice, &o->cancel, err);
+            rc = watch_keys(ec, es->curl, akey ? akey : es->wkey, akey ? NULL : es->wend, 0,
+                            hrev + 1, slice, &o->cancel, err);
             dl_cancel_end(&o->cancel);
-            free(wk);
-            free(end);
+            free(akey);
             if (rc == DLOCK_ECANCELED) {
                 rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
                 break;
@@ -1666,11 +1652,7 @@ static int etcd_sem_release(dl_object *o, int64_t permits, dl_err *err) {
     dl_name_msg(o->name, o->name_len, nm, sizeof nm);
     int64_t have = 0;
     for (int i = 0; i < es->nacq; i++) have += es->acqs[i]->k;
-    if (permits > have)
-        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': release of %lld permit(s), but this "
-                                            "handle holds %lld (on etcd a handle gives back "
-                                            "only permits it acquired)",
-                         nm, (long long)permits, (long long)have);
+    if (permits > have) return dl_sem_over_release(o, permits, have, err);
     int lost = 0;
     while (permits > 0) {
         etcd_acq *a = es->acqs[es->nacq - 1];

@@ -1806,13 +1806,7 @@ static int zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err
         }
         if (wait_ms == 0 || dl_now_ms() >= deadline) {
             free(ap);
-            if (wait_ms == 0)
-                rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
-                               nm, (long long)permits);
-            else
-                rc = dl_seterr(err, DLOCK_ETIMEDOUT,
-                               "timed out waiting for %lld permit(s) of semaphore '%s'",
-                               (long long)permits, nm);
+            rc = dl_sem_refused(o, permits, wait_ms != 0, err);
             break;
         }
         waited = 1;
@@ -1869,11 +1863,7 @@ static int zk_sem_release(dl_object *o, int64_t permits, dl_err *err) {
                                            "handle's %lld permit(s) expired (they were freed)",
                          nm, (long long)had);
     }
-    if (permits > zs->nleases)
-        return dl_seterr(err, DLOCK_EINVAL, "semaphore '%s': release of %lld permit(s), but this "
-                                            "handle holds %lld (on zookeeper a handle gives "
-                                            "back only permits it acquired)",
-                         nm, (long long)permits, (long long)zs->nleases);
+    if (permits > zs->nleases) return dl_sem_over_release(o, permits, zs->nleases, err);
     int64_t until = dl_deadline(zc->cmd_timeout_ms > zc->session_ms ? zc->cmd_timeout_ms
                                                                     : zc->session_ms);
     while (permits > 0) {

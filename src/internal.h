@@ -463,6 +463,12 @@ typedef struct dl_object {
 /* A backend found the permits of the semaphore whose handle o is gone:
  * runs its lost callback, if any. */
 void dl_semaphore_lost(dl_object *o, int reason);
+/* A semaphore acquire that did not get its permits: DLOCK_EBUSY (try once)
+ * or DLOCK_ETIMEDOUT (timed_out), with the message every backend gives. */
+int dl_sem_refused(const dl_object *o, int64_t permits, int timed_out, dl_err *err);
+/* DLOCK_EINVAL: a release of more permits than the handle holds (backends
+ * whose permits belong to the handle that took them). */
+int dl_sem_over_release(const dl_object *o, int64_t permits, int64_t held, dl_err *err);
 
 /* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
  * DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH), checks and copies name and

@@ -119,7 +119,6 @@ static int64_t wait_left(int64_t deadline) {
 
 int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
     dlock_semaphore *s = (dlock_semaphore *)o;
-    char nm[80];
     dlock_client *c = s->o.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
@@ -128,8 +127,7 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
     if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
-        rc = dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available",
-                       dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm), (long long)permits);
+        rc = dl_sem_refused(&s->o, permits, 0, err);
         goto out;
     }
     rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, err);
@@ -139,9 +137,7 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
         rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
         if (rc || got == 1) break;
         if (wait_left(deadline) == 0) {
-            rc = dl_seterr(err, DLOCK_ETIMEDOUT,
-                           "timed out waiting for %lld permit(s) of semaphore '%s'",
-                           (long long)permits, dl_name_msg(s->o.name, s->o.name_len, nm, sizeof nm));
+            rc = dl_sem_refused(&s->o, permits, 1, err);
             break;
         }
         int moved = 0;
@@ -262,6 +258,26 @@ void dlock_semaphore_on_lost(dlock_semaphore *s, dlock_semaphore_lost_fn fn, voi
     if (!s) return;
     s->o.lost_fn = fn;
     s->o.lost_ud = userdata;
+}
+
+int dl_sem_refused(const dl_object *o, int64_t permits, int timed_out, dl_err *err) {
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    if (timed_out)
+        return dl_seterr(err, DLOCK_ETIMEDOUT,
+                         "timed out waiting for %lld permit(s) of semaphore '%s'",
+                         (long long)permits, nm);
+    return dl_seterr(err, DLOCK_EBUSY, "semaphore '%s': %lld permit(s) not available", nm,
+                     (long long)permits);
+}
+
+int dl_sem_over_release(const dl_object *o, int64_t permits, int64_t held, dl_err *err) {
+    char nm[80];
+    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    return dl_seterr(err, DLOCK_EINVAL,
+                     "semaphore '%s': release of %lld permit(s), but this handle holds %lld (on "
+                     "%s a handle gives back only permits it acquired)",
+                     nm, (long long)permits, (long long)held, o->c->backend->name);
 }
 
 void dl_semaphore_lost(dl_object *o, int reason) {
