@@ -880,79 +880,6 @@ int64_t th_sem_available(dlock_semaphore *s)
     return v;
 }
 
-typedef struct th_canceled_sem {
-    dlock_semaphore *s;
-    int64_t wait_ms;
-    int rc;
-    int64_t t_done;
-    atomic_int done;
-} th_canceled_sem;
-
-static void *canceled_sem_main(void *arg) {
-    th_canceled_sem *w = arg;
-    w->rc = dlock_semaphore_acquire(w->s, 1, w->wait_ms);
-    w->t_done = th_now_ms();
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
-void th_check_semaphore_cancel(dlock_client *c, const char *name) {
-    dlock_semaphore *h = th_sem(c, name), *w = th_sem(c, name);
-    int set = 0;
-    ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
-    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
-    const int64_t waits[2] = {DLOCK_WAIT_FOREVER, 20000};
-    for (int i = 0; i < 2; i++) {
-        th_canceled_sem cw = {.s = w, .wait_ms = waits[i], .rc = -1};
-        atomic_init(&cw.done, 0);
-        pthread_t t;
-        ASSERT(pthread_create(&t, NULL, canceled_sem_main, &cw) == 0);
-        th_sleep_ms(300);
-        ASSERT_MSG(!atomic_load(&cw.done), "the semaphore waiter did not wait: %s",
-                   dlock_strerror(cw.rc));
-        int64_t t0 = th_now_ms();
-        ASSERT_SOK(w, dlock_semaphore_cancel(w));
-        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) th_sleep_ms(5);
-        ASSERT_MSG(atomic_load(&cw.done), "the cancelled semaphore wait did not end in 10 s");
-        ASSERT(pthread_join(t, NULL) == 0);
-        ASSERT_SCODE(w, cw.rc, DLOCK_ECANCELED);
-        th_log("semaphore cancel: a %s wait ended %lld ms after the cancel: %s",
-               waits[i] == DLOCK_WAIT_FOREVER ? "forever" : "20 s",
-               (long long)(cw.t_done - t0), dlock_semaphore_errmsg(w));
-        ASSERT_LT(cw.t_done - t0, 1500);
-        ASSERT_EQ(th_sem_available(h), 0);
-    }
-    {
-        th_canceled_sem cw = {.s = w, .wait_ms = DLOCK_WAIT_FOREVER, .rc = -1};
-        atomic_init(&cw.done, 0);
-        pthread_t t;
-        int64_t t0 = th_now_ms();
-        ASSERT(pthread_create(&t, NULL, canceled_sem_main, &cw) == 0);
-        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) {
-            ASSERT_SOK(w, dlock_semaphore_cancel(w));
-            th_sleep_ms(1);
-        }
-        ASSERT_MSG(atomic_load(&cw.done), "the early-cancelled semaphore wait did not end");
-        ASSERT(pthread_join(t, NULL) == 0);
-        ASSERT_SCODE(w, cw.rc, DLOCK_ECANCELED);
-        th_log("semaphore cancel: a wait cancelled from its start ended after %lld ms",
-               (long long)(cw.t_done - t0));
-        ASSERT_LT(cw.t_done - t0, 2000);
-    }
-    /* a cancel with nothing under way is not for the next acquire */
-    ASSERT_SOK(w, dlock_semaphore_cancel(w));
-    int64_t t0 = th_now_ms();
-    ASSERT_SCODE(w, dlock_semaphore_acquire(w, 1, 300), DLOCK_ETIMEDOUT);
-    ASSERT_GE(th_now_ms() - t0, 250);
-    /* nothing left queued: the released permit is there for the next */
-    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
-    ASSERT_EQ(th_sem_available(h), 1);
-    ASSERT_SOK(w, dlock_semaphore_acquire(w, 1, DLOCK_NOWAIT));
-    ASSERT_SOK(w, dlock_semaphore_release(w, 1));
-    dlock_semaphore_free(w);
-    dlock_semaphore_free(h);
-}
-
 void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int permits,
                               int procs, int rounds)
 {
@@ -1012,84 +939,137 @@ void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int p
     dlock_client_free(c);
 }
 
+/* What a cancel contract waits on: a lock or a semaphore handle. */
+typedef struct th_waitable {
+    void *h;
+    int64_t lease_ms;                       /* a lock's */
+    int (*acquire)(struct th_waitable *w, int64_t wait_ms);
+    int (*cancel)(void *h);
+    const char *(*errmsg)(const void *h);
+} th_waitable;
+
 typedef struct th_canceled_wait {
-    dlock_lock *l;
-    int64_t wait_ms, lease_ms;
+    th_waitable *w;
+    int64_t wait_ms;
     int rc;
     int64_t t_done;
     atomic_int done;
 } th_canceled_wait;
 
 static void *canceled_wait_main(void *arg) {
-    th_canceled_wait *w = arg;
-    w->rc = dlock_acquire(w->l, w->wait_ms, w->lease_ms, NULL);
-    w->t_done = th_now_ms();
-    atomic_store(&w->done, 1);
+    th_canceled_wait *cw = arg;
+    cw->rc = cw->w->acquire(cw->w, cw->wait_ms);
+    cw->t_done = th_now_ms();
+    atomic_store(&cw->done, 1);
     return NULL;
 }
 
+/* A wait of wait_ms in another thread, cancelled once it waits: it returns
+ * DLOCK_ECANCELED within 1.5 s of the cancel. */
+static void cancel_while_waiting(th_waitable *w, int64_t wait_ms) {
+    th_canceled_wait cw = {.w = w, .wait_ms = wait_ms, .rc = -1};
+    atomic_init(&cw.done, 0);
+    pthread_t t;
+    ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
+    th_sleep_ms(300);
+    ASSERT_MSG(!atomic_load(&cw.done), "the waiter did not wait: %s", dlock_strerror(cw.rc));
+    int64_t t0 = th_now_ms();
+    ASSERT_EQ(w->cancel(w->h), DLOCK_OK);
+    while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) th_sleep_ms(5);
+    ASSERT_MSG(atomic_load(&cw.done), "the cancelled wait did not end in 10 s");
+    ASSERT(pthread_join(t, NULL) == 0);
+    ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "cancelled wait: %s: %s", dlock_strerror(cw.rc),
+               w->errmsg(w->h));
+    ASSERT(strstr(w->errmsg(w->h), "cancel") != NULL);
+    th_log("cancel: a %s wait ended %lld ms after the cancel: %s",
+           wait_ms == DLOCK_WAIT_FOREVER ? "forever" : "timed", (long long)(cw.t_done - t0),
+           w->errmsg(w->h));
+    ASSERT_LT(cw.t_done - t0, 1500);
+}
+
+/* Cancels from the moment the wait starts (before its statement, watch or
+ * queue entry reaches the server, say), repeated every millisecond until
+ * the acquire returns, which it does at once with DLOCK_ECANCELED. */
+static void cancel_from_start(th_waitable *w) {
+    th_canceled_wait cw = {.w = w, .wait_ms = DLOCK_WAIT_FOREVER, .rc = -1};
+    atomic_init(&cw.done, 0);
+    pthread_t t;
+    int64_t t0 = th_now_ms();
+    ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
+    while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) {
+        ASSERT_EQ(w->cancel(w->h), DLOCK_OK);
+        th_sleep_ms(1);
+    }
+    ASSERT_MSG(atomic_load(&cw.done), "the early-cancelled wait did not end in 10 s");
+    ASSERT(pthread_join(t, NULL) == 0);
+    ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "early-cancelled wait: %s: %s", dlock_strerror(cw.rc),
+               w->errmsg(w->h));
+    th_log("cancel: a wait cancelled from its start ended after %lld ms",
+           (long long)(cw.t_done - t0));
+    ASSERT_LT(cw.t_done - t0, 2000);
+}
+
+static int lock_acquire_w(th_waitable *w, int64_t wait_ms) {
+    return dlock_acquire(w->h, wait_ms, w->lease_ms, NULL);
+}
+static int lock_cancel_w(void *h) { return dlock_lock_cancel(h); }
+static const char *lock_errmsg_w(const void *h) { return dlock_lock_errmsg(h); }
+
 void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms) {
     dlock_lock *h = th_lock(c, name, DLOCK_KIND_PLAIN);
-    dlock_lock *w = th_lock(c, name, DLOCK_KIND_PLAIN);
+    dlock_lock *l = th_lock(c, name, DLOCK_KIND_PLAIN);
+    th_waitable w = {l, lease_ms, lock_acquire_w, lock_cancel_w, lock_errmsg_w};
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, lease_ms, NULL));
     const int64_t waits[2] = {DLOCK_WAIT_FOREVER, 20000};
     for (int i = 0; i < 2; i++) {
-        th_canceled_wait cw = {.l = w, .wait_ms = waits[i], .lease_ms = lease_ms, .rc = -1};
-        atomic_init(&cw.done, 0);
-        pthread_t t;
-        ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
-        th_sleep_ms(300);
-        ASSERT_MSG(!atomic_load(&cw.done), "the waiter did not wait: %s",
-                   dlock_strerror(cw.rc));
-        int64_t t0 = th_now_ms();
-        ASSERT_LOK(w, dlock_lock_cancel(w));
-        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) th_sleep_ms(5);
-        ASSERT_MSG(atomic_load(&cw.done), "the cancelled wait did not end in 10 s");
-        ASSERT(pthread_join(t, NULL) == 0);
-        ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "cancelled wait: %s: %s", dlock_strerror(cw.rc),
-                   dlock_lock_errmsg(w));
-        ASSERT(strstr(dlock_lock_errmsg(w), "cancel") != NULL);
-        th_log("cancel: a %s wait ended %lld ms after the cancel: %s",
-               waits[i] == DLOCK_WAIT_FOREVER ? "forever" : "20 s",
-               (long long)(cw.t_done - t0), dlock_lock_errmsg(w));
-        ASSERT_LT(cw.t_done - t0, 1500);
+        cancel_while_waiting(&w, waits[i]);
         int held = 0;
         int64_t count = 0;
         ASSERT_LOK(h, dlock_lock_check(h, &held, &count));
         ASSERT_EQ(held, 1);
-        ASSERT_LOK(w, dlock_lock_check(w, &held, &count));
+        ASSERT_LOK(l, dlock_lock_check(l, &held, &count));
         ASSERT_EQ(held, 0);
     }
-    /* cancels from the moment the wait starts (before its statement, watch or
-     * queue entry reaches the server, say): repeated every millisecond until
-     * the acquire returns, which it does at once */
-    {
-        th_canceled_wait cw = {.l = w, .wait_ms = DLOCK_WAIT_FOREVER, .lease_ms = lease_ms,
-                               .rc = -1};
-        atomic_init(&cw.done, 0);
-        pthread_t t;
-        int64_t t0 = th_now_ms();
-        ASSERT(pthread_create(&t, NULL, canceled_wait_main, &cw) == 0);
-        while (!atomic_load(&cw.done) && th_now_ms() - t0 < 10000) {
-            ASSERT_LOK(w, dlock_lock_cancel(w));
-            th_sleep_ms(1);
-        }
-        ASSERT_MSG(atomic_load(&cw.done), "the early-cancelled wait did not end in 10 s");
-        ASSERT(pthread_join(t, NULL) == 0);
-        ASSERT_MSG(cw.rc == DLOCK_ECANCELED, "early-cancelled wait: %s: %s",
-                   dlock_strerror(cw.rc), dlock_lock_errmsg(w));
-        th_log("cancel: a wait cancelled from its start ended after %lld ms",
-               (long long)(cw.t_done - t0));
-        ASSERT_LT(cw.t_done - t0, 2000);
-    }
+    cancel_from_start(&w);
     /* a cancel with nothing under way is not for the next acquire */
-    ASSERT_LOK(w, dlock_lock_cancel(w));
+    ASSERT_LOK(l, dlock_lock_cancel(l));
     int64_t t0 = th_now_ms();
-    ASSERT_LCODE(w, dlock_acquire(w, 300, lease_ms, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_LCODE(l, dlock_acquire(l, 300, lease_ms, NULL), DLOCK_ETIMEDOUT);
     ASSERT_GE(th_now_ms() - t0, 250);
     ASSERT_LOK(h, dlock_release(h));
-    ASSERT_LOK(w, dlock_acquire(w, DLOCK_NOWAIT, lease_ms, NULL));
-    ASSERT_LOK(w, dlock_release(w));
-    dlock_lock_free(w);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, lease_ms, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
     dlock_lock_free(h);
+}
+
+static int sem_acquire_w(th_waitable *w, int64_t wait_ms) {
+    return dlock_semaphore_acquire(w->h, 1, wait_ms);
+}
+static int sem_cancel_w(void *h) { return dlock_semaphore_cancel(h); }
+static const char *sem_errmsg_w(const void *h) { return dlock_semaphore_errmsg(h); }
+
+void th_check_semaphore_cancel(dlock_client *c, const char *name) {
+    dlock_semaphore *h = th_sem(c, name), *s = th_sem(c, name);
+    th_waitable w = {s, 0, sem_acquire_w, sem_cancel_w, sem_errmsg_w};
+    int set = 0;
+    ASSERT_SOK(h, dlock_semaphore_try_set(h, 1, &set));
+    ASSERT_SOK(h, dlock_semaphore_acquire(h, 1, DLOCK_NOWAIT));
+    cancel_while_waiting(&w, DLOCK_WAIT_FOREVER);
+    ASSERT_EQ(th_sem_available(h), 0);
+    cancel_while_waiting(&w, 20000);
+    ASSERT_EQ(th_sem_available(h), 0);
+    cancel_from_start(&w);
+    /* a cancel with nothing under way is not for the next acquire */
+    ASSERT_SOK(s, dlock_semaphore_cancel(s));
+    int64_t t0 = th_now_ms();
+    ASSERT_SCODE(s, dlock_semaphore_acquire(s, 1, 300), DLOCK_ETIMEDOUT);
+    ASSERT_GE(th_now_ms() - t0, 250);
+    /* nothing left queued: the released permit is there for the next */
+    ASSERT_SOK(h, dlock_semaphore_release(h, 1));
+    ASSERT_EQ(th_sem_available(h), 1);
+    ASSERT_SOK(s, dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT));
+    ASSERT_SOK(s, dlock_semaphore_release(s, 1));
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(h);
 }
