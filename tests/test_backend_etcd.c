@@ -773,7 +773,7 @@ static int run_cli(char *const argv[], char *buf, size_t buflen) {
 
 static void test_cli(const char *cli) {
     if (!cli || access(cli, X_OK)) {
-        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
+        th_skip_part("CLI not given or not built (%s): `dlock run`", cli ? cli : "none");
         return;
     }
     char buf[512];
@@ -843,7 +843,7 @@ static void test_cluster(void) {
         if (!up) th_sleep_ms(100);
     }
     if (!up) {
-        th_log("the three-member cluster did not come up (ports taken?): skipping; see %s", log);
+        th_skip_part("the three-member cluster did not come up (ports taken?); see %s", log);
         for (int i = 0; i < 3; i++) th_stop_pid(&g_members[i], SIGTERM, 10000);
         return;
     }
@@ -915,7 +915,7 @@ static int healthy_tls(int port, const char *dir) {
 
 static void test_tls(void) {
     if (system("command -v openssl >/dev/null 2>&1") != 0) {
-        th_log("openssl not installed: skipping etcds://");
+        th_skip_part("openssl not installed: etcds://");
         return;
     }
     char dir[200], cmd[1200];
@@ -965,7 +965,7 @@ static void test_tls(void) {
         if (!up) th_sleep_ms(100);
     }
     if (!up) {
-        th_log("etcd with TLS did not come up (port taken?): skipping; see %s", log);
+        th_skip_part("etcd with TLS did not come up (port taken?); see %s", log);
         th_stop_pid(&g_tls, SIGTERM, 10000);
         return;
     }

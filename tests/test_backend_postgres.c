@@ -584,7 +584,7 @@ static int run_cli(const char *cli, const char *const *args, char *buf, size_t l
 
 static void test_cli(const char *cli) {
     if (!cli || access(cli, X_OK)) {
-        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
+        th_skip_part("CLI not given or not built (%s): `dlock run`", cli ? cli : "none");
         return;
     }
     char buf[2048];

@@ -695,7 +695,7 @@ static int run_cli(const char *cli, char *const args[], char *buf, size_t len) {
 
 static void test_cli(const char *cli) {
     if (!cli || access(cli, X_OK)) {
-        th_log("CLI not given or not built (%s): skipping `dlock run`", cli ? cli : "none");
+        th_skip_part("CLI not given or not built (%s): `dlock run`", cli ? cli : "none");
         return;
     }
     char buf[1024];

@@ -74,7 +74,7 @@ if command -v script >/dev/null 2>&1; then
     rc=$?
     check "force-unlock on a terminal with --yes ($rc)" "[ $rc = 0 ] && [ \"\$(rcli exists ttylock)\" = 0 ]"
 else
-    echo "skip - force-unlock on a terminal (no script(1))"
+    skip_part "force-unlock on a terminal (no script(1))"
 fi
 
 # doctor on the default test server: no AOF is a WARN, nothing FAILs.

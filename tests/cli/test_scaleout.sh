@@ -108,7 +108,7 @@ if command -v openssl >/dev/null 2>&1; then
     expect_one_line 66 "--tls-key that cannot be read: 66" --url "rediss://127.0.0.1:$TPORT" \
         --tls-cert "$T/client.crt" --tls-key "$T/nope.key" run tl touch "$M"
 else
-    echo "skip - TLS (no openssl)"
+    skip_part "TLS (no openssl)"
 fi
 
 # ---- bad input -----------------------------------------------------------------
