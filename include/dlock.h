@@ -437,13 +437,26 @@ DLOCK_EXPORT int dlock_server_fact(dlock_client *c, const char *what, char *buf,
 /* Acquires every lock in locks[0..n) (any kinds, any names, one client or
  * several), all or nothing, within one wait bound. Locks are taken in a
  * canonical order (by name, then kind), so two callers taking overlapping
- * sets in different orders cannot deadlock. On failure every lock taken so
- * far is released and the first failure's code is returned (DLOCK_EBUSY,
- * DLOCK_ETIMEDOUT...), with its message on that lock's handle.
- * lease_ms as dlock_acquire. fences (may be NULL) receives each lock's token
- * in the caller's order. The same handle twice is DLOCK_EINVAL. */
+ * sets in different orders cannot deadlock. lease_ms as dlock_acquire; once
+ * the whole set is held, the lease of every lock taken before the last one
+ * is restarted (owner-checked, watchdog locks too), so that on DLOCK_OK
+ * every lock has its full lease from about then: dlock_multi_valid_ms is
+ * about lease_ms (the watchdog lease with DLOCK_WATCHDOG), however long the
+ * wait for the later locks took. A lock whose lease ran out meanwhile (or
+ * that the watchdog lost) is never returned as held: it is taken again
+ * (the locks after it in the canonical order given back and taken again
+ * after it) while the wait lasts. On failure every lock taken so far is
+ * released and the first failure's code is returned (DLOCK_EBUSY,
+ * DLOCK_ETIMEDOUT, DLOCK_ELOST with a wait of 0 when a lock's lease ran out
+ * before the set was complete...), with its message on that lock's handle.
+ * fences (may be NULL) receives each lock's token in the caller's order.
+ * The same handle twice is DLOCK_EINVAL. */
 DLOCK_EXPORT int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms,
                                      int64_t lease_ms, uint64_t *fences);
+/* How long the set locks[0..n) is surely still held, in ms: the least
+ * dlock_lock_valid_ms of its locks (0 when one is not held, is lost, or
+ * locks is NULL or n is 0; a NULL entry counts as not held). No round trip. */
+DLOCK_EXPORT int64_t dlock_multi_valid_ms(dlock_lock *const *locks, size_t n);
 /* Releases one hold of every lock in locks[0..n), all attempted even when
  * one fails; returns the first failure (DLOCK_OK if none). */
 DLOCK_EXPORT int dlock_multi_release(dlock_lock *const *locks, size_t n);

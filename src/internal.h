@@ -726,6 +726,14 @@ struct dlock_lock {
 /* dlock_acquire without noting where cancels stand (l->cancel_seen): for
  * dlock_multi_acquire, which notes it for every lock of the set first. */
 int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence);
+/* Restarts the lease of l's hold (its lease_ms from now), owner-checked,
+ * leaving the watchdog as it is: DLOCK_OK (nothing to do for a hold kept by
+ * a session); DLOCK_ELOST, the handle marked as no longer holding, when the
+ * server no longer gives it to this owner; or a failure code (the handle
+ * unchanged). */
+int dl_lock_reexpire(dlock_lock *l, dl_err *err);
+/* Records err as l's message; returns its code. */
+int dl_lock_fail(dlock_lock *l, const dl_err *err);
 
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */
 int dl_cancel_err(dlock_lock *l, dl_err *err);

@@ -25,6 +25,8 @@ static int lock_fail(dlock_lock *l, const dl_err *err) {
     return err->code;
 }
 
+int dl_lock_fail(dlock_lock *l, const dl_err *err) { return lock_fail(l, err); }
+
 static int lock_ok(dlock_lock *l) {
     l->errmsg[0] = '\0';
     return DLOCK_OK;
@@ -303,6 +305,23 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
     l->lease_ms = lease_ms;
     l->expires_at = t0 + lease_ms;
     return lock_ok(l);
+}
+
+int dl_lock_reexpire(dlock_lock *l, dl_err *err) {
+    if (l->holds <= 0)
+        return dl_seterr(err, DLOCK_ENOTHELD, "this handle does not hold the lock");
+    /* a hold kept by a session (or by the backend's own renewal) has no
+     * lease of ours to restart */
+    if (!l->c->backend->extend || l->expires_at == INT64_MAX) return DLOCK_OK;
+    if (atomic_load(&l->lease.lost)) return mark_lost(l, "acquire", err);
+    long long res = 0;
+    int64_t t0 = dl_now_ms();
+    /* the watchdog stays on: a renewal racing this one is owner-checked too */
+    int rc = l->c->backend->extend(l, l->lease_ms, &res, err);
+    if (rc) return rc;
+    if (res != 1) return mark_lost(l, "acquire", err);
+    l->expires_at = t0 + l->lease_ms;
+    return DLOCK_OK;
 }
 
 int dlock_lock_holding(const dlock_lock *l) { return l && l->holds > 0; }

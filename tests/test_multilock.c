@@ -37,6 +37,91 @@ static int child(const th_server *s, int order, dlock_kind kind_b)
     return 0;
 }
 
+/* Issue 19, item 1: the first lock of a set that waits for a later one must
+ * not come back with its lease run out. mB is held elsewhere for 1.5 s; the
+ * set [mB, mA] (canonical order: mA first) waits 3 s with a lease of 1 s, so
+ * mA's first lease ends at about 1 s, before mB is free. */
+static void lease_of_the_set(const th_server *s)
+{
+    dlock_client *c = th_client(s, 0);
+    dlock_client *other = th_client(s, 0);
+    dlock_client *third = th_client(s, 0);
+    dlock_lock *ma = th_lock(c, "multi:mA", DLOCK_KIND_PLAIN);
+    dlock_lock *mb = th_lock(c, "multi:mB", DLOCK_KIND_PLAIN);
+    dlock_lock *ob = th_lock(other, "multi:mB", DLOCK_KIND_PLAIN);
+    dlock_lock *ta = th_lock(third, "multi:mA", DLOCK_KIND_PLAIN);
+    dlock_lock *tb = th_lock(third, "multi:mB", DLOCK_KIND_PLAIN);
+    dlock_lock *set[2] = {mb, ma};
+    redisContext *rc = th_redis(s);
+    ASSERT_LOK(ob, dlock_acquire(ob, DLOCK_NOWAIT, 1500, NULL));
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(ma, dlock_multi_acquire(set, 2, 3000, 1000, NULL));
+    int64_t took = th_now_ms() - t0;
+    int64_t va = dlock_lock_valid_ms(ma), vb = dlock_lock_valid_ms(mb);
+    int64_t valid = dlock_multi_valid_ms(set, 2);
+    th_log("set of 2 after %lld ms of waiting: valid %lld ms, mA %lld, mB %lld",
+           (long long)took, (long long)valid, (long long)va, (long long)vb);
+    ASSERT_GE(took, 1400);
+    /* every lock of the set is held: a third client takes neither */
+    ASSERT_LCODE(ta, dlock_acquire(ta, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(tb, dlock_acquire(tb, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+    /* ...for about the whole lease: the least of the two, both close to 1 s
+     * (the bound leaves the round trips since the acquire) */
+    ASSERT_GT(valid, 700);
+    ASSERT_LE(valid, 1000);
+    /* the least of the two (read just after them) */
+    ASSERT_LE(valid, va < vb ? va : vb);
+    ASSERT_GE(valid, (va < vb ? va : vb) - 50);
+    ASSERT_GT(va, 700);
+    ASSERT_GT(th_cmd_int(rc, "PTTL multi:mA"), 700);
+    ASSERT_GT(th_cmd_int(rc, "PTTL multi:mB"), 700);
+    ASSERT_OK(dlock_multi_release(set, 2));
+    ASSERT_EQ(dlock_multi_valid_ms(set, 2), 0);
+
+    /* watchdog locks: mA is renewed while the set waits, but taken over by
+     * someone else meanwhile (its key replaced by hand); the set must not
+     * come back with it: it waits for mA again and holds it when it returns */
+    dlock_client *wc = th_client(s, 600);
+    dlock_lock *wa = th_lock(wc, "multi:mA", DLOCK_KIND_PLAIN);
+    dlock_lock *wb = th_lock(wc, "multi:mB", DLOCK_KIND_PLAIN);
+    dlock_lock *wset[2] = {wa, wb};
+    ASSERT_LOK(ob, dlock_acquire(ob, DLOCK_NOWAIT, 1200, NULL));
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        redisContext *crc = th_redis(s);
+        th_sleep_ms(300);
+        th_cmd_ok(crc, "SET multi:mA someone PX 1500");
+        redisFree(crc);
+        _exit(0);
+    }
+    t0 = th_now_ms();
+    ASSERT_LOK(wa, dlock_multi_acquire(wset, 2, 4000, DLOCK_WATCHDOG, NULL));
+    took = th_now_ms() - t0;
+    ASSERT_EQ(th_wait_child(pid, 5000), 0);
+    th_log("watchdog set with mA taken over meanwhile: held after %lld ms, valid %lld ms",
+           (long long)took, (long long)dlock_multi_valid_ms(wset, 2));
+    char *owner = th_cmd_str(rc, "GET multi:mA");
+    ASSERT_STR_EQ(owner, dlock_lock_token(wa));
+    free(owner);
+    ASSERT_GE(took, 1600); /* "someone" held mA until about 1.8 s */
+    ASSERT_GT(dlock_multi_valid_ms(wset, 2), 300);
+    ASSERT_LCODE(ta, dlock_acquire(ta, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+    ASSERT_OK(dlock_multi_release(wset, 2));
+
+    redisFree(rc);
+    dlock_lock_free(wa);
+    dlock_lock_free(wb);
+    dlock_client_free(wc);
+    dlock_lock_free(ma);
+    dlock_lock_free(mb);
+    dlock_lock_free(ob);
+    dlock_lock_free(ta);
+    dlock_lock_free(tb);
+    dlock_client_free(c);
+    dlock_client_free(other);
+    dlock_client_free(third);
+}
+
 int main(void)
 {
     th_init("multilock");
@@ -104,7 +189,11 @@ int main(void)
     dlock_lock_free(rd);
     dlock_lock_free(wr);
 
+    lease_of_the_set(s);
+
     /* bad input */
+    ASSERT_EQ(dlock_multi_valid_ms(NULL, 2), 0);
+    ASSERT_EQ(dlock_multi_valid_ms(set, 0), 0);
     ASSERT_CODE(dlock_multi_acquire(NULL, 2, 0, 1000, NULL), DLOCK_EINVAL);
     ASSERT_CODE(dlock_multi_acquire(set, 0, 0, 1000, NULL), DLOCK_EINVAL);
     dlock_lock *dup[2] = {a, a};
