@@ -46,8 +46,9 @@ const char help_run[] =
     "exit status is the command's (128+N if killed by signal N). SIGINT, SIGTERM,\n"
     "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command. The\n"
     "command's environment gets DLOCK_NAME and DLOCK_FENCE (the fencing token).\n"
-    "If the lock is lost while the command runs, the command gets SIGTERM, then\n"
-    "SIGKILL after --kill-after, and dlock exits with 80.\n"
+    "If the lock is lost while the command runs (or no renewal was confirmed for\n"
+    "nine tenths of the lease), the command gets SIGTERM, then SIGKILL after\n"
+    "--kill-after, and dlock exits with 80.\n"
     "\n"
     "Options:\n"
     "  -n, --nonblock       fail at once if the lock is held (exit 1, see -E)\n"
@@ -85,7 +86,7 @@ const char help_run[] =
 enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO };
 
 #define CMD "run"
-#define LOST_EXPIRED 100 /* our own reason: dlock_lock_valid_ms() reached 0 */
+#define LOST_EXPIRED 100 /* our own reason: the validity left reached the margin */
 #define MSG_MAX 256
 #define MAX_ALSO 64
 
@@ -510,7 +511,7 @@ static const char *lost_reason(int reason)
     case DLOCK_LOST_UNREACHABLE:
         return "the server was unreachable for longer than the lease";
     case LOST_EXPIRED:
-        return "the lease ran out before a renewal was confirmed";
+        return "no renewal was confirmed for nine tenths of the lease";
     default:
         return "the lease was lost";
     }
@@ -533,6 +534,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     ssize_t r;
     size_t i;
     const char *lost_name = o->name;
+    int64_t margin = DLOCK_LOST_MARGIN_MS(o->ttl_ms);
 
     memset(&cs, 0, sizeof cs);
     cs.o = o;
@@ -602,17 +604,22 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                 lost_name = (i ? o->also[i - 1] : o->name);
             }
         }
-        for (i = 0; i < lk->nlocks && !lost; i++) {
-            /* Safety net: the lease ran out with no renewal confirmed (e.g. a
-             * renewal stuck on a frozen server), even if the watchdog has not
-             * said so yet. The locker thread is idle now, so reading the
-             * handles here is safe. */
-            int64_t valid = dlock_lock_valid_ms(lk->locks[i]);
-            if (valid <= 0) {
+        for (i = 0; i < lk->nlocks + (lk->permits != NULL) && !lost; i++) {
+            /* What holds the lock or permit is its validity, whatever the
+             * callbacks say: with no renewal confirmed (a server cut off,
+             * frozen, or a renewal stuck), the command is stopped a margin
+             * before the server can expire the hold, so that it has stopped
+             * before another holder starts. A permit is supervised as a lock
+             * is. The locker thread is idle now, so reading the handles here
+             * is safe. */
+            int64_t valid = i < lk->nlocks ? dlock_lock_valid_ms(lk->locks[i])
+                                           : dlock_permits_valid_ms(lk->permits, lk->permit_id);
+            int64_t left = valid - margin;
+            if (left <= 0) {
                 lost = LOST_EXPIRED;
-                lost_name = (i ? o->also[i - 1] : o->name);
-            } else if (valid < timeout) {
-                timeout = (int)valid + 1;
+                lost_name = (i && i < lk->nlocks ? o->also[i - 1] : o->name);
+            } else if (left < timeout) {
+                timeout = (int)left + 1;
             }
         }
         if (lost && kill_at < 0 && kill_at != -2) {

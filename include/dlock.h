@@ -105,6 +105,15 @@ DLOCK_EXPORT const char *dlock_strerror(int code);
 #define DLOCK_DEFAULT_WATCHDOG_MS 30000
 #define DLOCK_DEFAULT_CONNECT_TIMEOUT_MS 2000
 #define DLOCK_DEFAULT_COMMAND_TIMEOUT_MS 5000
+/* How long before its lease runs out a holder should stop, given the lease:
+ * a tenth of it. dlock_lock_valid_ms and dlock_permits_valid_ms count the
+ * lease from just before the request that started it, so the server cannot
+ * expire the hold sooner unless its clock runs faster than this process's;
+ * a tenth covers a clock-rate difference of 1% (RedLock's drift factor,
+ * twenty times NTP's 500 ppm bound) and leaves 9% of the lease (90 ms of a
+ * 1 s lease, 2.7 s of 30 s) for the holder to notice and stop. `dlock run`
+ * stops its command once the validity left is at most this margin. */
+#define DLOCK_LOST_MARGIN_MS(lease_ms) ((lease_ms) / 10)
 
 /* ---- client ---- */
 typedef struct dlock_client dlock_client;
@@ -531,6 +540,17 @@ DLOCK_EXPORT int dlock_permits_cancel(dlock_permits *p);
 DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
 /* Sets the lease of permit id to lease_ms from now; DLOCK_ENOTOWNER if gone. */
 DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms);
+/* How long permit id, held through p, is surely still valid, in ms, by this
+ * process's monotonic clock: as dlock_lock_valid_ms, its lease counted from
+ * just before the request that started it (the acquire, a
+ * dlock_permits_renew through p, or the watchdog's last confirmed renewal).
+ * 0 when p holds no such permit (never taken or renewed through p,
+ * released, past its lease) or the watchdog found it lost. No round trip;
+ * not concurrently with another call on p (the watchdog's renewals may run
+ * meanwhile). Supervise a DLOCK_WATCHDOG permit with it as a lock with
+ * dlock_lock_valid_ms: the lost-permit callback cannot run before the
+ * watchdog has a reason to call it. */
+DLOCK_EXPORT int64_t dlock_permits_valid_ms(const dlock_permits *p, const char *id);
 /* Called on the client's watchdog thread when a permit p took with
  * DLOCK_WATCHDOG is found lost: its lease entry was gone at a renewal
  * (DLOCK_LOST_TAKEN: it expired, or another client removed it) or the server

@@ -15,8 +15,11 @@
  * told how many ms remain until the earliest expiry and sleeps that long.
  *
  * Permits taken with DLOCK_WATCHDOG are renewed by the client's watchdog
- * through a generic dl_lease each (key: the ZSET, owner: the permit id); the
- * handle keeps the list of its watchdog permits. */
+ * through a generic dl_lease each (key: the ZSET, owner: the permit id). The
+ * handle keeps a record of every permit it holds, watchdog or explicit lease,
+ * with what dlock_permits_valid_ms needs: the monotonic time just before the
+ * request that started the lease (for a watchdog permit, its last confirmed
+ * renewal). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +130,9 @@ static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
 typedef struct wd_permit {
     struct wd_permit *next;
     char id[DLOCK_PERMIT_ID_LEN + 1];
-    dl_lease lease;            /* registered with the client's watchdog */
+    int watchdog;              /* 1: renewed by the client's watchdog through lease */
+    dl_lease lease;            /* registered with the watchdog while in the list */
+    int64_t expires_at;        /* explicit lease: monotonic ms it surely lasts until */
     dlock_permits *owner;
 } wd_permit;
 
@@ -135,7 +140,7 @@ struct dlock_permits {
     dl_object o;               /* client, name, channel, message */
     char *zkey;                /* {name}:timeout */
     size_t zkey_len;
-    wd_permit *wd;             /* this handle's watchdog permits */
+    wd_permit *wd;             /* the permits this handle holds (see the top) */
     dlock_permit_lost_fn lost_fn; /* read by the watchdog, under its mutex */
     void *lost_ud;
 };
@@ -195,7 +200,7 @@ void dlock_permits_free(dlock_permits *p) {
     while (p->wd) {
         wd_permit *w = p->wd;
         p->wd = w->next;
-        dl_watchdog_unregister(p->o.c, &w->lease);
+        if (w->watchdog) dl_watchdog_unregister(p->o.c, &w->lease);
         free(w);
     }
     free(p->zkey);
@@ -207,14 +212,14 @@ const char *dlock_permits_errmsg(const dlock_permits *p) {
     return p ? p->o.errmsg : "no permit semaphore (NULL handle)";
 }
 
-/* Takes the watchdog permit id out of the handle's list (unregistered);
- * NULL when id is not one. */
+/* Takes the record of permit id out of the handle's list (a watchdog
+ * permit is unregistered); NULL when the handle holds no such permit. */
 static wd_permit *wd_take(dlock_permits *p, const char *id) {
     for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next) {
         wd_permit *w = *pp;
         if (!strcmp(w->id, id)) {
             *pp = w->next;
-            dl_watchdog_unregister(p->o.c, &w->lease);
+            if (w->watchdog) dl_watchdog_unregister(p->o.c, &w->lease);
             w->next = NULL;
             return w;
         }
@@ -222,19 +227,43 @@ static wd_permit *wd_take(dlock_permits *p, const char *id) {
     return NULL;
 }
 
-/* Registers w with the watchdog and puts it back in the list. */
+/* Puts w in the list (a watchdog permit registered with the watchdog). */
 static int wd_put(dlock_permits *p, wd_permit *w, dl_err *err) {
-    int rc = dl_watchdog_register(p->o.c, &w->lease, err);
-    if (rc) return rc;
+    if (w->watchdog) {
+        int rc = dl_watchdog_register(p->o.c, &w->lease, err);
+        if (rc) return rc;
+    }
     w->next = p->wd;
     p->wd = w;
     return DLOCK_OK;
 }
 
-static wd_permit *wd_new(dlock_permits *p, const char *id) {
+/* Drops the records of explicit-lease permits past their lease (the handle
+ * would otherwise keep one per permit never released). */
+static void prune_expired(dlock_permits *p) {
+    int64_t now = dl_now_ms();
+    for (wd_permit **pp = &p->wd; *pp;) {
+        wd_permit *w = *pp;
+        if (!w->watchdog && w->expires_at <= now) {
+            *pp = w->next;
+            free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
+static wd_permit *find(const dlock_permits *p, const char *id) {
+    for (wd_permit *w = p->wd; w; w = w->next)
+        if (!strcmp(w->id, id)) return w;
+    return NULL;
+}
+
+static wd_permit *wd_new(dlock_permits *p, const char *id, int watchdog) {
     wd_permit *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     memcpy(w->id, id, DLOCK_PERMIT_ID_LEN + 1);
+    w->watchdog = watchdog;
     w->lease.renew = &wd_renew_script;
     w->lease.lease_ms = p->o.c->watchdog_lease_ms;
     w->lease.key = p->zkey;
@@ -302,8 +331,9 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
+/* *t0: the monotonic ms just before the attempt that took the permit. */
 static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64_t lease_ms,
-                        dl_err *err) {
+                        int64_t *t0, dl_err *err) {
     dlock_client *c = p->o.c;
     char nm[80], lease[24];
     size_t lease_len = dl_fmt_ll(lease, lease_ms);
@@ -312,6 +342,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
     int got = 0;
     int64_t left = -1;
     int rc = dl_pool_get_key(c, p->o.name, p->o.name_len, dl_cmd_deadline(c), &conn, err);
+    *t0 = dl_now_ms();
     if (!rc) rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
     if (rc || got) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
@@ -323,6 +354,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
     dl_cancel_begin(&p->o.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
+        *t0 = dl_now_ms();
         rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
         if (rc || got) break;
         int64_t now = dl_now_ms();
@@ -376,18 +408,19 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     char pid[DLOCK_PERMIT_ID_LEN + 1];
     int rc = dl_random_hex(pid, DLOCK_PERMIT_ID_LEN / 2, &err);
     if (rc) return pm_fail(p, &err);
-    wd_permit *w = NULL;
-    if (lease_ms == DLOCK_WATCHDOG) {
-        w = wd_new(p, pid);
-        if (!w) {
-            dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
-            return pm_fail(p, &err);
-        }
+    prune_expired(p);
+    wd_permit *w = wd_new(p, pid, lease_ms == DLOCK_WATCHDOG);
+    if (!w) {
+        dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+        return pm_fail(p, &err);
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.c->watchdog_lease_ms : lease_ms;
-    rc = acquire_wait(p, pid, wait_ms, lease, &err);
-    if (!rc && w) {
-        atomic_store(&w->lease.last_ok, (long long)dl_now_ms());
+    int64_t t0 = 0;
+    rc = acquire_wait(p, pid, wait_ms, lease, &t0, &err);
+    if (!rc) {
+        /* the lease started on the server after t0 */
+        atomic_store(&w->lease.last_ok, (long long)t0);
+        w->expires_at = t0 + lease;
         rc = wd_put(p, w, &err);
         if (rc) release_quietly(p, pid); /* the lease runs out otherwise */
         else w = NULL;
@@ -459,6 +492,7 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
     const char *args[2] = {id, lease};
     size_t arglens[2] = {DLOCK_PERMIT_ID_LEN, dl_fmt_ll(lease, lease_ms)};
     long long v = 0;
+    int64_t t0 = dl_now_ms();
     int rc = pm_eval_int(p, &renew_script, "permit renew", 2, args, arglens, &v, &err);
     if (rc) {
         if (w) {
@@ -468,15 +502,36 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
         free(w);
         return pm_fail(p, &err);
     }
-    free(w);
     if (v != 1) {
+        free(w);
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit renew: permit %.32s of '%s' is not out on lease (expired, released or "
                   "never issued)",
                   id, dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
         return pm_fail(p, &err);
     }
+    /* held now with an explicit lease from t0: this handle tracks it (also an
+     * id it did not take) */
+    if (!w) w = wd_new(p, id, 0);
+    if (w) {
+        w->watchdog = 0;
+        w->expires_at = t0 + lease_ms;
+        (void)wd_put(p, w, &err); /* cannot fail without the watchdog */
+    }
     return pm_ok(p);
+}
+
+int64_t dlock_permits_valid_ms(const dlock_permits *p, const char *id) {
+    if (!p || !id) return 0;
+    const wd_permit *w = find(p, id);
+    if (!w) return 0;
+    int64_t until = w->expires_at;
+    if (w->watchdog) {
+        if (atomic_load(&w->lease.lost)) return 0;
+        until = (int64_t)atomic_load(&w->lease.last_ok) + w->lease.lease_ms;
+    }
+    int64_t left = until - dl_now_ms();
+    return left > 0 ? left : 0;
 }
 
 int dlock_permits_available(dlock_permits *p, int64_t *permits) {

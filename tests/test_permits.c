@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MARGIN 800
@@ -260,6 +261,9 @@ static void watchdog(const th_server *srv, redisContext *rc)
     char a[DLOCK_PERMIT_ID_LEN + 1], b[DLOCK_PERMIT_ID_LEN + 1], x[DLOCK_PERMIT_ID_LEN + 1];
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, b));
+    ASSERT_GT(dlock_permits_valid_ms(p, a), 0);
+    ASSERT_LE(dlock_permits_valid_ms(p, a), WD_LEASE);
+    ASSERT_EQ(dlock_permits_valid_ms(w, a), 0); /* not taken through w */
     long long t0 = server_ms(rc);
     long long e0 = zscore(rc, "{pm:wd}:timeout", a);
     ASSERT_LE(e0, t0 + WD_LEASE);
@@ -270,16 +274,25 @@ static void watchdog(const th_server *srv, redisContext *rc)
     ASSERT_GT(zscore(rc, "{pm:wd}:timeout", a), e0);
     ASSERT_GT(zscore(rc, "{pm:wd}:timeout", b), e0);
     ASSERT_EQ(avail(w), 0);
+    /* renewed: still valid after 3 leases, by at most the lease */
+    ASSERT_GT(dlock_permits_valid_ms(p, a), 0);
+    ASSERT_LE(dlock_permits_valid_ms(p, a), WD_LEASE);
 
     /* release by id stops the renewal of that one and frees it */
     ASSERT_POK(p, dlock_permits_release(p, a));
+    ASSERT_EQ(dlock_permits_valid_ms(p, a), 0);
     ASSERT_POK(w, dlock_permits_acquire(w, DLOCK_NOWAIT, 5000, x));
     ASSERT_POK(w, dlock_permits_release(w, x));
 
     /* an explicit renew turns a watchdog permit into an explicit lease */
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
     ASSERT_POK(p, dlock_permits_renew(p, a, 300));
+    ASSERT_GT(dlock_permits_valid_ms(p, a), 0);
+    ASSERT_LE(dlock_permits_valid_ms(p, a), 300);
     ASSERT_POK(w, dlock_permits_acquire(w, 300 + MARGIN + WD_LEASE, 5000, x));
+    ASSERT_EQ(dlock_permits_valid_ms(p, a), 0); /* its lease ran out */
+    ASSERT_GT(dlock_permits_valid_ms(w, x), 4000); /* explicit lease of 5 s */
+    ASSERT_LE(dlock_permits_valid_ms(w, x), 5000);
     ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
     ASSERT_POK(w, dlock_permits_release(w, x));
 
@@ -341,6 +354,8 @@ static void lost(const th_server *srv, redisContext *rc)
     ASSERT_EVENTUALLY(atomic_load(&seen.calls) >= 1, WD_LEASE + MARGIN);
     ASSERT_STR_EQ(seen.id, a);
     ASSERT_EQ(atomic_load(&seen.reason), DLOCK_LOST_TAKEN);
+    ASSERT_EQ(dlock_permits_valid_ms(p, a), 0);
+    ASSERT_GT(dlock_permits_valid_ms(p, b), 0);
     /* two more renewal periods: b renewed, no second call */
     long long eb = zscore(rc, "{pm:lost}:timeout", b);
     th_sleep_ms(2 * WD_LEASE / 3 + 100);
@@ -357,6 +372,44 @@ static void lost(const th_server *srv, redisContext *rc)
     ASSERT_EQ(atomic_load(&seen.calls), 1);
     ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
     ASSERT_EQ(avail(p), 2);
+    dlock_permits_free(p);
+    dlock_client_free(c);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A watchdog permit on a frozen server: dlock_permits_valid_ms reaches 0
+ * within a lease of the freeze and no later than the server's expiry of the
+ * permit (the server's clock is this machine's wall clock). */
+static void valid_frozen(th_server *srv, redisContext *rc)
+{
+    dlock_client *c = th_client(srv, WD_LEASE);
+    dlock_permits *p = pm(c, "pm:frozen");
+    init_permits(p, 1);
+    char a[DLOCK_PERMIT_ID_LEN + 1];
+    ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
+    th_sleep_ms(WD_LEASE / 2); /* a renewal or two */
+    int64_t t0 = th_now_ms();
+    th_server_pause(srv);
+    /* where valid_ms says the hold ends, on the wall clock (no renewal is
+     * confirmed from here on) */
+    int64_t zero_at = wall_ms() + dlock_permits_valid_ms(p, a);
+    while (dlock_permits_valid_ms(p, a) > 0 && th_now_ms() - t0 < WD_LEASE + MARGIN)
+        th_sleep_ms(1);
+    int64_t took = th_now_ms() - t0;
+    th_server_unpause(srv);
+    long long exp = zscore(rc, "{pm:frozen}:timeout", a);
+    th_log("frozen server: valid_ms reached 0 after %lld ms, %lld ms before the server's expiry",
+           (long long)took, exp - (long long)zero_at);
+    ASSERT_EQ(dlock_permits_valid_ms(p, a), 0);
+    ASSERT_LE(took, WD_LEASE + 5);
+    /* 2 ms: three clocks (monotonic, wall, the server's TIME) read in ms */
+    ASSERT_LE(zero_at, exp + 2);
     dlock_permits_free(p);
     dlock_client_free(c);
 }
@@ -463,6 +516,7 @@ int main(void)
     crash(srv, rc, "pm:crash", 1);
     watchdog(srv, rc);
     lost(srv, rc);
+    valid_frozen(srv, rc);
     concurrency(srv, rc);
     redisFree(rc);
     dlock_client_free(c);
