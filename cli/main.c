@@ -62,6 +62,7 @@ static const char help_overview[] =
     "\n"
     "Durations: 250ms, 1.5s, 30s, 5m, 1h, 2d; a bare number means seconds.\n"
     "Exit codes: 0 ok (run: the command's status), 1 lock busy (-E), 64 usage,\n"
+    "65 not a lock (force-unlock without --force),\n"
     "66 password or TLS file unreadable, 69 server unavailable, 70 internal error,\n"
     "71 system error, 75 too few replicas acknowledged, 76 TLS failed,\n"
     "77 authentication refused, 78 doctor found a FAIL,\n"

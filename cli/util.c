@@ -221,6 +221,12 @@ int cli_kind(const char *cmd, const char *s, dlock_kind *kind)
     return 0;
 }
 
+int cli_is_lock_kind(int kind)
+{
+    return kind == DLOCK_KIND_PLAIN || kind == DLOCK_KIND_REENTRANT || kind == DLOCK_KIND_FAIR ||
+           kind == DLOCK_KIND_READ || kind == DLOCK_KIND_WRITE;
+}
+
 const char *cli_kind_name(int kind, int exists)
 {
     if (!exists)

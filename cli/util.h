@@ -14,6 +14,7 @@
 enum {
     EXIT_CONFLICT_DEFAULT = 1, /* -n / -w: the lock was not had (see -E) */
     EXIT_USAGE = 64,           /* EX_USAGE: bad option, argument or URL */
+    EXIT_DATAERR = 65,         /* EX_DATAERR: force-unlock: the key is not a lock (no --force) */
     EXIT_NOINPUT = 66,         /* EX_NOINPUT: the password file cannot be read */
     EXIT_UNAVAILABLE = 69,     /* EX_UNAVAILABLE: server unreachable or refused */
     EXIT_INTERNAL = 70,        /* EX_SOFTWARE: internal or protocol error */
@@ -117,6 +118,9 @@ int cli_check_name(const char *cmd, const char *name);
 /* Parses --kind. Returns 0 or EXIT_USAGE. */
 int cli_kind(const char *cmd, const char *s, dlock_kind *kind);
 const char *cli_kind_name(int kind, int exists);
+/* 1 for the kinds of locks (plain, reentrant, fair, read, write), 0 for
+ * semaphores, latches and keys of other layouts (kind 0). */
+int cli_is_lock_kind(int kind);
 
 /* ---- connecting ---- */
 /* Reads the password file (if any), creates and connects the client.

@@ -390,8 +390,11 @@ typedef struct dlock_info {
     int64_t leased;      /* permit-expirable semaphore: permits out on lease */
 } dlock_info;
 
-/* Fills *info for name in a few round trips. A key of another type than a
- * lock's gives kind 0 and exists 1. */
+/* Fills *info for name in a few round trips. Redis: a key whose layout is
+ * none of the locks', semaphores' or latches' (docs/cli.md "What list and
+ * force-unlock recognise": a plain lock's value must be an owner token, a
+ * HASH's fields owner fields with positive counts) gives kind 0 and
+ * exists 1. */
 DLOCK_EXPORT int dlock_inspect(dlock_client *c, const char *name, size_t name_len,
                                dlock_info *info);
 
@@ -422,9 +425,9 @@ DLOCK_EXPORT int dlock_extend_token(dlock_client *c, const char *name, size_t na
 
 /* ---- listing ---- */
 
-/* Calls fn once per key matching the glob pattern (NULL: "*") that looks like
- * a lock (a STRING or a HASH that is not a fence counter), using SCAN (never
- * KEYS). fn returns 0 to go on, non-zero to stop. */
+/* Calls fn once per key matching the glob pattern (NULL: "*") laid out as a
+ * lock, a semaphore or a latch (dlock_inspect gives it a kind other than 0),
+ * using SCAN (never KEYS). fn returns 0 to go on, non-zero to stop. */
 typedef int (*dlock_list_fn)(const char *name, size_t name_len, const dlock_info *info,
                              void *userdata);
 DLOCK_EXPORT int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn,

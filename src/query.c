@@ -150,6 +150,92 @@ int dl_redis_fence_current(dlock_client *c, const char *name, size_t name_len, u
     return rc;
 }
 
+/* ---- recognising the layouts (docs/cli.md "What list and force-unlock
+ * recognise"): a key of any other shape is not a lock, and the admin
+ * commands leave it alone ---- */
+
+static size_t hex_run(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n && ((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+                     (s[i] >= 'A' && s[i] <= 'F')))
+        i++;
+    return i;
+}
+
+/* Length of the UUID at the start of s: 36 (8-4-4-4-12 hex with dashes), 32
+ * (hex without dashes), or 0 when s does not start with one. */
+static size_t uuid_prefix(const char *s, size_t n) {
+    static const size_t groups[5] = {8, 4, 4, 4, 12};
+    size_t at = 0;
+    for (int g = 0; g < 5; g++) {
+        if (g && (at >= n || s[at] != '-')) break;
+        if (g) at++;
+        if (hex_run(s + at, n - at) < groups[g]) break;
+        at += groups[g];
+        if (g == 4) return at;
+    }
+    return hex_run(s, n) >= 32 ? 32 : 0;
+}
+
+static int all_digits(const char *s, size_t n) {
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* A plain lock's owner token: 32 hex characters (dlock, redis-py's
+ * uuid1().hex, node-redlock), 16 bytes in base64 (redsync), a UUID (with or
+ * without dashes), or a UUID and a thread id joined by '-' or ':'
+ * (SimpleRedisLock, Redisson-style owners). */
+static int plain_token(const char *s, size_t n) {
+    if (n == 24 && s[22] == '=' && s[23] == '=') {
+        for (size_t i = 0; i < 22; i++)
+            if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+                  (s[i] >= '0' && s[i] <= '9') || s[i] == '+' || s[i] == '/'))
+                return 0;
+        return 1;
+    }
+    size_t u = uuid_prefix(s, n);
+    if (!u) return 0;
+    if (u == n) return 1;
+    return (s[u] == '-' || s[u] == ':') && all_digits(s + u + 1, n - u - 1);
+}
+
+/* A holder field of a Redisson-layout HASH: "<uuid>:<thread id>", with
+ * ":write" after it when write is 1. */
+static int owner_field(const char *s, size_t n, int write) {
+    if (write) {
+        if (n < 6 || memcmp(s + n - 6, ":write", 6)) return 0;
+        n -= 6;
+    }
+    size_t u = uuid_prefix(s, n);
+    return u && u < n && s[u] == ':' && all_digits(s + u + 1, n - u - 1);
+}
+
+/* 1 when every field of the HASH h is a lock's: owner fields holding a
+ * positive count, and for a read-write lock a "mode" of read or write. */
+static int lock_hash(const redisReply *h) {
+    int rw = 0;
+    long long v;
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (h->element[i]->len == 4 && !memcmp(h->element[i]->str, "mode", 4)) {
+            const redisReply *m = h->element[i + 1];
+            if (!((m->len == 4 && !memcmp(m->str, "read", 4)) ||
+                  (m->len == 5 && !memcmp(m->str, "write", 5))))
+                return 0;
+            rw = 1;
+        }
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        const redisReply *f = h->element[i];
+        if (f->len == 4 && !memcmp(f->str, "mode", 4)) continue;
+        if (!owner_field(f->str, f->len, 0) && !(rw && owner_field(f->str, f->len, 1)))
+            return 0;
+        if (dl_reply_int(h->element[i + 1], &v) || v < 1) return 0;
+    }
+    return h->elements >= 2;
+}
+
 /* Classifies a HASH lock from its fields: Redisson's read-write lock has a
  * "mode" field; a fair lock has a queue key beside it. */
 static void inspect_hash(const redisReply *h, long long queued, dlock_info *info) {
@@ -246,7 +332,7 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
                 info->permits = v;
                 info->leased = leased;
                 info->waiters = sw + lw;
-            } else {
+            } else if (plain_token(r[4]->str, r[4]->len)) {
                 long long registered = 0;
                 if (dl_reply_int(r[9], &registered)) registered = 0;
                 info->kind = DLOCK_KIND_PLAIN;
@@ -255,7 +341,8 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
                 info->hold_count = 1;
                 snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[4]->len, r[4]->str);
             }
-        } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY) {
+        } else if (!strcmp(type, "hash") && r[5]->type == REDIS_REPLY_ARRAY &&
+                   lock_hash(r[5])) {
             inspect_hash(r[5], queued, info);
             if (info->kind == DLOCK_KIND_FAIR) info->waiters += queued;
         }

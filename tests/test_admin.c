@@ -171,6 +171,20 @@ int main(void)
     ASSERT_COK(c, dlock_inspect(c, "adm:noexpiry", DLOCK_CSTR, &info));
     ASSERT_EQ(info.exists, 1);
     ASSERT_EQ(info.ttl_ms, -1);
+    ASSERT_EQ(info.kind, 0); /* "sometoken" is no client's owner token */
+    /* redis-py's Lock without a timeout: uuid1().hex and no expiry */
+    th_cmd_ok(rc, "SET adm:pylock 9f1c2b8a6e4d11efa1b20242ac120002");
+    ASSERT_COK(c, dlock_inspect(c, "adm:pylock", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.kind, DLOCK_KIND_PLAIN);
+    ASSERT_EQ(info.ttl_ms, -1);
+    /* an application's HASH, and one that has a "mode" but foreign fields */
+    th_cmd_ok(rc, "HSET adm:user name bob age 7");
+    ASSERT_COK(c, dlock_inspect(c, "adm:user", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.exists, 1);
+    ASSERT_EQ(info.kind, 0);
+    th_cmd_ok(rc, "HSET adm:moded mode read reader 1");
+    ASSERT_COK(c, dlock_inspect(c, "adm:moded", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.kind, 0);
 
     /* listing: locks only (not fence counters, not lists) */
     static const char bin[] = "adm:bin\0x";
@@ -181,7 +195,8 @@ int main(void)
     seen_t seen;
     memset(&seen, 0, sizeof seen);
     ASSERT_COK(c, dlock_list(c, "adm:*", on_item, &seen));
-    /* adm:plain, adm:re, adm:bin\0x, adm:noexpiry (a STRING looks like a lock) */
+    /* adm:plain, adm:re, adm:bin\0x, adm:pylock; not adm:noexpiry, adm:user,
+     * adm:moded, adm:list */
     ASSERT_EQ(seen.n, 4);
     int ip = find(&seen, "adm:plain", 9);
     int ir = find(&seen, "adm:re", 6);
@@ -189,7 +204,9 @@ int main(void)
     ASSERT_GE(ip, 0);
     ASSERT_GE(ir, 0);
     ASSERT_GE(ib, 0);
-    ASSERT_GE(find(&seen, "adm:noexpiry", 12), 0);
+    ASSERT_GE(find(&seen, "adm:pylock", 10), 0);
+    ASSERT_LT(find(&seen, "adm:noexpiry", 12), 0);
+    ASSERT_LT(find(&seen, "adm:user", 8), 0);
     ASSERT_LT(find(&seen, "adm:list", 8), 0);
     ASSERT_EQ(seen.infos[ip].kind, DLOCK_KIND_PLAIN);
     ASSERT_STR_EQ(seen.infos[ip].holder, dlock_lock_token(p));

@@ -50,6 +50,39 @@ wait "$holder"; rc1=$?
 wait "$waiter"; rc2=$?
 check "reentrant holder and waiter both ran ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc2 = 0 ]"
 
+# list and force-unlock touch only keys laid out as locks and objects: an
+# application's STRING and HASH are neither listed nor deleted without --force.
+rcli set user:1 hello >/dev/null
+rcli hset user:2 name bob age 7 >/dev/null
+rcli hset user:3 mode write x:1 1 >/dev/null
+rcli set 'lock:order' "0a1b2c3d4e5f60718293a4b5c6d7e8f9-34" >/dev/null   # SimpleRedisLock
+rcli set redsynclock 'q83vEjRWeJASNFZ4kBI0Vg==' >/dev/null                # redsync
+expect 0 "list with application keys beside the locks" list
+check "list leaves out an application's STRING" "! grep -q '^user:1 ' '$TMP/out'"
+check "list leaves out an application's HASHes" "! grep -Eq '^user:(2|3) ' '$TMP/out'"
+check "list shows a SimpleRedisLock and a redsync lock" "grep -Eq '^lock:order +plain ' '$TMP/out' && grep -Eq '^redsynclock +plain ' '$TMP/out'"
+check "list says how it decided" "grep -q 'layout' '$TMP/err'"
+expect 0 "list --json with application keys" list --json
+json_check "list --json: locks only, each with its layout" 'not {"user:1","user:2","user:3"} & {x["name"] for x in d} and all(x["layout"] for x in d)' "$TMP/out"
+expect 0 "status of an application's key" status --json user:1
+json_check "status: an application's key is not a held lock" 'd["held"] is False and d["kind"] is None and d["layout"].startswith("not a lock")' "$TMP/out"
+expect 65 "force-unlock refuses an application's STRING" force-unlock user:1
+check "the STRING is still there" "[ \"\$(rcli get user:1)\" = hello ]"
+check "force-unlock says why and names --force" "grep -q 'not a lock' '$TMP/err' && grep -q -- '--force' '$TMP/err'"
+expect 65 "force-unlock refuses an application's HASH" force-unlock --yes user:3
+rcli set counter 42 >/dev/null
+expect 65 "force-unlock refuses an integer without --force" force-unlock counter
+check "the integer is still there" "[ \"\$(rcli get counter)\" = 42 ]"
+expect 0 "status of an idle semaphore (an integer)" status --json counter
+json_check "an idle semaphore is not held" 'd["held"] is False and d["kind"] == "semaphore or latch" and d["permits"] == 42' "$TMP/out"
+expect 0 "status of an idle semaphore, text" status counter
+check "an idle semaphore's state is 'not held'" "grep -q '^state: *not held' '$TMP/out'"
+expect 0 "force-unlock --force deletes it anyway" force-unlock --force user:1
+check "--force deleted it" "[ \"\$(rcli exists user:1)\" = 0 ]"
+expect 0 "force-unlock of a SimpleRedisLock" force-unlock lock:order
+check "the SimpleRedisLock is gone" "[ \"\$(rcli exists lock:order)\" = 0 ]"
+rcli del user:2 user:3 counter redsynclock >/dev/null
+
 # force-unlock wakes a waiter; the old token no longer owns anything.
 "$DLOCK" run -w 20s plainlock touch "$TMP/woken" &
 waiter=$!
