@@ -130,7 +130,7 @@ int main(void)
     ASSERT_CODE(w.rc, DLOCK_OK);
     th_log("force_unlock: waiter had it %lld ms later (holder lease 20 s)",
            (long long)(w.t_got - t_force));
-    ASSERT_LT(w.t_got - t_force, 2000);
+    ASSERT_LT(w.t_got - t_force, 10000); /* woken: not at the end of the 20 s lease */
     ASSERT_LCODE(r, dlock_release(r), DLOCK_ELOST);
     ASSERT_COK(c, dlock_force_unlock(c, "adm:re", DLOCK_CSTR, &existed));
     ASSERT_EQ(existed, 0);

@@ -121,7 +121,7 @@ int main(void)
     ASSERT_STR_EQ(py("release"), "released");
 
     /* 6. dlock blocked waiting on a python lock (1 s lease) that python
-     * releases without publishing: dlock gets it within the lease + margin */
+     * releases without publishing: dlock gets it at the lease's end */
     ASSERT_STR_EQ(py("acquire_short 1"), "True");
     py_send("release_after 0.2");
     ASSERT_STR_EQ(py_line(5000), "sleeping");
@@ -129,7 +129,8 @@ int main(void)
     ASSERT_LOK(l, dlock_acquire(l, 5000, 5000, NULL));
     int64_t took = th_now_ms() - t0;
     th_log("dlock waiter had the redis-py lock's key %lld ms after python began its release", (long long)took);
-    ASSERT_LE(took, 1000 + 800);
+    /* woken by the lease's end (1 s), before the plain lock's 2 s re-check */
+    ASSERT_LT(took, 2000);
     ASSERT_STR_EQ(py("acquire"), "False");
     ASSERT_LOK(l, dlock_release(l));
 

@@ -260,7 +260,7 @@ static void waiters(const th_server *srv, redisContext *rc)
     freeReplyObject(r);
     th_log("%d waiters released, the last %lld ms after the final count_down", NWAITERS,
            (long long)latest);
-    ASSERT_LT(latest, 2000);
+    ASSERT_LT(latest, 10000); /* woken: not at the end of a 15 s bound */
     ASSERT_EQ(th_numsub(rc, chan), 0);
     dlock_latch_free(l);
     dlock_client_free(c);

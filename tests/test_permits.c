@@ -356,11 +356,12 @@ static void lost(const th_server *srv, redisContext *rc)
     ASSERT_EQ(atomic_load(&seen.reason), DLOCK_LOST_TAKEN);
     ASSERT_EQ(dlock_permits_valid_ms(p, a), 0);
     ASSERT_GT(dlock_permits_valid_ms(p, b), 0);
-    /* two more renewal periods: b renewed, no second call */
+    /* two more renewals of b: no second call */
     long long eb = zscore(rc, "{pm:lost}:timeout", b);
-    th_sleep_ms(2 * WD_LEASE / 3 + 100);
+    ASSERT_EVENTUALLY(zscore(rc, "{pm:lost}:timeout", b) > eb, 10 * WD_LEASE);
+    eb = zscore(rc, "{pm:lost}:timeout", b);
+    ASSERT_EVENTUALLY(zscore(rc, "{pm:lost}:timeout", b) > eb, 10 * WD_LEASE);
     ASSERT_EQ(atomic_load(&seen.calls), 1);
-    ASSERT_GT(zscore(rc, "{pm:lost}:timeout", b), eb);
     ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
     ASSERT_EQ(avail(p), 1); /* a came back to the pool; b is out */
     ASSERT_POK(p, dlock_permits_release(p, b));
@@ -446,7 +447,7 @@ static void wake_on_release(const th_server *srv, redisContext *rc)
     free(v);
     th_log("waiter had the permit %lld ms after the release (holder lease 20 s)",
            (long long)(got - t_rel));
-    ASSERT_LT(got - t_rel, 2000);
+    ASSERT_LT(got - t_rel, 5000); /* woken: not at the end of its 10 s wait */
     dlock_permits_free(p);
     dlock_client_free(c);
 }

@@ -229,7 +229,7 @@ static void waiting(const th_server *srv, dlock_client *c, redisContext *rc)
     int64_t t_got = atoll(v);
     free(v);
     th_log("waiter for 2 permits had them %lld ms after the release", (long long)(t_got - t_rel));
-    ASSERT_LT(t_got - t_rel, 2000);
+    ASSERT_LT(t_got - t_rel, 5000); /* woken: not at the end of its 10 s wait */
     ASSERT_EQ(avail(s), 0);
 
     /* DLOCK_WAIT_FOREVER, woken by add */
