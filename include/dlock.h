@@ -575,9 +575,15 @@ DLOCK_EXPORT int dlock_permits_add(dlock_permits *p, int64_t delta);
 /* ---- countdown latch (Redisson RCountDownLatch layout) ----
  * STRING `name` holds the count; channel
  * "redisson_countdownlatch__channel__{name}" gets "0" when the count reaches
- * zero (the key is deleted then) and "1" when a new count is set. */
+ * zero (the key is deleted then) and "1" when a new count is set. The braces
+ * are there for every name, one with a hash tag of its own too (as
+ * Redisson's). */
 typedef struct dlock_latch dlock_latch;
 
+/* Creates a latch handle (nothing is sent). DLOCK_EINVAL for a bad name; on a
+ * Redis Cluster also for a name whose channel hashes to another slot than
+ * the key (a name with '{' and '}' in it, e.g. "job{42}": the message says
+ * so). DLOCK_ENOTSUP off Redis. */
 DLOCK_EXPORT int dlock_latch_new(dlock_client *c, const char *name, size_t name_len,
                                  dlock_latch **out);
 DLOCK_EXPORT void dlock_latch_free(dlock_latch *l);

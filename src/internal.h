@@ -472,7 +472,8 @@ int dl_sem_over_release(const dl_object *o, int64_t permits, int64_t held, dl_er
 
 /* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
  * DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH), checks and copies name and
- * derives the channel chan_prefix + {name}. Failures are recorded on c
+ * derives the channel chan_prefix + {name} (the latch's: dl_latch_channel,
+ * checked with dl_check_cluster_latch). Failures are recorded on c
  * (dlock_errmsg) and returned. */
 int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
                    size_t name_len, const char *chan_prefix);
@@ -637,10 +638,21 @@ int dl_check_name(const char *name, size_t *len, dl_err *err);
 int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err);
 /* Printable, truncated copy of a name for messages ("\xNN" escapes). */
 const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen);
-/* prefix + "{" name "}" + suffix, braces left out when name has '{'.
- * Returns malloc'd buffer (NUL-terminated, binary-safe length in *outlen). */
+/* prefix + "{" name "}" + suffix, braces left out when name has '{'
+ * (Redisson's prefixName/suffixName). Returns malloc'd buffer
+ * (NUL-terminated, binary-safe length in *outlen). */
 char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
                     size_t *outlen);
+/* The latch channel: DL_LATCH_CHANNEL_PREFIX "{" name "}" for every name,
+ * one with '{' too (Redisson's RCountDownLatch does not apply its brace
+ * rule there). malloc'd, as dl_derive_key. */
+#define DL_LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"
+char *dl_latch_channel(const char *name, size_t name_len, size_t *outlen);
+/* On a Redis Cluster client: DLOCK_EINVAL when a latch's channel (from
+ * dl_latch_channel) hashes to another slot than the latch's key, as it does
+ * for a name with a hash tag of its own. */
+int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
+                           const char *channel, size_t channel_len, dl_err *err);
 
 /* ---- leases renewed by the watchdog (watchdog.c) ---- */
 typedef struct dl_lease dl_lease;

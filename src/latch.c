@@ -1,5 +1,6 @@
 /* The countdown latch (Redisson RCountDownLatch layout): STRING `name` holds
- * the count; channel "redisson_countdownlatch__channel__{name}" (no colon)
+ * the count; channel "redisson_countdownlatch__channel__{name}" (no colon,
+ * braces for every name: dl_latch_channel)
  * gets "0" when the count reaches zero (the key is deleted then) and "1"
  * when a new count is set. An absent key is a count of zero. Waiters
  * subscribe, read the count, and sleep until a message or their deadline:
@@ -69,8 +70,7 @@ int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_la
     if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_latch_new: NULL out"});
     dlock_latch *l = calloc(1, sizeof *l);
     if (!l) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&l->o, c, DLOCK_KIND_LATCH, name, name_len,
-                            "redisson_countdownlatch__channel__");
+    int rc = dl_object_init(&l->o, c, DLOCK_KIND_LATCH, name, name_len, DL_LATCH_CHANNEL_PREFIX);
     if (rc) {
         free(l);
         return rc;

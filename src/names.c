@@ -39,10 +39,9 @@ int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, d
                      dl_name_msg(name, len, nm, sizeof nm));
 }
 
-char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
-                    size_t *outlen) {
+static char *derive(const char *prefix, const char *name, size_t name_len, const char *suffix,
+                    int braces, size_t *outlen) {
     size_t plen = strlen(prefix), slen = strlen(suffix);
-    int braces = memchr(name, '{', name_len) == NULL;
     size_t n = plen + name_len + slen + (braces ? 2 : 0);
     char *k = malloc(n + 1);
     if (!k) return NULL;
@@ -58,6 +57,31 @@ char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const
     *p = '\0';
     *outlen = n;
     return k;
+}
+
+char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
+                    size_t *outlen) {
+    return derive(prefix, name, name_len, suffix, memchr(name, '{', name_len) == NULL, outlen);
+}
+
+char *dl_latch_channel(const char *name, size_t name_len, size_t *outlen) {
+    return derive(DL_LATCH_CHANNEL_PREFIX, name, name_len, "", 1, outlen);
+}
+
+/* Redisson's latch scripts name the channel among their KEYS, so a cluster
+ * answers CROSSSLOT to them as to dlock's: such a latch name works on
+ * neither client there. */
+int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
+                           const char *channel, size_t channel_len, dl_err *err) {
+    if (!c->cluster) return DLOCK_OK;
+    unsigned ks = dl_key_slot(name, len), cs = dl_key_slot(channel, channel_len);
+    if (ks == cs) return DLOCK_OK;
+    char nm[80];
+    return dl_seterr(err, DLOCK_EINVAL,
+                     "latch name '%s' cannot be used on a Redis Cluster: its channel "
+                     DL_LATCH_CHANNEL_PREFIX "{name} (braces for every name, as Redisson's) "
+                     "hashes to slot %u, the key to slot %u; use a name without '{'",
+                     dl_name_msg(name, len, nm, sizeof nm), cs, ks);
 }
 
 const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen) {

@@ -30,11 +30,18 @@ int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *n
         memcpy(o->name, name, name_len);
         o->name[name_len] = '\0';
         o->name_len = name_len;
-        o->channel = dl_derive_key(chan_prefix, name, name_len, "", &o->channel_len);
+        o->channel = kind == DLOCK_KIND_LATCH
+                         ? dl_latch_channel(name, name_len, &o->channel_len)
+                         : dl_derive_key(chan_prefix, name, name_len, "", &o->channel_len);
     }
     if (!o->name || !o->channel) {
         dl_object_clear(o);
         dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+        return dl_client_fail(c, &err);
+    }
+    if (kind == DLOCK_KIND_LATCH &&
+        dl_check_cluster_latch(c, name, name_len, o->channel, o->channel_len, &err)) {
+        dl_object_clear(o);
         return dl_client_fail(c, &err);
     }
     return DLOCK_OK;

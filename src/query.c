@@ -285,7 +285,7 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     char *qkey = dl_derive_key("redisson_lock_queue:", name, name_len, "", &qkl);
     char *tkey = dl_derive_key("", name, name_len, ":timeout", &tkl);
     char *schan = dl_derive_key("redisson_sc:", name, name_len, "", &scl);
-    char *lchan = dl_derive_key("redisson_countdownlatch__channel__", name, name_len, "", &lcl);
+    char *lchan = dl_latch_channel(name, name_len, &lcl);
     size_t wkl;
     char *wkey = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &wkl);
     int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan || !wkey)

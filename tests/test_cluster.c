@@ -483,6 +483,51 @@ int main(void)
         ASSERT_LOK(tl, dlock_release(tl));
         dlock_lock_free(tl);
     }
+    /* the synchronizers on those names: the semaphores' keys and channels
+     * keep the name's tag; the latch's channel is
+     * "redisson_countdownlatch__channel__{" name "}" for every name (as
+     * Redisson's), which splits a tagged name from its channel: refused */
+    int latch_refused = 0;
+    for (size_t i = 0; i < ntagged; i++) {
+        dlock_semaphore *ts = NULL;
+        ASSERT_COK(c, dlock_semaphore_new(c, tagged[i], DLOCK_CSTR, &ts));
+        int was = 0;
+        ASSERT_OK(dlock_semaphore_try_set(ts, 1, &was));
+        ASSERT_OK(dlock_semaphore_acquire(ts, 1, DLOCK_NOWAIT));
+        ASSERT_OK(dlock_semaphore_release(ts, 1));
+        dlock_semaphore_free(ts);
+        dlock_permits *tp = NULL;
+        ASSERT_COK(c, dlock_permits_new(c, tagged[i], DLOCK_CSTR, &tp));
+        ASSERT_OK(dlock_permits_try_set(tp, 1, &was));
+        char pid[DLOCK_PERMIT_ID_LEN + 1];
+        ASSERT_OK(dlock_permits_acquire(tp, DLOCK_NOWAIT, 5000, pid));
+        ASSERT_OK(dlock_permits_release(tp, pid));
+        dlock_permits_free(tp);
+        redisContext *orc = raw(owner_of(slot_of(tagged[i])));
+        ASSERT_EQ(th_cmd_int(orc, "DEL %s", tagged[i]), 1); /* the count was on the owner */
+        redisFree(orc);
+        char chan[128];
+        snprintf(chan, sizeof chan, "redisson_countdownlatch__channel__{%s}", tagged[i]);
+        dlock_latch *tla = NULL;
+        int lrc = dlock_latch_new(c, tagged[i], DLOCK_CSTR, &tla);
+        if (slot_of(chan) != slot_of(tagged[i])) {
+            ASSERT_CODE(lrc, DLOCK_EINVAL);
+            ASSERT(strstr(dlock_errmsg(c), "latch name") != NULL);
+            ASSERT(strstr(dlock_errmsg(c), "slot") != NULL);
+            latch_refused++;
+        } else {
+            ASSERT_CODE(lrc, DLOCK_OK);
+            dlock_latch_free(tla);
+        }
+    }
+    th_log("%d of %zu tagged latch names refused: %s", latch_refused, ntagged, dlock_errmsg(c));
+    ASSERT_GE(latch_refused, (int)ntagged - 1);
+    dlock_latch *pla = NULL; /* without braces: key and channel share the slot */
+    ASSERT_COK(c, dlock_latch_new(c, "cl:latch", DLOCK_CSTR, &pla));
+    ASSERT_OK(dlock_latch_set(pla, 1));
+    ASSERT_OK(dlock_latch_count_down(pla, 1));
+    ASSERT_OK(dlock_latch_await(pla, DLOCK_NOWAIT));
+    dlock_latch_free(pla);
     long long moved1 = 0;
     for (int i = 0; i < NM; i++) moved1 += moved_errors(port[i]);
     th_log("%zu hash-tagged names taken and released on their slot owners, MOVED answers: %lld",

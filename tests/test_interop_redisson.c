@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/time.h>
 
 #define NAME "rsn:lock"
 #define FIELD "6f1d2c3b-aaaa-4bbb-8ccc-0123456789ab:1"
@@ -59,6 +60,170 @@ static void *wait_thread(void *arg)
     if (w->rc == DLOCK_OK) dlock_release(l);
     dlock_lock_free(l);
     return NULL;
+}
+
+
+/* ---- every object's keys and channels under Redisson's naming, for names
+ * with and without a hash tag of their own. Redisson's rules (RedissonObject):
+ * prefixName(p, N) = p ":{" N "}", or p ":" N when N contains '{';
+ * suffixName(N, s) = "{" N "}:" s, or N ":" s when N contains '{'; the
+ * latch's channel is "redisson_countdownlatch__channel__{" N "}" always. */
+static void rprefix(char *out, size_t n, const char *p, const char *name)
+{
+    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "%s:{%s}", p, name);
+}
+
+static void rsuffix(char *out, size_t n, const char *name, const char *sfx)
+{
+    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "{%s}:%s", name, sfx);
+}
+
+/* The next message on a subscribed raw connection must be want on chan. */
+static void expect_msg(redisContext *sub, const char *chan, const char *want)
+{
+    void *m = NULL;
+    ASSERT_EQ(redisGetReply(sub, &m), REDIS_OK);
+    redisReply *r = m;
+    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    ASSERT_STR_EQ(r->element[0]->str, "message");
+    ASSERT_STR_EQ(r->element[1]->str, chan);
+    ASSERT_STR_EQ(r->element[2]->str, want);
+    freeReplyObject(r);
+}
+
+static redisContext *subscribed(const th_server *s, const char *chan)
+{
+    redisContext *sub = th_redis(s);
+    struct timeval tv = {5, 0};
+    redisSetTimeout(sub, tv);
+    freeReplyObject(th_cmd(sub, "SUBSCRIBE %s", chan));
+    return sub;
+}
+
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    int rc;
+} fair_waiter;
+
+static void *fair_wait_thread(void *arg)
+{
+    fair_waiter *w = arg;
+    dlock_lock *l = th_lock(w->c, w->name, DLOCK_KIND_FAIR);
+    w->rc = dlock_acquire(l, 10000, 5000, NULL);
+    if (w->rc == DLOCK_OK) dlock_release(l);
+    dlock_lock_free(l);
+    return NULL;
+}
+
+static void object_names(const th_server *s, dlock_client *c, redisContext *rc, const char *nm)
+{
+    char k[256], ch[256];
+    redisContext *sub;
+    /* reentrant lock: the hash N, the fence counter, the unlock channel */
+    dlock_lock *l = th_lock(c, nm, DLOCK_KIND_REENTRANT);
+    uint64_t f = 0;
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
+    ASSERT_EQ(th_cmd_int(rc, "HEXISTS %s %s", nm, dlock_lock_token(l)), 1);
+    rprefix(k, sizeof k, "redisson_lock_token", nm);
+    char *fv = th_cmd_str(rc, "GET %s", k);
+    ASSERT_NOT_NULL(fv);
+    ASSERT_U64_EQ(strtoull(fv, NULL, 10), f);
+    free(fv);
+    rprefix(ch, sizeof ch, "redisson_lock__channel", nm);
+    sub = subscribed(s, ch);
+    ASSERT_LOK(l, dlock_release(l));
+    expect_msg(sub, ch, "0");
+    redisFree(sub);
+    dlock_lock_free(l);
+
+    /* fair lock: a waiter's queue entry, deadline and own channel */
+    th_cmd_ok(rc, "HSET %s %s 1", nm, FIELD);
+    th_cmd_ok(rc, "PEXPIRE %s 20000", nm);
+    fair_waiter w = {c, nm, -1};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, fair_wait_thread, &w), 0);
+    rprefix(k, sizeof k, "redisson_lock_queue", nm);
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "LLEN %s", k) == 1, 5000);
+    char *owner = th_cmd_str(rc, "LINDEX %s 0", k);
+    ASSERT_NOT_NULL(owner);
+    rprefix(k, sizeof k, "redisson_lock_timeout", nm);
+    char *score = th_cmd_str(rc, "ZSCORE %s %s", k, owner);
+    ASSERT_NOT_NULL(score);
+    free(score);
+    rprefix(ch, sizeof ch, "redisson_lock__channel", nm);
+    size_t cl = strlen(ch);
+    snprintf(ch + cl, sizeof ch - cl, ":%s", owner);
+    ASSERT_EVENTUALLY(th_numsub(rc, ch) == 1, 5000);
+    /* Redisson's release: DEL, then "0" on the head's channel */
+    ASSERT_EQ(th_cmd_int(rc, "DEL %s", nm), 1);
+    th_cmd_ok(rc, "PUBLISH %s 0", ch);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    ASSERT_CODE(w.rc, DLOCK_OK);
+    free(owner);
+
+    /* read-write lock: a read hold's timeout key, the channel's "0" and "1" */
+    l = th_lock(c, nm, DLOCK_KIND_READ);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, NULL));
+    char sfx[160];
+    snprintf(sfx, sizeof sfx, "%s:rwlock_timeout:1", dlock_lock_token(l));
+    rsuffix(k, sizeof k, nm, sfx);
+    ASSERT_GT(th_cmd_int(rc, "PTTL %s", k), 0);
+    rprefix(ch, sizeof ch, "redisson_rwlock", nm);
+    sub = subscribed(s, ch);
+    ASSERT_LOK(l, dlock_release(l));
+    expect_msg(sub, ch, "0");
+    dlock_lock_free(l);
+    l = th_lock(c, nm, DLOCK_KIND_WRITE);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    expect_msg(sub, ch, "1");
+    redisFree(sub);
+    dlock_lock_free(l);
+
+    /* semaphore: the count at N, published on redisson_sc */
+    dlock_semaphore *sm = NULL;
+    ASSERT_COK(c, dlock_semaphore_new(c, nm, DLOCK_CSTR, &sm));
+    ASSERT_SOK(sm, dlock_semaphore_release(sm, 2));
+    rprefix(ch, sizeof ch, "redisson_sc", nm);
+    sub = subscribed(s, ch);
+    ASSERT_SOK(sm, dlock_semaphore_release(sm, 1));
+    expect_msg(sub, ch, "3");
+    char *sv = th_cmd_str(rc, "GET %s", nm);
+    ASSERT_STR_EQ(sv, "3");
+    free(sv);
+    dlock_semaphore_free(sm);
+    ASSERT_EQ(th_cmd_int(rc, "DEL %s", nm), 1);
+
+    /* permit semaphore: the leases in suffixName(N, "timeout") */
+    dlock_permits *pm = NULL;
+    ASSERT_COK(c, dlock_permits_new(c, nm, DLOCK_CSTR, &pm));
+    int set = 0;
+    ASSERT_OK(dlock_permits_try_set(pm, 1, &set));
+    ASSERT_EQ(set, 1);
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    ASSERT_OK(dlock_permits_acquire(pm, DLOCK_NOWAIT, 15000, id));
+    rsuffix(k, sizeof k, nm, "timeout");
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", k), 1);
+    ASSERT_OK(dlock_permits_release(pm, id));
+    expect_msg(sub, ch, "1");
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", k), 0);
+    redisFree(sub);
+    dlock_permits_free(pm);
+    ASSERT_EQ(th_cmd_int(rc, "DEL %s", nm), 1);
+
+    /* latch: braces around every name */
+    snprintf(ch, sizeof ch, "redisson_countdownlatch__channel__{%s}", nm);
+    sub = subscribed(s, ch);
+    dlock_latch *la = NULL;
+    ASSERT_COK(c, dlock_latch_new(c, nm, DLOCK_CSTR, &la));
+    ASSERT_OK(dlock_latch_set(la, 1));
+    expect_msg(sub, ch, "1");
+    ASSERT_OK(dlock_latch_count_down(la, 1));
+    expect_msg(sub, ch, "0");
+    redisFree(sub);
+    dlock_latch_free(la);
+    th_log("'%s': every object's keys and channels are Redisson's", nm);
 }
 
 int main(void)
@@ -157,6 +322,11 @@ int main(void)
     ASSERT_LOK(l, dlock_release(l));
 
     dlock_lock_free(l);
+
+    /* 7. every object under Redisson's names, with and without a hash tag */
+    static const char *const names[] = {"rsn:obj", "rsn:{t}:obj", "{rsn}obj", "rsn{open"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) object_names(s, c, rc, names[i]);
+
     dlock_client_free(c);
     redisFree(rc);
     th_server_stop(s);

@@ -4,11 +4,15 @@
  * must follow the last count_down); an await bound times out on time;
  * try_set / set / count_down / count semantics, the key and the messages
  * ("1" on a new count, "0" at zero) on
- * "redisson_countdownlatch__channel__{name}"; bad input. */
+ * "redisson_countdownlatch__channel__{name}", braces added to names with a
+ * hash tag of their own too, as Redisson does (a Redisson count-down wakes
+ * a dlock waiter at once, a dlock one is heard on Redisson's channel); bad
+ * input. */
 /* Children free what they made and end with _exit(): the handles they
  * inherit from the parent would otherwise show as leaks under LeakSanitizer. */
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -199,6 +203,74 @@ static void bound(dlock_client *c, redisContext *rc)
     dlock_latch_free(l);
 }
 
+/* Redisson's count-down (its RCountDownLatch script: DECR; at or below
+ * zero DEL; at exactly zero PUBLISH "0" on its channel), run raw. */
+static const char *RSN_COUNT_DOWN =
+    "local v = redis.call('decr', KEYS[1]); "
+    "if v <= 0 then redis.call('del', KEYS[1]) end; "
+    "if v == 0 then redis.call('publish', KEYS[2], '0') end;";
+
+typedef struct {
+    const th_server *srv;
+    const char *name;
+    int rc;
+    int64_t t_woke;
+} awaiter;
+
+static void *await_thread(void *arg)
+{
+    awaiter *a = arg;
+    dlock_client *c = th_client(a->srv, 0);
+    dlock_latch *l = latch(c, a->name);
+    a->rc = dlock_latch_await(l, 10000);
+    a->t_woke = th_now_ms();
+    dlock_latch_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+/* Names with a hash tag of their own: the channel is still
+ * "redisson_countdownlatch__channel__{" name "}", both ways. */
+static void tagged(const th_server *srv, dlock_client *c, redisContext *rc)
+{
+    static const char *const names[] = {"la:{tag}:x", "{la}y", "a{b"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char chan[128];
+        snprintf(chan, sizeof chan, "redisson_countdownlatch__channel__{%s}", names[i]);
+        dlock_latch *l = latch(c, names[i]);
+        /* Redisson counts down to zero: the dlock waiter wakes on its message */
+        ASSERT_LAOK(l, dlock_latch_set(l, 2));
+        awaiter a = {srv, names[i], -1, 0};
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, await_thread, &a), 0);
+        ASSERT_EVENTUALLY(th_numsub(rc, chan) == 1, 5000);
+        redisReply *r = th_cmd(rc, "EVAL %s 2 %s %s", RSN_COUNT_DOWN, names[i], chan);
+        freeReplyObject(r);
+        th_sleep_ms(100);
+        ASSERT_EQ(th_numsub(rc, chan), 1); /* 2 -> 1: still waiting */
+        int64_t t_zero = th_now_ms();
+        r = th_cmd(rc, "EVAL %s 2 %s %s", RSN_COUNT_DOWN, names[i], chan);
+        freeReplyObject(r);
+        ASSERT_EQ(pthread_join(t, NULL), 0);
+        ASSERT_CODE(a.rc, DLOCK_OK);
+        th_log("latch '%s': woken %lld ms after Redisson's count-down to zero (bound 10 s)",
+               names[i], (long long)(a.t_woke - t_zero));
+        ASSERT_LT(a.t_woke - t_zero, 2000);
+        /* dlock's messages go to Redisson's channel */
+        redisContext *sub = th_redis(srv);
+        struct timeval tv = {5, 0};
+        redisSetTimeout(sub, tv);
+        freeReplyObject(th_cmd(sub, "SUBSCRIBE %s", chan));
+        ASSERT_LAOK(l, dlock_latch_set(l, 1));
+        expect_message(sub, chan, "1");
+        ASSERT_LAOK(l, dlock_latch_count_down(l, 1));
+        expect_message(sub, chan, "0");
+        ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", names[i]), 0);
+        redisFree(sub);
+        dlock_latch_free(l);
+    }
+}
+
 /* 8 waiter processes; three count_downs; all wake after the last, none
  * before, and each reads 0 at wake-up. */
 static void waiters(const th_server *srv, redisContext *rc)
@@ -275,6 +347,7 @@ int main(void)
     bad_input(c);
     basics(srv, c, rc);
     bound(c, rc);
+    tagged(srv, c, rc);
     waiters(srv, rc);
     redisFree(rc);
     dlock_client_free(c);
