@@ -39,10 +39,9 @@ static const char release_lua[] =
  * the fence function is DL_LUA_FENCE of src/internal.h) */
 static const char fenced_acquire_lua[] =
     "local function fence(k) local f = redis.call('incr', k) "
-    "if f < 1000000000000000 then local t = redis.call('time') "
+    "local t = redis.call('time') "
     "local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
-    "if now > f then f = now end "
-    "redis.call('set', k, string.format('%d', f), 'PX', 86400000) end "
+    "if now > f then f = now redis.call('set', k, string.format('%d', f)) end "
     "return f end "
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "return {1, fence(KEYS[2])} end "

@@ -281,14 +281,21 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  *           watchdog_lease_ms renewed every third of it by the client's
  *           watchdog thread until released.
  * fence:    may be NULL; receives the fencing token, a 64-bit number strictly
- *           greater than every token issued before for this name (counter
- *           key "redisson_lock_token:{name}", INCRed by the acquire script,
- *           re-entry included). A counter created anew (first use, or after
- *           it expired or was lost with a server restarted without
- *           persistence) starts at the server's clock in microseconds, not at
- *           1, and expires a day after its creation: tokens stay above the
- *           ones before as long as the server's clock does not step back by
- *           more than that (docs/design.md, "Fencing tokens").
+ *           greater than every token issued before for this name. Redis: the
+ *           token is max(counter + 1, the server's clock in microseconds),
+ *           taken by the acquire script (re-entry and the fair lock's
+ *           handoff included) and stored in the counter key
+ *           "redisson_lock_token:{name}", which never expires (Redisson's
+ *           RFencedLock INCRs the same key). It stays above every token
+ *           before through a restart from any snapshot, without persistence,
+ *           a failover, or a deleted counter, provided (docs/design.md,
+ *           "Fencing tokens"): the clock of the server that issues it is
+ *           ahead of the clocks of the servers that issued the earlier ones,
+ *           at the times they did (no step back of the server's clock; a
+ *           promoted replica's clock not behind by more than the failover
+ *           took); the counter was not set ahead of the clock; and the ACL
+ *           user may run TIME (without it: a plain INCR, increasing while
+ *           the counter is kept).
  * A reentrant handle already held by this thread re-enters (hold count + 1,
  * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT,
@@ -364,9 +371,8 @@ DLOCK_EXPORT int dlock_is_locked(dlock_client *c, const char *name, size_t name_
 /* *ttl_ms = remaining lease in ms; -2 when free, -1 when held without expiry. */
 DLOCK_EXPORT int dlock_remaining_ttl(dlock_client *c, const char *name, size_t name_len,
                                      int64_t *ttl_ms);
-/* *fence = the last fencing token issued for name: 0 if none was issued
- * since its counter was created (the counter expires a day after its
- * creation; dlock_acquire). */
+/* *fence = the last fencing token issued for name (its counter; 0 if none
+ * was ever issued, or the counter was deleted or lost; dlock_acquire). */
 DLOCK_EXPORT int dlock_fence_current(dlock_client *c, const char *name, size_t name_len,
                                      uint64_t *fence);
 

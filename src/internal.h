@@ -178,41 +178,37 @@ typedef struct dl_script {
 #define DL_XSTR_(x) #x
 #define DL_STR(x) DL_XSTR_(x)
 
-/* Fencing tokens, Lua inline: DL_LUA_FENCE(var, k, always) sets the new
- * local var to the next token of the counter k (Lua expressions; always a
- * Lua boolean expression). It INCRs the counter (redisson_lock_token:{N}), as
- * Redisson's RFencedLock does. A counter below DL_FENCE_FLOOR (one that was
- * just created, because it never existed, expired, or was lost with a server
- * restarted without persistence; or one from before this scheme) is first
- * raised to the server's clock in microseconds, and lives DL_FENCE_TTL_MS
- * from then. A token is thus always above every token issued before: those
- * were at most the counter's creation time plus one per acquisition since,
- * and acquisitions (server commands) take more than a microsecond each; this
- * holds as long as the server's clock does not step back by more than the
- * counter's age. The counter of a name nobody locks any more goes away (one
- * key per name ever locked used to stay forever), and a restart without
- * persistence no longer restarts the tokens at 1. Costs nothing on the hot
- * path (one comparison); TIME and SET run once per counter lifetime. The
- * token goes out as a string with string.format('%d'): Lua's tostring shows
- * 1.7e15 as "1.7e+15". An ACL user without +time (SECURITY.md's recipe
- * before this) gets the plain INCR: a counter from 1 that never expires.
+/* Fencing tokens, Lua inline: DL_LUA_FENCE(var, k) sets the new local var to
+ * the next token of the counter k (a Lua expression): max(counter + 1, the
+ * server's clock in microseconds), stored back in the counter. It INCRs the
+ * counter (redisson_lock_token:{N}), as Redisson's RFencedLock does, then
+ * reads TIME and, when the clock is ahead (nearly always: acquisitions are
+ * more than a microsecond apart), SETs the counter to it. The counter never
+ * expires: Redisson's RFencedLock counts on from it with plain INCRs, and one
+ * that expired would start those again at 1.
  *
- * With always true it takes max(counter + 1, clock) on every call (and restarts
- * the expiry): RedLock's per-node counters, whose largest over the majority
- * is the token. Counters created at different times would otherwise differ
- * by their ages (a node restarted empty starts far above the others), and
- * the next majority without that node would hand out a lower token; tied
- * to the clock, the nodes' counters agree as far as their clocks do. */
-#define DL_FENCE_FLOOR 1000000000000000 /* 1e15 us: September 2001 */
-#define DL_FENCE_TTL_MS 86400000
-#define DL_LUA_FENCE(var, k, always)                                                   \
+ * Why tokens stay strictly increasing through any loss of the counter (a
+ * restart from an older RDB or AOF, without persistence, a failover to a
+ * replica that missed the latest increments, a DEL): every token is at most
+ * the server's clock when it was issued, as long as the counter started at
+ * or below the clock (a fresh counter, Redisson's, a small one from before)
+ * and the clock never stepped back; so whatever older value the counter is
+ * restored to, the next token is the clock of a later moment, above every
+ * token before. The exact condition: the clock of the server that issues the
+ * next token is ahead of the clock of every server that issued one before,
+ * at the time it did (docs/design.md, "Fencing tokens").
+ *
+ * Two more calls than a bare INCR on every acquire (design.md gives the
+ * cost). The token goes out as a string with string.format('%d'): Lua's
+ * tostring shows 1.7e15 as "1.7e+15". An ACL user without +time
+ * (SECURITY.md's recipe before +time) gets the plain INCR: tokens from 1,
+ * increasing only while the counter is kept. */
+#define DL_LUA_FENCE(var, k)                                                           \
     "local " var " = redis.call('incr', " k ") "                                       \
-    "if " always " or " var " < " DL_STR(DL_FENCE_FLOOR) " then "                      \
-    "local t = redis.pcall('time') "                                                   \
+    "do local t = redis.pcall('time') "                                                \
     "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
-    "if now > " var " then " var " = now end "                                         \
-    "redis.call('set', " k ", string.format('%d', " var "), 'PX', "                    \
-    DL_STR(DL_FENCE_TTL_MS) ") end end "
+    "if now > " var " then " var " = now "                                             \
+    "redis.call('set', " k ", string.format('%d', " var ")) end end end "
 
 /* The plain lock's waiter registry and its channel prefix. */
 #define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"

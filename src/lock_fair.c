@@ -109,7 +109,7 @@
     "while " h " do "                                                                  \
     "local ch = ARGV[1] .. ':' .. " h " "                                              \
     "local lease = tonumber(redis.call('hget', KEYS[5], " h ")) "                      \
-    "if lease then " DL_LUA_FENCE("f", "KEYS[2]", "false")                             \
+    "if lease then " DL_LUA_FENCE("f", "KEYS[2]")                                      \
     "if redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) > 0 then " \
     "redis.call('zrem', KEYS[4], " h "); "                                             \
     "redis.call('hset', KEYS[1], " h ", 1); redis.call('pexpire', KEYS[1], lease) "    \
@@ -149,7 +149,7 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "local n = redis.call('hincrby', KEYS[1], me, 1) "
     "if redis.call('zrem', KEYS[4], me) == 1 then redis.call('lrem', KEYS[3], 0, me) end "
     "redis.call('hdel', KEYS[5], me) "
-    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, n} end "
     "local p = redis.call('pttl', KEYS[1]) "
     "local head, now = nil, nil "
@@ -159,7 +159,7 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "if head then redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], me); "
     "redis.call('hdel', KEYS[5], me) end "
     "redis.call('hset', KEYS[1], me, 1); redis.call('pexpire', KEYS[1], ARGV[1]) "
-    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, 1} end end "
     "if not now then " FAIR_LUA_CLOCK("now") "end "
     "local ka = tonumber(ARGV[6]) "

@@ -31,13 +31,12 @@
 
 /* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':
  * not waiting: try once, or a RedLock node), '1' when the waiter may still be
- * registered ('0' right after a wake: the release popped it), '1' on a
- * RedLock node (the fence counter follows the clock: DL_LUA_FENCE).
+ * registered ('0' right after a wake: the release popped it).
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
-    DL_LUA_FENCE("f", "KEYS[2]", "ARGV[5] == '1'")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f} end "
     "local p = redis.call('pttl', KEYS[1]) "
     "if ARGV[3] ~= '0' then "
@@ -142,9 +141,7 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->arglens[2] = strlen(call->args[2]);
         call->args[3] = d->waiting && d->registered ? "1" : "0";
         call->arglens[3] = 1;
-        call->args[4] = l->c->mode == DL_MODE_REDLOCK ? "1" : "0";
-        call->arglens[4] = 1;
-        call->nargs = 5;
+        call->nargs = 4;
         break;
     case DL_OP_RELEASE: /* KEYS lock, waiters; ARGV token, channel prefix */
         call->script = &dl_script_plain_release;

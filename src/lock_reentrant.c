@@ -5,14 +5,13 @@
 
 #include "internal.h"
 
-/* KEYS: lock, fence counter. ARGV: lease ms, owner field, '1' on a RedLock
- * node (DL_LUA_FENCE).
+/* KEYS: lock, fence counter. ARGV: lease ms, owner field.
  * -> {1, fence, holds} acquired or re-entered | {0, pttl} */
 static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
     "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
     "redis.call('pexpire', KEYS[1], ARGV[1]); "
-    DL_LUA_FENCE("f", "KEYS[2]", "ARGV[3] == '1'")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, n} end "
     "return {0, redis.call('pttl', KEYS[1])}");
 
@@ -49,14 +48,11 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
     call->nkeys = 2;
     call->nargs = 2;
     switch (op) {
-    case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV lease, owner, redlock */
+    case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV lease, owner */
         call->script = &acquire_script;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
-        call->args[2] = l->c->mode == DL_MODE_REDLOCK ? "1" : "0";
-        call->arglens[2] = 1;
-        call->nargs = 3;
         break;
     case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner */
         call->script = &release_script;

@@ -88,7 +88,7 @@ static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
     "redis.call('set', KEYS[3] .. ':' .. n, '1', 'PX', ARGV[1]); "
     "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "  redis.call('pexpire', KEYS[1], ARGV[1]) end "
-    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, n}");
 
 /* KEYS: lock, fence counter, waiting writers. ARGV: lease ms, owner
@@ -103,7 +103,7 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then "
     "    redis.call('pexpire', KEYS[1], ARGV[1]) end "
     "  redis.call('zrem', KEYS[3], ARGV[2]); "
-    DL_LUA_FENCE("f", "KEYS[2]", "false")
+    DL_LUA_FENCE("f", "KEYS[2]")
     "  return {1, f, n} end "
     "local p = redis.call('pttl', KEYS[1]); "
     "if ARGV[3] == '1' then "

@@ -89,7 +89,7 @@ static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
 
 /* The designated fencing counter: DL_LUA_FENCE on the lock's fence key there. */
 static dl_script fence_script =
-    DL_SCRIPT("fence", DL_LUA_FENCE("f", "KEYS[1]", "false") "return f");
+    DL_SCRIPT("fence", DL_LUA_FENCE("f", "KEYS[1]") "return f");
 
 static int fence_from_node(dlock_lock *l, uint64_t *fence, dl_err *err) {
     dlock_client *c = l->c;

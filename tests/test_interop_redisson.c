@@ -308,17 +308,28 @@ int main(void)
     th_cmd_ok(rc, "PUBLISH redisson_lock__channel:{%s} 0", NAME);
     ASSERT_LCODE(l, dlock_release(l), DLOCK_ELOST);
 
-    /* 6. the fence counter is shared with RFencedLock (a counter of its
-     * below dlock's floor of 1e15 is first raised to the server's clock:
-     * test_fencing; here one already above it) */
-    th_cmd_ok(rc, "SET redisson_lock_token:{%s} 1000000000001000", NAME);
-    uint64_t f = 0;
+    /* 6. the fence counter is shared with RFencedLock, which INCRs it and
+     * never expires it: dlock's tokens (max(counter + 1, the server's clock
+     * in us)) stay above Redisson's and Redisson's above dlock's, and dlock
+     * leaves no expiry on it (one would restart Redisson's tokens at 1) */
+    uint64_t f = 0, f2 = 0;
     ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
-    ASSERT_U64_EQ(f, 1000000000001001ULL);
     ASSERT_LOK(l, dlock_release(l));
-    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), 1000000000001002LL);
+    ASSERT_EQ(th_cmd_int(rc, "PTTL redisson_lock_token:{%s}", NAME), -1);
+    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), (long long)f + 1);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f2));
+    ASSERT_U64_GT(f2, f + 1);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), (long long)f2 + 1);
+    ASSERT_EQ(th_cmd_int(rc, "PTTL redisson_lock_token:{%s}", NAME), -1);
+    /* a counter ahead of the clock: both count on by one */
+    th_cmd_ok(rc, "SET redisson_lock_token:{%s} 8000000000001000", NAME);
     ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
-    ASSERT_U64_EQ(f, 1000000000001003ULL);
+    ASSERT_U64_EQ(f, 8000000000001001ULL);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "INCR redisson_lock_token:{%s}", NAME), 8000000000001002LL);
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 15000, &f));
+    ASSERT_U64_EQ(f, 8000000000001003ULL);
     ASSERT_LOK(l, dlock_release(l));
 
     dlock_lock_free(l);

@@ -52,10 +52,10 @@ int main(int argc, char **argv)
            NPROC, ROUNDS);
 
     th_server *s = th_server_start(NULL);
-    /* the fence counter starts at the floor of DL_LUA_FENCE (below it, a
-     * counter is raised to the server's clock), so that it can be checked
-     * exactly */
-    const uint64_t floor = 1000000000000000ULL;
+    /* the fence counter starts far ahead of the server's clock (8e15 us:
+     * the year 2223), where DL_LUA_FENCE counts on by one, so that it can
+     * be checked exactly */
+    const uint64_t floor = 8000000000000000ULL;
     redisContext *rc = th_redis(s);
     th_cmd_ok(rc, "SET redisson_lock_token:{%s} %llu", LOCK_NAME, (unsigned long long)floor);
     pid_t pids[NPROC];

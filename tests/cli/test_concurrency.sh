@@ -1,9 +1,9 @@
 #!/bin/bash
 # 8 concurrent `dlock run` loops do a non-atomic read-increment-write through
 # redis-cli (GET, then SET) 25 times each on the key "counter" under the lock
-# "inc": the final value must be exact. The fencing counter starts at the
-# scheme's floor (1e15: below it, a counter is raised to the server's clock)
-# so that it can be checked exactly too.
+# "inc": the final value must be exact. The fencing counter starts far ahead
+# of the server's clock (8e15 us: the year 2223), where a token is the
+# counter + 1, so that it can be checked exactly too.
 here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
 . "$here/lib.sh" "$@" || exit 1
 start_redis
@@ -11,7 +11,7 @@ start_redis
 WORKERS=8
 ROUNDS=25
 rcli set counter 0 >/dev/null
-FLOOR=1000000000000000
+FLOOR=8000000000000000
 rcli set 'redisson_lock_token:{inc}' $FLOOR >/dev/null
 
 worker() {
