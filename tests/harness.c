@@ -925,6 +925,11 @@ void th_check_semaphore_procs(dlock_client *(*mk)(void), const char *name, int p
                 int m = atomic_load(max);
                 while (n > m && !atomic_compare_exchange_weak(max, &m, n)) {
                 }
+                /* until permits holders were in at once, a holder stays
+                 * until they are (a loaded machine may start the others
+                 * late); a semaphore that let fewer in runs out the 20 s */
+                int64_t until = th_now_ms() + 20000;
+                while (atomic_load(max) < permits && th_now_ms() < until) usleep(2000);
                 usleep(30000);
                 atomic_fetch_sub(cur, 1);
                 if (dlock_semaphore_release(s, 1)) {

@@ -223,7 +223,8 @@ void th_check_lock_cancel(dlock_client *c, const char *name, int64_t lease_ms);
 /* Mutual exclusion of a semaphore across processes: procs forked
  * processes, each on a client of its own from mk(), try_set(permits) then
  * rounds x (acquire 1 waiting forever, count the holders in shared memory
- * for 30 ms, release). Never more than permits holders at once, permits
+ * for 30 ms, release; until permits holders were in at once, a holder stays
+ * up to 20 s for them). Never more than permits holders at once, permits
  * reached, try_set won by exactly one; afterwards all permits available.
  * Call it while this process has no client (it forks). */
 /* A semaphore handle on c (fails on error), and its available permits. */
