@@ -140,13 +140,16 @@ int main(void)
     ASSERT_EQ(qfail, 0);
     th_log("50 pings + 30 queries during a blocked wait: %lld ms, slowest ping %lld us",
            (long long)(p.t_end - tp), (long long)p.max_rtt_us);
-    ASSERT_LT(p.t_end - tp, 3000);
-    ASSERT_LT(p.max_rtt_us, 1000000);
+    /* a ping or query held up by the waiter would last until its 10 s wait
+     * ran out (the check of w.done above); the times stay well within it */
+    ASSERT_LT(p.t_end - tp, 8000);
+    ASSERT_LT(p.max_rtt_us, 5000000);
     int64_t t_rel = th_now_ms();
     ASSERT_LOK(h, dlock_release(h));
     ASSERT_EQ(pthread_join(wt, NULL), 0);
     ASSERT_CODE(w.rc, DLOCK_OK);
-    ASSERT_LT((int64_t)atomic_load(&w.t_done) - t_rel, 2000);
+    /* woken: not at the end of the holder's 20 s lease */
+    ASSERT_LT((int64_t)atomic_load(&w.t_done) - t_rel, 5000);
     dlock_lock_free(h);
 
     /* 3. client-level messages are per thread: a failure here is not seen there */

@@ -104,7 +104,8 @@ start=$(date +%s%N)
 wait "$waiter"
 rc=$?
 ms=$((($(date +%s%N) - start) / 1000000))
-check "waiter ran after the release (exit $rc, $ms ms)" "[ $rc = 0 ] && [ -s '$TMP/waited' ] && [ $ms -lt 3000 ]"
+# woken: well before the holder's 30 s lease (the time is bench's handoff figure)
+check "waiter ran after the release (exit $rc, $ms ms)" "[ $rc = 0 ] && [ -s '$TMP/waited' ] && [ $ms -lt 10000 ]"
 
 # Sequential runs never overlap (the second waits for the first).
 "$DLOCK" run seq sh -c "touch '$TMP/first-in'; while [ ! -e '$TMP/go' ]; do sleep 0.02; done; rm '$TMP/first-in'" &

@@ -96,7 +96,7 @@ expect 1 "the killed run's permit is still out" run --limit 1 -n killsem true
 t0=$(date +%s%N)
 expect 0 "the permit comes back after the lease" run --limit 1 -w 20s killsem true
 ms=$((($(date +%s%N) - t0) / 1000000))
-check "it came back within the 2s lease (${ms} ms)" "[ $ms -lt 4000 ]"
+check "it came back after the 2s lease, well within the 20 s wait (${ms} ms)" "[ $ms -lt 10000 ]"
 
 # ---- --also ----------------------------------------------------------------
 expect 0 "--also holds both locks" run --also ly lx sh -c "redis-cli -p $PORT exists lx ly"
