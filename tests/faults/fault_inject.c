@@ -32,7 +32,7 @@
  *   "<scenario>: ops N, faults F, overlaps O, stale writes accepted S"
  * followed by a details line. See docs/safety.md.
  */
-#include "harness.h"
+#include "faultlib.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,61 +65,9 @@ typedef struct wparams {
     int64_t cmd_timeout_ms, conn_timeout_ms, node_timeout_ms;
 } wparams;
 
-/* The fenced / unfenced write: ARGV = worker, token, fenced. */
-static const char *WRITE_LUA =
-    "local max = tonumber(redis.call('GET', 'res:max') or '0') "
-    "local tok = tonumber(ARGV[2]) "
-    "if ARGV[3] == '1' and tok <= max then "
-    "  redis.call('RPUSH', 'hist', 'W ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' 0') return 0 end "
-    "if tok > max then redis.call('SET', 'res:max', ARGV[2]) end "
-    "redis.call('RPUSH', 'hist', 'W ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' 1') return 1";
-
-static redisContext *res_connect(const char *sock)
-{
-    redisContext *rc = redisConnectUnix(sock);
-    if (!rc || rc->err) {
-        fprintf(stderr, "worker: cannot reach the resource at %s\n", sock);
-        exit(2);
-    }
-    return rc;
-}
-
-static void ev(redisContext *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ev(redisContext *rc, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    for (char *p = buf; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-    redisReply *r = redisCommand(rc, "RPUSH hist %s", buf);
-    if (!r) {
-        fprintf(stderr, "worker: resource I/O error\n");
-        exit(2);
-    }
-    freeReplyObject(r);
-}
-
-static int res_write(redisContext *rc, int id, uint64_t tok, int fenced)
-{
-    char w[16], t[32];
-    snprintf(w, sizeof w, "%d", id);
-    snprintf(t, sizeof t, "%llu", (unsigned long long)tok);
-    redisReply *r = redisCommand(rc, "EVAL %s 0 %s %s %s", WRITE_LUA, w, t, fenced ? "1" : "0");
-    if (!r) {
-        fprintf(stderr, "worker: resource I/O error\n");
-        exit(2);
-    }
-    int ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    return ok;
-}
-
 static int run_worker(const wparams *p)
 {
-    redisContext *rc = res_connect(p->res_sock);
+    redisContext *rc = fl_res_connect(p->res_sock);
     int64_t end = th_now_ms() + p->run_ms;
     dlock_options o;
     dlock_options_init(&o);
@@ -132,7 +80,7 @@ static int run_worker(const wparams *p)
     for (;;) {
         int r = dlock_client_new(&o, &c);
         if (r == DLOCK_OK) break;
-        ev(rc, "X %d %d client_new: %s", p->id, r, c ? dlock_errmsg(c) : "");
+        fl_ev(rc, "X %d %d client_new: %s", p->id, r, c ? dlock_errmsg(c) : "");
         dlock_client_free(c);
         c = NULL;
         if (th_now_ms() > end) {
@@ -154,29 +102,29 @@ static int run_worker(const wparams *p)
         uint64_t tok = 0;
         int r = dlock_acquire(l, p->wait_ms < left ? p->wait_ms : left, p->lease_ms, &tok);
         if (r == DLOCK_ETIMEDOUT || r == DLOCK_EBUSY) {
-            ev(rc, "T %d", p->id);
+            fl_ev(rc, "T %d", p->id);
             continue;
         }
         if (r != DLOCK_OK) {
-            ev(rc, "X %d %d %s", p->id, r, dlock_lock_errmsg(l));
+            fl_ev(rc, "X %d %d %s", p->id, r, dlock_lock_errmsg(l));
             th_sleep_ms(30);
             continue;
         }
         int64_t valid = dlock_lock_valid_ms(l);
-        ev(rc, "B %d %llu %lld %lld", p->id, (unsigned long long)tok, (long long)valid,
+        fl_ev(rc, "B %d %llu %lld %lld", p->id, (unsigned long long)tok, (long long)valid,
            (long long)time(NULL));
         /* a careful client: skip work that could not finish within the lease */
         if (valid < p->work_ms + 50) {
-            ev(rc, "S %d %llu", p->id, (unsigned long long)tok);
+            fl_ev(rc, "S %d %llu", p->id, (unsigned long long)tok);
         } else {
             th_sleep_ms(p->work_ms);
-            ev(rc, "V %d %llu %lld", p->id, (unsigned long long)tok,
+            fl_ev(rc, "V %d %llu %lld", p->id, (unsigned long long)tok,
                (long long)dlock_lock_valid_ms(l));
-            res_write(rc, p->id, tok, p->fenced);
+            fl_res_write(rc, "res:max", p->id, tok, p->fenced, "");
         }
-        ev(rc, "E %d %llu", p->id, (unsigned long long)tok);
+        fl_ev(rc, "E %d %llu", p->id, (unsigned long long)tok);
         r = dlock_release(l);
-        if (r != DLOCK_OK) ev(rc, "R %d %d %s", p->id, r, dlock_lock_errmsg(l));
+        if (r != DLOCK_OK) fl_ev(rc, "R %d %d %s", p->id, r, dlock_lock_errmsg(l));
         /* DLOCK_EIO leaves the handle holding (a retry is possible, and the
          * next acquire on it would be DLOCK_EINVAL): retry a little, then
          * give the handle up (its lease runs out) */
@@ -617,176 +565,12 @@ static void sc_restart(int aof)
 /* ------------------------------------------------------------------------ */
 /* (d) connections cut or stalled: a TCP proxy in a child process           */
 
-typedef struct proxy {
-    pid_t pid;
-    int port;
-    int cmd_w, ack_r;
-} proxy;
-
-static ssize_t write_all(int fd, const char *p, size_t n)
-{
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        off += (size_t)w;
-    }
-    return (ssize_t)n;
-}
-
-static int tcp_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-#define PROXY_MAX 64
-
-static void proxy_loop(int lfd, int upstream, int cmd_r, int ack_w)
-{
-    int cl[PROXY_MAX], up[PROXY_MAX];
-    int np = 0, frozen = 0;
-    for (;;) {
-        struct pollfd pf[2 + 2 * PROXY_MAX];
-        int n = 0;
-        pf[n++] = (struct pollfd){cmd_r, POLLIN, 0};
-        if (!frozen) {
-            pf[n++] = (struct pollfd){lfd, POLLIN, 0};
-            for (int i = 0; i < np; i++) {
-                pf[n++] = (struct pollfd){cl[i], POLLIN, 0};
-                pf[n++] = (struct pollfd){up[i], POLLIN, 0};
-            }
-        }
-        if (poll(pf, (nfds_t)n, -1) < 0) {
-            if (errno == EINTR) continue;
-            _exit(3);
-        }
-        if (pf[0].revents) {
-            char c;
-            if (read(cmd_r, &c, 1) != 1 || c == 'Q') _exit(0);
-            if (c == 'D') { /* cut: every connection reset */
-                for (int i = 0; i < np; i++) {
-                    struct linger lg = {1, 0};
-                    setsockopt(cl[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-                    close(cl[i]);
-                    close(up[i]);
-                }
-                np = 0;
-            } else if (c == 'F') {
-                frozen = 1;
-            } else if (c == 'U') {
-                frozen = 0;
-            }
-            if (write(ack_w, &c, 1) != 1) _exit(3);
-            continue;
-        }
-        if (frozen) continue;
-        if (pf[1].revents & POLLIN) {
-            int cfd = accept(lfd, NULL, NULL);
-            if (cfd >= 0) {
-                int ufd = np < PROXY_MAX ? tcp_connect(upstream) : -1;
-                if (ufd < 0) {
-                    close(cfd);
-                } else {
-                    cl[np] = cfd;
-                    up[np] = ufd;
-                    np++;
-                }
-            }
-        }
-        int dead[PROXY_MAX] = {0};
-        for (int i = 0, k = 2; k < n; i++, k += 2) {
-            for (int side = 0; side < 2; side++) {
-                if (!(pf[k + side].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-                int from = side ? up[i] : cl[i], to = side ? cl[i] : up[i];
-                char buf[16384];
-                ssize_t r = read(from, buf, sizeof buf);
-                if (r <= 0 || write_all(to, buf, (size_t)r) < 0) dead[i] = 1;
-            }
-        }
-        int m = 0;
-        for (int i = 0; i < np; i++) {
-            if (dead[i]) {
-                close(cl[i]);
-                close(up[i]);
-            } else {
-                cl[m] = cl[i];
-                up[m] = up[i];
-                m++;
-            }
-        }
-        np = m;
-    }
-}
-
-static proxy proxy_start(int upstream)
-{
-    proxy px;
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(lfd, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ASSERT_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    ASSERT_EQ(listen(lfd, 64), 0);
-    ASSERT_EQ(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
-    px.port = ntohs(a.sin_port);
-    int cmd[2], ack[2];
-    ASSERT_EQ(pipe(cmd), 0);
-    ASSERT_EQ(pipe(ack), 0);
-    px.pid = th_fork();
-    if (px.pid == 0) {
-        close(cmd[1]);
-        close(ack[0]);
-        proxy_loop(lfd, upstream, cmd[0], ack[1]);
-        _exit(0);
-    }
-    close(lfd);
-    close(cmd[0]);
-    close(ack[1]);
-    px.cmd_w = cmd[1];
-    px.ack_r = ack[0];
-    return px;
-}
-
-static void proxy_cmd(proxy *px, char c)
-{
-    ASSERT_EQ(write(px->cmd_w, &c, 1), 1);
-    struct pollfd pf = {px->ack_r, POLLIN, 0};
-    ASSERT_EQ(poll(&pf, 1, 5000), 1);
-    char a;
-    ASSERT_EQ(read(px->ack_r, &a, 1), 1);
-    ASSERT_EQ(a, c);
-}
-
-static void proxy_stop(proxy *px)
-{
-    char c = 'Q';
-    ASSERT_EQ(write(px->cmd_w, &c, 1), 1);
-    ASSERT_EQ(th_wait_child(px->pid, 5000), 0);
-    close(px->cmd_w);
-    close(px->ack_r);
-}
-
 static void sc_proxy(void)
 {
     th_server *ls = srv_start(NULL);
     th_server *res = srv_start(NULL);
     redisContext *rrc = th_redis(res);
-    proxy px = proxy_start(th_server_port(ls));
+    fl_proxy px = fl_proxy_start(th_server_port(ls));
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
     pid_t pids[3] = {0};
@@ -801,25 +585,25 @@ static void sc_proxy(void)
     }
     int faults = 0;
     th_sleep_ms(800);
-    proxy_cmd(&px, 'D'); /* cut every connection */
+    fl_proxy_cmd(&px, 'D'); /* cut every connection */
     faults++;
     th_log("proxy: all connections cut");
     th_sleep_ms(1000);
-    proxy_cmd(&px, 'F'); /* stall: nothing forwarded, nothing accepted */
+    fl_proxy_cmd(&px, 'F'); /* stall: nothing forwarded, nothing accepted */
     faults++;
     th_log("proxy: frozen for 1200 ms");
     th_sleep_ms(1200);
-    proxy_cmd(&px, 'U');
+    fl_proxy_cmd(&px, 'U');
     th_sleep_ms(800);
-    proxy_cmd(&px, 'F'); /* stall, then cut the stalled connections */
+    fl_proxy_cmd(&px, 'F'); /* stall, then cut the stalled connections */
     faults++;
     th_sleep_ms(500);
-    proxy_cmd(&px, 'D');
+    fl_proxy_cmd(&px, 'D');
     faults++;
-    proxy_cmd(&px, 'U');
+    fl_proxy_cmd(&px, 'U');
     th_log("proxy: frozen 500 ms then cut");
     wait_all(pids, 3);
-    proxy_stop(&px);
+    fl_proxy_stop(&px);
     check(rrc, "proxy", faults, &g_res);
     ASSERT_EQ(g_res.overlaps, 0);
     ASSERT_EQ(g_res.stale, 0);

@@ -1,0 +1,1715 @@
+/*
+ * The randomized fault explorer (issue 19): a seed makes a schedule, the
+ * schedule runs against real private servers, and a checker reads the
+ * history afterwards.
+ *
+ *   test_explore --seed N          one seed, its schedule printed
+ *   test_explore --seeds A-B       seeds A..B, a table per topology and kind
+ *   test_explore --long SECONDS    seeds from --from (default: the clock) on,
+ *                                  until SECONDS have passed
+ *   test_explore --seeds A-B --plans   print the schedules only
+ *   option: --stall-bound MS (the liveness bound); EXPLORE_DUMP=1 in the
+ *   environment prints the whole history of a single seed
+ * Exit 0 when every seed passed, 1 when one failed (its schedule and the
+ * violations are printed; "--seed N" runs the same schedule again).
+ *
+ * The schedule is a function of the seed alone: splitmix64 (Steele, Lea,
+ * Flood 2014: state += 0x9e3779b97f4a7c15, then the xor-shift-multiply
+ * finalizer) seeded with N draws the topology, the workload, the workers'
+ * parameters and the faults with their times; each worker draws its own
+ * operations from splitmix64 seeded with N and its id. The timing of the
+ * processes is the machine's, so a rerun makes the same decisions, not
+ * necessarily the same interleaving.
+ *
+ * Topologies: one Redis without persistence, with RDB (the parent SAVEs at
+ * drawn times; a restart loads the last snapshot), with AOF (appendfsync
+ * always).
+ * Workloads (one per seed, on one name "x:0", or "x:0".."x:2" for multi):
+ *   plain (plus a foreign client: raw SET NX PX, a DEL-if-equal release, no
+ *   PUBLISH, as redis-py's Lock), reentrant (re-entry), fair, read/write
+ *   (readers and writers), semaphore (1-3 permits), permit semaphore
+ *   (leases), multi-lock (sets of 2-3 of three names, plain or reentrant).
+ *   Per worker: explicit leases or the watchdog, extends, waits of every
+ *   form (try, timed, forever), and cancels (SIGUSR1, whose handler calls the
+ *   async-signal-safe cancel).
+ * Faults: SIGSTOP/SIGCONT of a worker (holder or waiter, as it happens),
+ * SIGKILL of a worker (a fresh one replaces it), SIGKILL and restart of the
+ * lock server, SIGSTOP of the server, a PSUBSCRIBE '*' client, a cancel.
+ * Each fault logs itself in the history; the checker says which took effect
+ * (a pause that hit no holder and no waiter did nothing).
+ *
+ * History (the resource server's list "hist", faultlib.h), times are
+ * CLOCK_MONOTONIC ms (one clock for every process):
+ *   A w n wait t        worker w starts an acquire of name n (-1: a set),
+ *                       wait_ms (-1 forever, 0 try)
+ *   B w n tok valid t   w holds n: fencing token (0: none), validity in ms
+ *                       (-1: no lease)
+ *   N w n tok t         a re-entry of the held n, its token
+ *   V w n valid t       validity after an extend or after the work
+ *   W w tok acc n       the fenced write (faultlib.h)
+ *   S w n               the write skipped (validity too short)
+ *   E w n t             the section on n ends (logged before the release)
+ *   T w code t          the acquire ended without the lock (busy, timed out,
+ *                       cancelled)
+ *   X w code t msg      the acquire (or the client) failed
+ *   R w n code          a release did not return DLOCK_OK
+ *   parent: P w t (SIGSTOP) C w t (SIGCONT) K w t (SIGKILL) Z mode t
+ *   (server killed, to restart: 0 empty, 1 RDB, 2 AOF) Y t (it answers again)
+ *   F t (SAVE) Q t (PSUBSCRIBE
+ *   client) U w t (cancel sent) H t / J t (server SIGSTOP / SIGCONT)
+ *
+ * Checks:
+ *   overlaps: two sections on one name at once (a reader with a reader is
+ *     fine; a semaphore allows its permits), except when the earlier one was
+ *     past its validity when the later began (paused or cut off past its
+ *     lease), or a restart without persistence, or from a snapshot older
+ *     than the hold, came between them; those are counted as exempt;
+ *   stale writes: a write accepted by the fenced resource with a token not
+ *     above every token it accepted before (never exempt);
+ *   tokens: strictly increasing per name across the history (exclusive
+ *     sections and re-entries);
+ *   short leases: an acquire that returned OK with less than half its lease
+ *     left although nothing paused it (a multi-lock's early members); not
+ *     for the fair lock, whose handed-over lease is counted, on purpose,
+ *     from the waiter's last attempt (the grant's time is not known), nor
+ *     for permits (no validity call: the worker counts the lease from the
+ *     start of its wait);
+ *   liveness: after a holder's end (release, or death plus its lease) while
+ *     a live waiter waits (not paused, its wait not over), the time to the
+ *     next hold on that name; above the bound (default DL_PLAIN_RECHECK_MS
+ *     2000, the backstop re-check every wait falls back on, plus 1000 ms of
+ *     scheduling margin) it is a violation; the worst is reported;
+ *   leftovers: at the end, with every client gone, a key without expiry
+ *     other than the documented long-lived ones (fence counters
+ *     "redisson_lock_token:*", a semaphore's counter).
+ */
+#include "faultlib.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* the library's named constants the checks derive from (src/lock_plain.c,
+ * src/lock_fair.c): not public, mirrored here */
+#define DL_PLAIN_RECHECK_MS 2000
+#define LIVE_MARGIN_MS 1000
+
+/* ------------------------------------------------------------------------ */
+/* the PRNG                                                                 */
+
+static uint64_t sm_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [lo, hi] */
+static int64_t rr(uint64_t *s, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(sm_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* ------------------------------------------------------------------------ */
+/* the plan                                                                 */
+
+enum { K_PLAIN, K_REENTRANT, K_FAIR, K_RW, K_SEM, K_PERMITS, K_MULTI, K_N };
+static const char *KIND_NAME[K_N] = {"plain", "reentrant", "fair", "rw",
+                                     "semaphore", "permits", "multi"};
+enum { T_NONE, T_RDB, T_AOF, T_REDLOCK, T_N };
+static const char *TOPO_NAME[T_N] = {"redis", "redis-rdb", "redis-aof", "redlock"};
+#define NODES 5
+enum { F_PAUSE, F_KILL, F_RESTART, F_PSUB, F_CANCEL, F_SAVE, F_SRVPAUSE, F_CUT, F_FREEZE, F_N };
+static const char *FAULT_NAME[F_N] = {"pause", "kill", "restart", "psubscribe", "cancel",
+                                      "save", "server-pause", "link-cut", "link-freeze"};
+
+enum { R_DLOCK, R_FOREIGN, R_READER, R_WRITER };
+
+#define MAX_W 6
+#define MAX_IDS 24
+#define MAX_F 8
+#define NAMES 3
+
+typedef struct wspec {
+    int role;
+    int64_t lease;     /* 0: the watchdog */
+    int64_t work_max;  /* work per section: 5..work_max ms */
+    int reenter_pct, extend_pct, try_pct, forever_pct;
+    int long_pct; /* watchdog sections that work for about the lease */
+} wspec;
+
+typedef struct fault {
+    int64_t at, dur;
+    int type, target;
+} fault;
+
+typedef struct plan {
+    uint64_t seed;
+    int topo, kind, nw, permits, mkind;
+    int fence, pass; /* RedLock: a fence server; passwords on the masters */
+    int64_t run_ms, wd_ms;
+    wspec w[MAX_W];
+    int nf;
+    fault f[MAX_F];
+} plan;
+
+static int kind_names(const plan *p) { return p->kind == K_MULTI ? NAMES : 1; }
+
+static void make_plan(uint64_t seed, plan *p)
+{
+    memset(p, 0, sizeof *p);
+    uint64_t s = seed;
+    p->seed = seed;
+    p->topo = (int)rr(&s, 0, T_N - 1);
+    p->kind = (int)rr(&s, 0, K_N - 1);
+    p->fence = (int)rr(&s, 0, 1);
+    p->pass = (int)rr(&s, 0, 1);
+    if (p->topo == T_REDLOCK) { /* the kinds RedLock has */
+        static const int rk[] = {K_PLAIN, K_REENTRANT, K_MULTI};
+        p->kind = rk[p->kind % 3];
+    }
+    p->nw = (int)rr(&s, 3, MAX_W);
+    p->permits = p->kind == K_SEM || p->kind == K_PERMITS ? (int)rr(&s, 1, 3) : 1;
+    p->mkind = (int)rr(&s, 0, 1); /* multi: plain or reentrant members */
+    p->run_ms = rr(&s, 3000, 5000);
+    p->wd_ms = rr(&s, 1500, 4000);
+    for (int i = 0; i < p->nw; i++) {
+        wspec *w = &p->w[i];
+        w->role = R_DLOCK;
+        if (p->kind == K_PLAIN && i == p->nw - 1 && rr(&s, 0, 1) && p->topo != T_REDLOCK)
+            w->role = R_FOREIGN;
+        if (p->kind == K_RW) w->role = rr(&s, 0, 1) ? R_READER : R_WRITER;
+        /* semaphore permits have no lease */
+        w->lease = p->kind == K_SEM || rr(&s, 0, 2) == 0 ? 0 : rr(&s, 600, 4000);
+        if (w->role == R_FOREIGN && w->lease == 0) w->lease = 2000;
+        w->work_max = rr(&s, 10, 250);
+        w->reenter_pct = (int)rr(&s, 0, 50);
+        w->extend_pct = (int)rr(&s, 0, 30);
+        w->try_pct = (int)rr(&s, 0, 40);
+        /* a semaphore whose permits leak (a killed holder), or whose counter
+         * a restart lost, never comes back: no forever waits there */
+        w->forever_pct = (int)rr(&s, 0, 40);
+        if (p->kind == K_SEM || p->kind == K_PERMITS) w->forever_pct = 0;
+        w->long_pct = (int)rr(&s, 0, 30);
+    }
+    p->nf = (int)rr(&s, 1, 5);
+    for (int i = 0; i < p->nf; i++) {
+        fault *f = &p->f[i];
+        int t = (int)rr(&s, 0, 99);
+        f->type = t < 28 ? F_PAUSE : t < 44 ? F_KILL : t < 55 ? F_RESTART : t < 63 ? F_PSUB
+                : t < 72 ? F_CANCEL : t < 78 ? F_SRVPAUSE : t < 86 ? F_CUT : F_FREEZE;
+        if (f->type == F_RESTART && p->topo == T_RDB && i + 1 < MAX_F) {
+            /* a snapshot some time before */
+            fault *sv = &p->f[i];
+            sv->type = F_SAVE;
+            sv->at = rr(&s, 100, p->run_ms - 600);
+            sv->dur = 0;
+            f = &p->f[++i];
+            f->type = F_RESTART;
+            f->at = sv->at + rr(&s, 50, 1500);
+            if (f->at > p->run_ms - 200) f->at = p->run_ms - 200;
+            p->nf = i + 1 > p->nf ? i + 1 : p->nf;
+            continue;
+        }
+        f->at = rr(&s, 200, p->run_ms - 200);
+        f->target = (int)rr(&s, 0, p->nw - 1);
+        f->dur = f->type == F_PAUSE || f->type == F_FREEZE ? rr(&s, 100, 4500)
+                 : f->type == F_SRVPAUSE ? rr(&s, 100, 1500) : 0;
+    }
+}
+
+static void print_plan(const plan *p)
+{
+    printf("seed %llu: topology %s, kind %s%s, %d workers, run %lld ms, watchdog lease %lld ms",
+           (unsigned long long)p->seed, TOPO_NAME[p->topo], KIND_NAME[p->kind],
+           p->kind == K_MULTI ? (p->mkind ? " (reentrant)" : " (plain)") : "", p->nw,
+           (long long)p->run_ms, (long long)p->wd_ms);
+    if (p->kind == K_SEM || p->kind == K_PERMITS) printf(", %d permits", p->permits);
+    if (p->topo == T_REDLOCK)
+        printf(", %s, %s", p->fence ? "fence server" : "no fence server",
+               p->pass ? "passwords" : "no passwords");
+    printf("\n");
+    static const char *role[] = {"dlock", "foreign", "reader", "writer"};
+    for (int i = 0; i < p->nw; i++) {
+        const wspec *w = &p->w[i];
+        printf("  worker %d: %s, lease %s%lld ms, work <= %lld ms, re-entry %d%%, extend %d%%, "
+               "try %d%%, forever %d%%\n", i, role[w->role], w->lease ? "" : "watchdog ",
+               (long long)(w->lease ? w->lease : p->wd_ms), (long long)w->work_max,
+               w->reenter_pct, w->extend_pct, w->try_pct, w->forever_pct);
+    }
+    for (int i = 0; i < p->nf; i++) {
+        const fault *f = &p->f[i];
+        printf("  fault at %lld ms: %s", (long long)f->at, FAULT_NAME[f->type]);
+        if (f->type == F_PAUSE || f->type == F_KILL || f->type == F_CANCEL ||
+            f->type == F_CUT || f->type == F_FREEZE)
+            printf(" of worker slot %d", f->target);
+        if (f->dur) printf(" for %lld ms", (long long)f->dur);
+        printf("\n");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* workers                                                                  */
+
+typedef struct wctx {
+    const plan *p;
+    int slot, id;
+    const char *url, *res_sock;
+    int port;
+    int64_t end; /* no new acquire after this */
+    const char *fence_url, *password;
+} wctx;
+
+/* the lost-lease callback logs "L w t" on a resource connection of its own
+ * (it runs on the client's watchdog thread) */
+static redisContext *g_cbrc;
+static int g_cbid;
+static volatile sig_atomic_t g_lost;
+
+static void on_lost(dlock_lock *l, int reason, void *ud)
+{
+    (void)l;
+    (void)ud;
+    g_lost = 1;
+    fl_ev(g_cbrc, "L %d %d %lld", g_cbid, reason, (long long)th_now_ms());
+}
+
+static dlock_lock *volatile g_cl[NAMES];
+static dlock_semaphore *volatile g_cs;
+static dlock_permits *volatile g_cp;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    for (int i = 0; i < NAMES; i++)
+        if (g_cl[i]) dlock_lock_cancel(g_cl[i]);
+    if (g_cs) dlock_semaphore_cancel(g_cs);
+    if (g_cp) dlock_permits_cancel(g_cp);
+}
+
+static void name_of(int n, char *buf, size_t len) { snprintf(buf, len, "x:%d", n); }
+
+static int64_t draw_wait(uint64_t *s, const wspec *w)
+{
+    int64_t k = rr(s, 0, 99);
+    if (k < w->try_pct) return DLOCK_NOWAIT;
+    if (k < w->try_pct + w->forever_pct) return DLOCK_WAIT_FOREVER;
+    return rr(s, 50, 2500);
+}
+
+/* the work of a section on name n, then its fenced write. A watchdog
+ * section may be long (half to twice the watchdog lease), done in slices
+ * by a careful holder: it stops once dlock_lock_valid_ms() is 0 or the lost
+ * callback ran, and logs its validity every 250 ms. */
+static void work_and_write(redisContext *rc, const wctx *x, uint64_t *s, dlock_lock *l, int n,
+                           uint64_t tok, int write, int long_work)
+{
+    if (long_work && l) {
+        int64_t until = th_now_ms() + rr(s, x->p->wd_ms / 2, 2 * x->p->wd_ms), next_v = 0;
+        while (th_now_ms() < until && !g_lost) {
+            int64_t v = dlock_lock_valid_ms(l);
+            if (v <= 0) break;
+            if (th_now_ms() >= next_v) {
+                fl_ev(rc, "V %d %d %lld %lld", x->id, n, (long long)v, (long long)th_now_ms());
+                next_v = th_now_ms() + 250;
+            }
+            th_sleep_ms(20);
+        }
+    } else {
+        th_sleep_ms(rr(s, 5, x->p->w[x->slot].work_max));
+    }
+    if (!write) return;
+    int64_t valid = l ? dlock_lock_valid_ms(l) : 1000;
+    fl_ev(rc, "V %d %d %lld %lld", x->id, n, (long long)valid, (long long)th_now_ms());
+    if (valid < 50) {
+        fl_ev(rc, "S %d %d", x->id, n);
+        return;
+    }
+    char key[32], tag[8];
+    snprintf(key, sizeof key, "res:max:%d", n);
+    snprintf(tag, sizeof tag, "%d", n);
+    fl_res_write(rc, key, x->id, tok, 1, tag);
+}
+
+static void foreign_worker(const wctx *x, redisContext *rc, uint64_t *s)
+{
+    const wspec *w = &x->p->w[x->slot];
+    redisContext *fc = NULL;
+    static const char *DEL =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+        "return 0";
+    while (th_now_ms() < x->end) {
+        if (!fc) {
+            struct timeval tv = {0, 300000};
+            fc = redisConnectWithTimeout("127.0.0.1", x->port, tv);
+            if (!fc || fc->err) {
+                if (fc) redisFree(fc);
+                fc = NULL;
+                th_sleep_ms(50);
+                continue;
+            }
+            redisSetTimeout(fc, tv);
+        }
+        int64_t wait = draw_wait(s, w);
+        if (wait < 0) wait = 3000;
+        char tok[40];
+        snprintf(tok, sizeof tok, "foreign-%d-%llu", x->id, (unsigned long long)sm_next(s));
+        int64_t t0 = th_now_ms();
+        fl_ev(rc, "A %d 0 %lld %lld", x->id, (long long)wait, (long long)t0);
+        int got = 0, dead = 0;
+        for (;;) {
+            int64_t ts = th_now_ms();
+            redisReply *r = redisCommand(fc, "SET x:0 %s NX PX %lld", tok, (long long)w->lease);
+            if (!r) {
+                dead = 1;
+                break;
+            }
+            got = r->type == REDIS_REPLY_STATUS;
+            freeReplyObject(r);
+            if (got) {
+                fl_ev(rc, "B %d 0 0 %lld %lld", x->id, (long long)(w->lease - (th_now_ms() - ts)),
+                      (long long)th_now_ms());
+                break;
+            }
+            if (th_now_ms() - t0 >= wait) break;
+            th_sleep_ms(20);
+        }
+        if (dead) {
+            fl_ev(rc, "X %d %d %lld foreign: %s", x->id, DLOCK_EIO, (long long)th_now_ms(),
+                  fc->errstr);
+            redisFree(fc);
+            fc = NULL;
+            continue;
+        }
+        if (!got) {
+            fl_ev(rc, "T %d %d %lld", x->id, DLOCK_ETIMEDOUT, (long long)th_now_ms());
+            continue;
+        }
+        th_sleep_ms(rr(s, 5, w->work_max));
+        fl_ev(rc, "E %d 0 %lld", x->id, (long long)th_now_ms());
+        redisReply *r = redisCommand(fc, "EVAL %s 1 x:0 %s", DEL, tok);
+        if (!r) {
+            fl_ev(rc, "R %d 0 %d", x->id, DLOCK_EIO);
+            redisFree(fc);
+            fc = NULL;
+        } else {
+            fl_ev(rc, "O %d 0 %lld", x->id, (long long)th_now_ms());
+            freeReplyObject(r);
+        }
+        th_sleep_ms(rr(s, 0, 30));
+    }
+    if (fc) redisFree(fc);
+}
+
+static int run_worker(const wctx *x)
+{
+    const plan *p = x->p;
+    const wspec *w = &p->w[x->slot];
+    uint64_t s = p->seed * 1000003ULL + (uint64_t)x->id * 0x632be59bd9b4e019ULL + 1;
+    redisContext *rc = fl_res_connect(x->res_sock);
+    if (w->role == R_FOREIGN) {
+        foreign_worker(x, rc, &s);
+        redisFree(rc);
+        return 0;
+    }
+    g_cbrc = fl_res_connect(x->res_sock);
+    g_cbid = x->id;
+    /* the cancel handler runs on this thread only: the client's threads
+     * start with SIGUSR1 blocked */
+    sigset_t us, old;
+    sigemptyset(&us);
+    sigaddset(&us, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &us, &old);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = x->url;
+    o.command_timeout_ms = 1000;
+    o.connect_timeout_ms = 500;
+    o.watchdog_lease_ms = p->wd_ms;
+    o.fence_url = x->fence_url;
+    o.password = x->password;
+    /* a node's answer under a loaded machine: more than the 50 ms default */
+    o.node_timeout_ms = 250;
+    dlock_client *c = NULL;
+    for (;;) {
+        int r = dlock_client_new(&o, &c);
+        if (r == DLOCK_OK) break;
+        fl_ev(rc, "X %d %d %lld client_new: %s", x->id, r, (long long)th_now_ms(),
+              c ? dlock_errmsg(c) : "");
+        dlock_client_free(c);
+        c = NULL;
+        if (th_now_ms() > x->end) {
+            redisFree(rc);
+            return 3;
+        }
+        th_sleep_ms(50);
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+
+    int nn = kind_names(p);
+    dlock_lock *l[NAMES] = {0};
+    dlock_semaphore *sem = NULL;
+    dlock_permits *pm = NULL;
+    char nm[16];
+    dlock_kind k = p->kind == K_REENTRANT ? DLOCK_KIND_REENTRANT
+                   : p->kind == K_FAIR    ? DLOCK_KIND_FAIR
+                   : p->kind == K_RW      ? (w->role == R_READER ? DLOCK_KIND_READ : DLOCK_KIND_WRITE)
+                   : p->kind == K_MULTI   ? (p->mkind ? DLOCK_KIND_REENTRANT : DLOCK_KIND_PLAIN)
+                                          : DLOCK_KIND_PLAIN;
+    if (p->kind == K_SEM) {
+        if (dlock_semaphore_new(c, "x:0", DLOCK_CSTR, &sem) != DLOCK_OK) return 4;
+    } else if (p->kind == K_PERMITS) {
+        if (dlock_permits_new(c, "x:0", DLOCK_CSTR, &pm) != DLOCK_OK) return 4;
+    } else {
+        for (int i = 0; i < nn; i++) {
+            name_of(i, nm, sizeof nm);
+            if (dlock_lock_new(c, nm, DLOCK_CSTR, k, &l[i]) != DLOCK_OK) return 4;
+            dlock_lock_on_lost(l[i], on_lost, NULL);
+        }
+    }
+    int reentrant = k == DLOCK_KIND_REENTRANT || k == DLOCK_KIND_FAIR || k == DLOCK_KIND_READ ||
+                    k == DLOCK_KIND_WRITE;
+    int fenced = p->kind != K_SEM && p->kind != K_PERMITS && w->role != R_READER;
+    while (th_now_ms() < x->end) {
+        int64_t wait = draw_wait(&s, w);
+        int64_t lease = w->lease;
+        int64_t t0 = th_now_ms();
+        if (p->kind == K_SEM || p->kind == K_PERMITS) {
+            fl_ev(rc, "A %d 0 %lld %lld", x->id, (long long)wait, (long long)t0);
+            char id[DLOCK_PERMIT_ID_LEN + 1];
+            int r;
+            if (sem) {
+                g_cs = sem;
+                r = dlock_semaphore_acquire(sem, 1, wait);
+                g_cs = NULL;
+            } else {
+                g_cp = pm;
+                r = dlock_permits_acquire(pm, wait, lease, id);
+                g_cp = NULL;
+            }
+            int64_t now = th_now_ms();
+            if (r != DLOCK_OK) {
+                if (r == DLOCK_EBUSY || r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
+                    fl_ev(rc, "T %d %d %lld", x->id, r, (long long)now);
+                else
+                    fl_ev(rc, "X %d %d %lld %s", x->id, r, (long long)now,
+                          sem ? dlock_semaphore_errmsg(sem) : dlock_permits_errmsg(pm));
+                if (r != DLOCK_EBUSY && r != DLOCK_ETIMEDOUT && r != DLOCK_ECANCELED)
+                    th_sleep_ms(30);
+                continue;
+            }
+            /* a permit's validity: its lease from just before the request */
+            int64_t valid = sem ? -1 : (lease ? lease : p->wd_ms) - (now - t0);
+            fl_ev(rc, "B %d 0 0 %lld %lld", x->id, (long long)valid, (long long)now);
+            th_sleep_ms(rr(&s, 5, w->work_max));
+            fl_ev(rc, "E %d 0 %lld", x->id, (long long)th_now_ms());
+            r = sem ? dlock_semaphore_release(sem, 1) : dlock_permits_release(pm, id);
+            if (r != DLOCK_OK) fl_ev(rc, "R %d 0 %d", x->id, r);
+            else fl_ev(rc, "O %d 0 %lld", x->id, (long long)th_now_ms());
+            th_sleep_ms(rr(&s, 0, 30));
+            continue;
+        }
+        /* locks: one name, or a set of 2-3 of the three */
+        dlock_lock *set[NAMES];
+        int idx[NAMES], ns = 0;
+        if (p->kind == K_MULTI) {
+            int want = (int)rr(&s, 2, 3);
+            int skip = want == 3 ? -1 : (int)rr(&s, 0, 2);
+            for (int i = 0; i < NAMES; i++)
+                if (i != skip) idx[ns++] = i;
+            if (rr(&s, 0, 1)) { /* the caller's order does not matter */
+                int t = idx[0];
+                idx[0] = idx[ns - 1];
+                idx[ns - 1] = t;
+            }
+        } else {
+            idx[ns++] = 0;
+        }
+        for (int i = 0; i < ns; i++) set[i] = l[idx[i]];
+        fl_ev(rc, "A %d %d %lld %lld", x->id, p->kind == K_MULTI ? -1 : 0, (long long)wait,
+              (long long)t0);
+        uint64_t toks[NAMES] = {0};
+        for (int i = 0; i < ns; i++) g_cl[i] = set[i];
+        int r = p->kind == K_MULTI ? dlock_multi_acquire(set, (size_t)ns, wait, lease, toks)
+                                   : dlock_acquire(set[0], wait, lease, &toks[0]);
+        for (int i = 0; i < ns; i++) g_cl[i] = NULL;
+        int64_t now = th_now_ms();
+        if (r != DLOCK_OK) {
+            if (r == DLOCK_EBUSY || r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
+                fl_ev(rc, "T %d %d %lld", x->id, r, (long long)now);
+            else
+                fl_ev(rc, "X %d %d %lld %s", x->id, r, (long long)now, dlock_lock_errmsg(set[0]));
+            if (r != DLOCK_EBUSY && r != DLOCK_ETIMEDOUT && r != DLOCK_ECANCELED) th_sleep_ms(30);
+            continue;
+        }
+        for (int i = 0; i < ns; i++)
+            fl_ev(rc, "B %d %d %llu %lld %lld", x->id, idx[i], (unsigned long long)toks[i],
+                  (long long)dlock_lock_valid_ms(set[i]), (long long)now);
+        /* a re-entry */
+        int reentered = 0;
+        if (reentrant && ns == 1 && rr(&s, 0, 99) < w->reenter_pct) {
+            uint64_t t2 = 0;
+            int r2 = dlock_acquire(set[0], DLOCK_NOWAIT, lease, &t2);
+            if (r2 == DLOCK_OK) {
+                reentered = 1;
+                fl_ev(rc, "N %d 0 %llu %lld", x->id, (unsigned long long)t2,
+                      (long long)th_now_ms());
+            } else {
+                fl_ev(rc, "X %d %d %lld re-entry: %s", x->id, r2, (long long)th_now_ms(),
+                      dlock_lock_errmsg(set[0]));
+            }
+        }
+        /* an extend */
+        if (ns == 1 && rr(&s, 0, 99) < w->extend_pct) {
+            int64_t nl = lease ? lease : p->wd_ms;
+            int r2 = dlock_extend(set[0], nl);
+            if (r2 == DLOCK_OK)
+                fl_ev(rc, "V %d 0 %lld %lld", x->id, (long long)dlock_lock_valid_ms(set[0]),
+                      (long long)th_now_ms());
+            else
+                fl_ev(rc, "R %d 0 %d extend", x->id, r2);
+            if (r2 == DLOCK_OK && !lease) lease = nl; /* no longer a watchdog lock */
+        }
+        g_lost = 0;
+        int long_work = lease == 0 && ns == 1 && rr(&s, 0, 99) < w->long_pct;
+        work_and_write(rc, x, &s, set[0], idx[0], toks[0], fenced, long_work);
+        for (int i = 1; i < ns; i++) {
+            int64_t v = dlock_lock_valid_ms(set[i]);
+            fl_ev(rc, "V %d %d %lld %lld", x->id, idx[i], (long long)v, (long long)th_now_ms());
+            if (v >= 50) {
+                char key[32], tag[8];
+                snprintf(key, sizeof key, "res:max:%d", idx[i]);
+                snprintf(tag, sizeof tag, "%d", idx[i]);
+                fl_res_write(rc, key, x->id, toks[i], 1, tag);
+            } else {
+                fl_ev(rc, "S %d %d", x->id, idx[i]);
+            }
+        }
+        if (reentered) {
+            int r2 = dlock_release(set[0]);
+            if (r2 != DLOCK_OK) fl_ev(rc, "R %d 0 %d inner", x->id, r2);
+        }
+        for (int i = 0; i < ns; i++)
+            fl_ev(rc, "E %d %d %lld", x->id, idx[i], (long long)th_now_ms());
+        r = p->kind == K_MULTI ? dlock_multi_release(set, (size_t)ns) : dlock_release(set[0]);
+        if (r != DLOCK_OK) fl_ev(rc, "R %d %d %d %s", x->id, idx[0], r, dlock_lock_errmsg(set[0]));
+        else
+            for (int i = 0; i < ns; i++)
+                fl_ev(rc, "O %d %d %lld", x->id, idx[i], (long long)th_now_ms());
+        /* a handle left holding (DLOCK_EIO): give it up, its lease runs out */
+        for (int i = 0; i < ns; i++) {
+            while (dlock_lock_holding(set[i])) {
+                if (dlock_release(set[i]) == DLOCK_OK) continue;
+                dlock_lock_free(set[i]);
+                name_of(idx[i], nm, sizeof nm);
+                if (dlock_lock_new(c, nm, DLOCK_CSTR, k, &l[idx[i]]) != DLOCK_OK) return 4;
+                dlock_lock_on_lost(l[idx[i]], on_lost, NULL);
+                break;
+            }
+        }
+        th_sleep_ms(rr(&s, 0, 30));
+    }
+    for (int i = 0; i < nn; i++) dlock_lock_free(l[i]);
+    dlock_semaphore_free(sem);
+    dlock_permits_free(pm);
+    dlock_client_free(c);
+    redisFree(rc);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the checker                                                              */
+
+#define MAX_SEC 8192
+#define MAX_ATT 16384
+
+typedef struct sec {
+    int w, n, role;
+    uint64_t tok;
+    long b, e;                 /* list positions */
+    int64_t bt, et, deadline;  /* mono ms; deadline -1: no lease */
+    int64_t valid0;
+    int killed, relfail, has_lease;
+    int64_t rel_t;  /* the release returned OK; 0 if it did not */
+    int64_t lost_t; /* the lost callback ran; 0 if it did not */
+} sec;
+
+typedef struct att {
+    int w, n;
+    int64_t wait, at, et;
+    long a, e;
+    int result; /* 'B', 'T', 'X', 'K', 0 open */
+    int code;
+} att;
+
+typedef struct evt {
+    char c;
+    long pos;
+    int w, mode;
+    int64_t t;
+} evt;
+
+typedef struct stats {
+    long seeds, ops, faults, effective, overlaps, exempt, stale, tokens, shortv, live,
+        slow, leftover, stuck, errors, lostlate, tokens_exempt, noquorum;
+    int64_t worst_stall;
+    long by_fault[F_N], by_fault_eff[F_N];
+} stats;
+
+static sec g_s[MAX_SEC];
+static att g_a[MAX_ATT];
+static evt g_f[256];
+static int64_t g_stall_bound = DL_PLAIN_RECHECK_MS + LIVE_MARGIN_MS;
+
+typedef struct wrole {
+    int role;
+    int64_t lease; /* 0 watchdog */
+} wrole;
+
+static void stat_add(stats *a, const stats *b)
+{
+    a->seeds += b->seeds;
+    a->ops += b->ops;
+    a->faults += b->faults;
+    a->effective += b->effective;
+    a->overlaps += b->overlaps;
+    a->exempt += b->exempt;
+    a->stale += b->stale;
+    a->tokens += b->tokens;
+    a->shortv += b->shortv;
+    a->live += b->live;
+    a->slow += b->slow;
+    a->leftover += b->leftover;
+    a->stuck += b->stuck;
+    a->errors += b->errors;
+    a->lostlate += b->lostlate;
+    a->noquorum += b->noquorum;
+    a->tokens_exempt += b->tokens_exempt;
+    if (b->worst_stall > a->worst_stall) a->worst_stall = b->worst_stall;
+    for (int i = 0; i < F_N; i++) {
+        a->by_fault[i] += b->by_fault[i];
+        a->by_fault_eff[i] += b->by_fault_eff[i];
+    }
+}
+
+/* w stopped (SIGSTOP), its link frozen, or its link cut (for a command
+ * timeout) during [from, to]? */
+static int paused_in(int nf, int w, int64_t from, int64_t to, long *pos_from)
+{
+    (void)pos_from;
+    for (int i = 0; i < nf; i++) {
+        char c = g_f[i].c;
+        if ((c != 'P' && c != 'G' && c != 'D') || g_f[i].w != w) continue;
+        int64_t p0 = g_f[i].t, p1 = INT64_MAX;
+        if (c == 'D') {
+            p1 = p0 + 1000;
+        } else {
+            for (int j = i + 1; j < nf; j++)
+                if ((g_f[j].c == (c == 'P' ? 'C' : 'I') || g_f[j].c == 'K') && g_f[j].w == w) {
+                    p1 = g_f[j].t;
+                    break;
+                }
+        }
+        if (p0 <= to && p1 >= from) return 1;
+    }
+    return 0;
+}
+
+static int server_fault_in(int nf, int64_t from, int64_t to)
+{
+    for (int i = 0; i < nf; i++) {
+        char c = g_f[i].c;
+        if (c != 'Z' && c != 'H' && c != 'F') continue;
+        int64_t p1 = g_f[i].t + 200; /* a SAVE: a short stop */
+        if (c != 'F') {
+            p1 = INT64_MAX;
+            for (int j = i + 1; j < nf; j++)
+                if (g_f[j].c == (c == 'Z' ? 'Y' : 'J')) {
+                    p1 = g_f[j].t;
+                    break;
+                }
+        }
+        if (g_f[i].t <= to && p1 >= from - 200) return 1;
+    }
+    return 0;
+}
+
+/* the server forgot a hold taken at position a before position b: a
+ * restart (from its kill Z to its answering again Y) after a and before b,
+ * without persistence, or from a snapshot taken before a */
+static int forgot_between(int nf, int topo, long a, long b)
+{
+    for (int i = 0; i < nf; i++) {
+        if (g_f[i].c != 'Z' || g_f[i].pos > b) continue;
+        long up = LONG_MAX;
+        for (int j = i + 1; j < nf; j++)
+            if (g_f[j].c == 'Y') {
+                up = g_f[j].pos;
+                break;
+            }
+        if (up < a) continue;
+        if (topo == T_NONE || topo == T_REDLOCK) return 1;
+        if (topo == T_RDB) {
+            long save = -1;
+            for (int j = 0; j < i; j++)
+                if (g_f[j].c == 'F') save = g_f[j].pos;
+            if (save < a) return 1;
+        }
+    }
+    return 0;
+}
+
+static int conflict(const plan *p, const sec *x, const sec *y)
+{
+    if (p->kind == K_RW) return x->role == R_WRITER || y->role == R_WRITER;
+    return 1;
+}
+
+/* checks the history; fills st; returns 1 if the seed failed */
+static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids, stats *st,
+                 int verbose)
+{
+    redisReply *r = th_cmd(rrc, "LRANGE hist 0 -1");
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+    int ns = 0, na = 0, nf = 0;
+    int open_s[MAX_IDS][NAMES], open_a[MAX_IDS];
+    for (int i = 0; i < MAX_IDS; i++) {
+        open_a[i] = -1;
+        for (int j = 0; j < NAMES; j++) open_s[i][j] = -1;
+    }
+    uint64_t last_tok[NAMES] = {0}, max_acc[NAMES] = {0};
+    int have_acc[NAMES] = {0};
+    int fail = 0;
+    char first_err[200] = "";
+    if (verbose && getenv("EXPLORE_DUMP"))
+        for (size_t i = 0; i < r->elements; i++) printf("  #%zu %s\n", i, r->element[i]->str);
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *e = r->element[i]->str;
+        char c = e[0];
+        long long v[5] = {0};
+        int n = sscanf(e + 1, "%lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4]);
+        int w = (int)v[0];
+        if (strchr("PCKUDGI", c)) {
+            ASSERT(nf < 256);
+            g_f[nf++] = (evt){c, (long)i, w, 0, v[1]};
+            if (c == 'K') { /* ends w's open sections and attempt */
+                for (int k = 0; k < NAMES; k++)
+                    if (open_s[w][k] >= 0) {
+                        sec *x = &g_s[open_s[w][k]];
+                        x->e = (long)i;
+                        x->et = v[1];
+                        x->killed = 1;
+                        open_s[w][k] = -1;
+                    }
+                if (open_a[w] >= 0) {
+                    g_a[open_a[w]].result = 'K';
+                    g_a[open_a[w]].e = (long)i;
+                    g_a[open_a[w]].et = v[1];
+                    open_a[w] = -1;
+                }
+            }
+            continue;
+        }
+        if (strchr("ZYFQHJ", c)) {
+            ASSERT(nf < 256);
+            /* the node (RedLock) is the last field: it goes in w */
+            if (c == 'Z') g_f[nf++] = (evt){c, (long)i, (int)v[2], (int)v[0], (int64_t)v[1]};
+            else g_f[nf++] = (evt){c, (long)i, (int)v[1], 0, v[0]};
+            continue;
+        }
+        ASSERT_MSG(n >= 1 && w >= 0 && w < MAX_IDS, "bad event \"%s\"", e);
+        switch (c) {
+        case 'A':
+            ASSERT(na < MAX_ATT);
+            g_a[na] = (att){w, (int)v[1], v[2], v[3], -1, (long)i, -1, 0, 0};
+            open_a[w] = na++;
+            break;
+        case 'B': {
+            int nm = (int)v[1];
+            ASSERT(nm >= 0 && nm < NAMES && ns < MAX_SEC);
+            sec *x = &g_s[ns];
+            memset(x, 0, sizeof *x);
+            x->w = w;
+            x->n = nm;
+            x->role = roles[w].role;
+            x->tok = (uint64_t)v[2];
+            x->valid0 = v[3];
+            x->bt = v[4];
+            x->b = (long)i;
+            x->e = -1;
+            x->has_lease = v[3] >= 0;
+            x->deadline = v[3] >= 0 ? v[4] + v[3] : -1;
+            open_s[w][nm] = ns++;
+            if (open_a[w] >= 0) {
+                att *a = &g_a[open_a[w]];
+                if (a->result == 0) {
+                    a->result = 'B';
+                    a->e = (long)i;
+                    a->et = v[4];
+                }
+                /* short validity: OK with less than half the lease left */
+                int64_t lease = roles[w].lease ? roles[w].lease : p->wd_ms;
+                if (x->has_lease && p->kind != K_FAIR && p->kind != K_PERMITS && x->valid0 * 2 < lease && !paused_in(nf, w, a->at, v[4], NULL)
+                    && !server_fault_in(nf, a->at, v[4])) {
+                    st->shortv++;
+                    fail = 1;
+                    printf("  VIOLATION short lease: worker %d got name %d at #%zu with %lld ms "
+                           "left of a %lld ms lease (acquire took %lld ms, not paused)\n", w, nm,
+                           i, v[3], (long long)lease, (long long)(v[4] - a->at));
+                }
+            }
+            /* RedLock without a fence server: tokens are the largest of the
+             * majority's counters, not linearizable (dlock.h) */
+            if (x->tok && x->role != R_READER && (p->topo != T_REDLOCK || p->fence)) {
+                /* a worker stopped (or its link frozen or cut) between the
+                 * grant and this log line: later holders may come first */
+                int late = open_a[w] >= 0 && paused_in(nf, w, g_a[open_a[w]].at, v[4], NULL);
+                if (x->tok <= last_tok[nm] && late) {
+                    st->tokens_exempt++;
+                } else if (x->tok <= last_tok[nm]) {
+                    st->tokens++;
+                    fail = 1;
+                    printf("  VIOLATION token not increasing: worker %d token %llu on name %d at "
+                           "#%zu after %llu\n", w, (unsigned long long)x->tok, nm, i,
+                           (unsigned long long)last_tok[nm]);
+                }
+                if (x->tok > last_tok[nm]) last_tok[nm] = x->tok;
+            }
+            break;
+        }
+        case 'N': {
+            int nm = (int)v[1];
+            uint64_t t = (uint64_t)v[2];
+            if (t && roles[w].role != R_READER && (p->topo != T_REDLOCK || p->fence)) {
+                if (t <= last_tok[nm]) {
+                    st->tokens++;
+                    fail = 1;
+                    printf("  VIOLATION token not increasing: re-entry of worker %d token %llu at "
+                           "#%zu after %llu\n", w, (unsigned long long)t, i,
+                           (unsigned long long)last_tok[nm]);
+                }
+                if (t > last_tok[nm]) last_tok[nm] = t;
+            }
+            break;
+        }
+        case 'V': {
+            int nm = (int)v[1];
+            if (nm >= 0 && nm < NAMES && open_s[w][nm] >= 0 && v[2] > 0) {
+                sec *x = &g_s[open_s[w][nm]];
+                if (x->has_lease && v[3] + v[2] > x->deadline) x->deadline = v[3] + v[2];
+            }
+            break;
+        }
+        case 'W': {
+            int nm = n >= 4 ? (int)v[3] : 0;
+            uint64_t t = (uint64_t)v[1];
+            if (v[2] == 1) {
+                if (have_acc[nm] && t <= max_acc[nm]) {
+                    st->stale++;
+                    fail = 1;
+                    printf("  VIOLATION stale write accepted: worker %d token %llu on name %d at "
+                           "#%zu (token %llu accepted before)\n", w, (unsigned long long)t, nm, i,
+                           (unsigned long long)max_acc[nm]);
+                }
+                if (!have_acc[nm] || t > max_acc[nm]) max_acc[nm] = t;
+                have_acc[nm] = 1;
+            } else if (verbose) {
+                printf("  write rejected by the fence: worker %d token %llu on name %d at #%zu\n",
+                       w, (unsigned long long)t, nm, i);
+            }
+            break;
+        }
+        case 'E': {
+            int nm = (int)v[1];
+            if (open_s[w][nm] >= 0) {
+                g_s[open_s[w][nm]].e = (long)i;
+                g_s[open_s[w][nm]].et = v[2];
+                open_s[w][nm] = -1;
+            }
+            break;
+        }
+        case 'R': {
+            int nm = (int)v[1];
+            /* the last section of w on nm: its release failed */
+            for (int k = ns - 1; k >= 0; k--)
+                if (g_s[k].w == w && g_s[k].n == nm) {
+                    g_s[k].relfail = 1;
+                    break;
+                }
+            break;
+        }
+        case 'T':
+        case 'X':
+            if (c == 'X' && v[1] == DLOCK_ENOQUORUM && p->topo == T_REDLOCK && open_a[w] >= 0) {
+                /* no quorum although a majority of masters was up the whole
+                 * attempt (safety.md: a frozen or dead minority costs
+                 * nothing) */
+                int64_t from = g_a[open_a[w]].at - 300, to = v[2];
+                int down = 0;
+                for (int nd = 0; nd < NODES; nd++) {
+                    int hit = 0;
+                    for (int k = 0; k < nf && !hit; k++) {
+                        char fc = g_f[k].c;
+                        if ((fc != 'H' && fc != 'Z') || g_f[k].w != nd) continue;
+                        int64_t e1 = INT64_MAX;
+                        for (int j = k + 1; j < nf; j++)
+                            if (g_f[j].c == (fc == 'H' ? 'J' : 'Y') && g_f[j].w == nd) {
+                                e1 = g_f[j].t + 300;
+                                break;
+                            }
+                        if (g_f[k].t <= to && e1 >= from) hit = 1;
+                    }
+                    down += hit;
+                }
+                if (down <= (NODES - 1) / 2 && !paused_in(nf, w, from, to, NULL)) {
+                    st->noquorum++;
+                    fail = 1;
+                    printf("  VIOLATION no quorum: worker %d's acquire at #%zu failed with "
+                           "DLOCK_ENOQUORUM while %d of %d masters were up (%s)\n", w, i,
+                           NODES - down, NODES, e);
+                }
+            }
+            if (c == 'X') {
+                st->errors++;
+                if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", e);
+            }
+            if (open_a[w] >= 0 && g_a[open_a[w]].result == 0) {
+                att *a = &g_a[open_a[w]];
+                a->result = c;
+                a->code = (int)v[1];
+                a->e = (long)i;
+                a->et = v[2];
+                open_a[w] = -1;
+            }
+            break;
+        case 'O':
+        case 'L':
+            for (int k = ns - 1; k >= 0; k--)
+                if (g_s[k].w == w && (c == 'L' || g_s[k].n == (int)v[1])) {
+                    if (c == 'O') g_s[k].rel_t = v[2];
+                    else if (!g_s[k].lost_t) g_s[k].lost_t = v[2];
+                    break;
+                }
+            break;
+        case 'S': break;
+        default: th_fail(__FILE__, __LINE__, "unknown event \"%s\"", e);
+        }
+    }
+    long nev = (long)r->elements;
+    int64_t tend = th_now_ms();
+    freeReplyObject(r);
+    for (int i = 0; i < ns; i++)
+        if (g_s[i].e < 0) {
+            g_s[i].e = nev;
+            g_s[i].et = tend;
+        }
+    for (int i = 0; i < na; i++)
+        if (g_a[i].e < 0) {
+            g_a[i].e = nev;
+            g_a[i].et = tend;
+        }
+    st->ops = ns;
+
+    /* faults that took effect */
+    for (int i = 0; i < nf; i++) {
+        evt *f = &g_f[i];
+        int type = -1, eff = 0;
+        const char *what = "";
+        switch (f->c) {
+        case 'P':
+        case 'K':
+        case 'D':
+        case 'G':
+            type = f->c == 'P' ? F_PAUSE : f->c == 'K' ? F_KILL : f->c == 'D' ? F_CUT : F_FREEZE;
+            for (int k = 0; k < ns && !eff; k++)
+                if (g_s[k].w == f->w && g_s[k].b < f->pos && g_s[k].e >= f->pos) {
+                    eff = 1;
+                    what = "hit a holder";
+                }
+            for (int k = 0; k < na && !eff; k++)
+                if (g_a[k].w == f->w && g_a[k].a < f->pos && g_a[k].e > f->pos) {
+                    eff = 1;
+                    what = "hit a waiter";
+                }
+            break;
+        case 'U':
+            type = F_CANCEL;
+            for (int k = 0; k < na && !eff; k++)
+                if (g_a[k].w == f->w && g_a[k].a < f->pos && g_a[k].e > f->pos &&
+                    g_a[k].result == 'T' && g_a[k].code == DLOCK_ECANCELED) {
+                    eff = 1;
+                    what = "cancelled a wait";
+                }
+            break;
+        case 'Z':
+        case 'H':
+            type = f->c == 'Z' ? F_RESTART : F_SRVPAUSE;
+            for (int k = 0; k < ns && !eff; k++)
+                if (g_s[k].b < f->pos && g_s[k].e > f->pos) {
+                    eff = 1;
+                    what = "while held";
+                }
+            for (int k = 0; k < na && !eff; k++)
+                if (g_a[k].a < f->pos && g_a[k].e > f->pos) {
+                    eff = 1;
+                    what = "while waited for";
+                }
+            break;
+        case 'F':
+            type = F_SAVE;
+            for (int k = i + 1; k < nf && !eff; k++)
+                if (g_f[k].c == 'Z') {
+                    eff = 1;
+                    what = "restarted from";
+                }
+            break;
+        case 'Q':
+            type = F_PSUB;
+            for (int k = 0; k < ns && !eff; k++)
+                if (g_s[k].e > f->pos && g_s[k].e < nev) {
+                    eff = 1;
+                    what = "releases published to it";
+                }
+            break;
+        default: break;
+        }
+        if (type < 0) continue;
+        st->faults++;
+        st->by_fault[type]++;
+        if (eff) {
+            st->effective++;
+            st->by_fault_eff[type]++;
+        }
+        if (verbose) {
+            char who[32] = "";
+            if (strchr("PKDGU", f->c)) snprintf(who, sizeof who, " of worker %d", f->w);
+            else if (p->topo == T_REDLOCK && f->c != 'Q')
+                snprintf(who, sizeof who, " of node %d", f->w);
+            printf("  fault #%ld %s%s: %s\n", f->pos, FAULT_NAME[type], who,
+                   eff ? what : "no effect");
+        }
+    }
+
+    /* overlaps */
+    if (p->kind == K_SEM || p->kind == K_PERMITS) {
+        for (int j = 0; j < ns; j++) {
+            const sec *y = &g_s[j];
+            int cnt = 1, ex = 0;
+            for (int i = 0; i < j; i++) {
+                const sec *x = &g_s[i];
+                if (!(x->e > y->b)) continue;
+                if ((x->deadline >= 0 && x->deadline < y->bt) ||
+                    forgot_between(nf, p->topo, x->b, y->b))
+                    ex = 1;
+                else
+                    cnt++;
+            }
+            if (cnt > p->permits) {
+                st->overlaps++;
+                fail = 1;
+                printf("  VIOLATION overlap: %d holders of %d permits when worker %d began at "
+                       "#%ld\n", cnt, p->permits, y->w, y->b);
+            } else if (ex && cnt + 1 > p->permits) {
+                st->exempt++;
+            }
+        }
+    } else {
+        for (int i = 0; i < ns; i++)
+            for (int j = i + 1; j < ns; j++) {
+                const sec *x = &g_s[i], *y = &g_s[j];
+                if (x->n != y->n || !(x->b < y->e && y->b < x->e) || !conflict(p, x, y))
+                    continue;
+                if (x->w == y->w) continue; /* one handle set: impossible, not a conflict */
+                if ((x->deadline >= 0 && x->deadline < y->bt) ||
+                    forgot_between(nf, p->topo, x->b, y->b)) {
+                    st->exempt++;
+                    if (verbose)
+                        printf("  exempt overlap: worker %d token %llu [#%ld, #%ld] and worker "
+                               "%d token %llu [#%ld, #%ld] (%s)\n", x->w,
+                               (unsigned long long)x->tok, x->b, x->e, y->w,
+                               (unsigned long long)y->tok, y->b, y->e,
+                               x->deadline >= 0 && x->deadline < y->bt
+                                   ? "the first was past its lease"
+                                   : "the server forgot the hold");
+                    continue;
+                }
+                st->overlaps++;
+                fail = 1;
+                printf("  VIOLATION overlap on name %d: worker %d token %llu [#%ld, #%ld] "
+                       "(valid %lld) with worker %d token %llu [#%ld, #%ld] (%lld ms after)\n",
+                       x->n, x->w, (unsigned long long)x->tok, x->b, x->e,
+                       (long long)x->valid0, y->w, (unsigned long long)y->tok, y->b, y->e,
+                       (long long)(y->bt - x->bt));
+            }
+    }
+
+    /* the lost callback ran before another client held (item 9's contract:
+     * it runs before the server can expire the hold), unless the holder was
+     * stopped or the server forgot the hold */
+    for (int i = 0; i < ns; i++) {
+        const sec *x = &g_s[i];
+        if (!x->lost_t) continue;
+        for (int j = 0; j < ns; j++) {
+            const sec *y = &g_s[j];
+            if (y->n != x->n || y->w == x->w || y->b <= x->b || y->bt >= x->lost_t) continue;
+            if (!conflict(p, x, y)) continue;
+            if (forgot_between(nf, p->topo, x->b, y->b)) continue;
+            int pz = 0;
+            for (int k = 0; k < nf; k++)
+                if (g_f[k].c == 'P' && g_f[k].w == x->w && g_f[k].pos > x->b &&
+                    g_f[k].t < x->lost_t)
+                    pz = 1;
+            if (pz) continue;
+            st->lostlate++;
+            fail = 1;
+            printf("  VIOLATION lost callback late: worker %d's hold of name %d (from #%ld) was "
+                   "taken by worker %d at #%ld, %lld ms before its lost callback ran\n", x->w,
+                   x->n, x->b, y->w, y->b, (long long)(x->lost_t - y->bt));
+            break;
+        }
+    }
+
+    /* liveness */
+    int live_kind = p->kind == K_PLAIN || p->kind == K_REENTRANT || p->kind == K_FAIR ||
+                    p->kind == K_SEM || p->kind == K_PERMITS;
+    int64_t sem_leak_t = INT64_MAX; /* a semaphore's permits leak with a killed holder */
+    if (p->kind == K_SEM) {
+        for (int i = 0; i < ns; i++)
+            if (g_s[i].killed && g_s[i].et < sem_leak_t) sem_leak_t = g_s[i].et;
+        for (int i = 0; i < nf; i++)
+            if (g_f[i].c == 'Z' && p->topo != T_AOF && g_f[i].t < sem_leak_t)
+                sem_leak_t = g_f[i].t;
+    }
+    int64_t max_lease = p->wd_ms;
+    for (int i = 0; i < MAX_IDS; i++)
+        if (roles[i].lease > max_lease) max_lease = roles[i].lease;
+    for (int i = 0; live_kind && i < ns; i++) {
+        const sec *x = &g_s[i];
+        if (x->role == R_FOREIGN || x->e >= nev) continue;
+        int64_t tf;
+        if (x->relfail) {
+            continue;
+        } else if (x->killed) {
+            int64_t lease = roles[x->w].lease ? roles[x->w].lease : p->wd_ms;
+            if (p->kind == K_SEM) continue;
+            tf = roles[x->w].lease && x->deadline >= 0 ? x->deadline : x->et + lease;
+            if (tf < x->et) tf = x->et;
+        } else {
+            if (!x->rel_t) continue;
+            tf = x->rel_t;
+            /* paused or cut off past its lease: free when the lease ran out */
+            if (x->deadline >= 0 && x->deadline < tf) tf = x->deadline;
+        }
+        if (tf >= sem_leak_t) continue;
+        /* others still holding at tf: not freed */
+        int held = 0;
+        for (int k = 0; k < ns; k++) {
+            const sec *o = &g_s[k];
+            if (k == i || o->n != x->n) continue;
+            int64_t oend = o->killed ? o->et + (roles[o->w].lease ? roles[o->w].lease : p->wd_ms)
+                                     : o->et;
+            if (o->bt <= tf && oend > tf) held++;
+        }
+        if (held >= p->permits) continue;
+        /* live waiters */
+        int64_t wend = INT64_MAX;
+        int nw = 0;
+        for (int k = 0; k < na; k++) {
+            const att *a = &g_a[k];
+            if (a->n != x->n || a->wait == 0 || a->at >= tf || a->et <= tf) continue;
+            if (roles[a->w].role == R_FOREIGN) continue;
+            int64_t dl = a->wait < 0 ? INT64_MAX : a->at + a->wait;
+            if (dl <= tf + g_stall_bound) continue;
+            if (a->result == 'K' && a->et < tf + g_stall_bound) continue;
+            if (paused_in(nf, a->w, a->at, tf + g_stall_bound, NULL)) continue;
+            nw++;
+            if (a->et < wend) wend = a->et;
+        }
+        if (!nw) continue;
+        int64_t tn = INT64_MAX;
+        for (int k = 0; k < ns; k++)
+            if (g_s[k].n == x->n && g_s[k].bt >= tf && g_s[k].bt < tn) tn = g_s[k].bt;
+        int64_t stall = (tn < wend ? tn : wend) - tf;
+        if (stall < 0) stall = 0;
+        if (server_fault_in(nf, tf, tf + stall)) continue;
+        /* a restart from a snapshot brings back the holds it had, held by
+         * nobody until their leases run out */
+        int ghost = 0;
+        for (int k = 0; k < nf && p->topo == T_RDB; k++)
+            if (g_f[k].c == 'Y' && tf >= g_f[k].t && tf <= g_f[k].t + max_lease) ghost = 1;
+        if (ghost) continue;
+        if (stall > st->worst_stall) st->worst_stall = stall;
+        if (stall > 1000) st->slow++;
+        if (stall > g_stall_bound) {
+            st->live++;
+            fail = 1;
+            printf("  VIOLATION liveness: name %d freed by worker %d at #%ld%s, %d live waiter(s), "
+                   "next hold after %lld ms (bound %lld)\n", x->n, x->w, x->e,
+                   x->killed ? " (killed, after its lease)" : "", nw, (long long)stall,
+                   (long long)g_stall_bound);
+        }
+    }
+    (void)nids;
+    if (first_err[0] && verbose) printf("  first acquire error: %s\n", first_err);
+    return fail;
+}
+
+/* keys without an expiry that nothing documents as long-lived */
+static int leftovers(redisContext *lrc, const plan *p)
+{
+    redisReply *r = th_cmd(lrc, "KEYS *");
+    int bad = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const char *k = r->element[i]->str;
+        if (!strncmp(k, "redisson_lock_token:", 20)) continue;          /* fence counters */
+        /* a semaphore's counter; a permit semaphore's lease set keeps the
+         * entries of permits whose holders died (returned by the next call
+         * on it): both Redisson's layout */
+        if ((p->kind == K_SEM || p->kind == K_PERMITS) && !strcmp(k, "x:0")) continue;
+        if (p->kind == K_PERMITS && !strcmp(k, "{x:0}:timeout")) continue;
+        long long ttl = th_cmd_int(lrc, "PTTL %s", k);
+        if (ttl == -1) {
+            bad++;
+            printf("  VIOLATION leftover key without expiry: %s\n", k);
+        }
+    }
+    freeReplyObject(r);
+    return bad;
+}
+
+/* ------------------------------------------------------------------------ */
+/* one seed                                                                 */
+
+typedef struct sched {
+    int64_t at;
+    int what; /* 0 fault, 1 SIGCONT worker, 2 server unpause, 3 link unfreeze */
+    int i;
+} sched;
+
+static int cmp_sched(const void *a, const void *b)
+{
+    const sched *x = a, *y = b;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static int run_seed(uint64_t seed, int verbose, stats *st)
+{
+    plan p;
+    make_plan(seed, &p);
+    memset(st, 0, sizeof *st);
+    st->seeds = 1;
+    if (verbose) print_plan(&p);
+    int rl = p.topo == T_REDLOCK;
+    th_server *node[NODES] = {0}, *fence = NULL, *ls;
+    static char rlurl[512];
+    if (rl) {
+        th_server_opts no = {0, p.pass ? "explore-secret" : NULL};
+        size_t off = (size_t)snprintf(rlurl, sizeof rlurl, "redlock://");
+        for (int i = 0; i < NODES; i++) {
+            node[i] = th_server_start(&no);
+            off += (size_t)snprintf(rlurl + off, sizeof rlurl - off, "%s127.0.0.1:%d",
+                                    i ? "," : "", th_server_port(node[i]));
+        }
+        if (p.fence) fence = th_server_start(&no); /* one password for all */
+        ls = node[0];
+    } else {
+        th_server_opts so = {p.topo == T_AOF, NULL};
+        ls = th_server_start(&so);
+    }
+    th_server *res = th_server_start(NULL);
+    redisContext *rrc = th_redis(res);
+    redisContext *lrc = th_redis(ls);
+    if (p.kind == K_SEM || p.kind == K_PERMITS) th_cmd_ok(lrc, "SET x:0 %d", p.permits);
+    if (p.topo == T_RDB) th_cmd_ok(lrc, "SAVE");
+
+    /* each worker reaches the lock server through a proxy of its own, so
+     * that one worker's link can be cut or frozen */
+    fl_proxy px[MAX_IDS];
+    static char urls[MAX_IDS][64];
+    for (int id = 0; id < MAX_IDS; id++) px[id].pid = 0;
+    pid_t pid[MAX_IDS] = {0};
+    int slot_id[MAX_W];
+    wrole roles[MAX_IDS];
+    memset(roles, 0, sizeof roles);
+    int nids = 0;
+    int64_t t0 = th_now_ms();
+    wctx cx[MAX_IDS];
+    for (int i = 0; i < p.nw; i++) {
+        int id = nids++;
+        if (!rl) {
+            px[id] = fl_proxy_start(th_server_port(ls));
+            snprintf(urls[id], sizeof urls[id], "redis://127.0.0.1:%d", px[id].port);
+        }
+        cx[id] = (wctx){&p, i, id, rl ? rlurl : urls[id], th_server_sock(res),
+                        rl ? 0 : px[id].port, t0 + p.run_ms,
+                        fence ? th_server_url(fence) : NULL,
+                        rl && p.pass ? "explore-secret" : NULL};
+        roles[id] = (wrole){p.w[i].role, p.w[i].lease};
+        slot_id[i] = id;
+        pid[id] = th_fork();
+        if (pid[id] == 0) _exit(run_worker(&cx[id]));
+    }
+    sched q[3 * MAX_F];
+    memset(q, 0, sizeof q);
+    int nq = 0;
+    for (int i = 0; i < p.nf; i++) q[nq++] = (sched){p.f[i].at, 0, i};
+    qsort(q, (size_t)nq, sizeof q[0], cmp_sched);
+    redisContext *psub = NULL;
+    int paused[MAX_IDS] = {0}, frozen[MAX_IDS] = {0}, srv_paused = 0;
+    for (int k = 0; k < nq; k++) {
+        int64_t d = t0 + q[k].at - th_now_ms();
+        if (d > 0) th_sleep_ms(d);
+        int64_t now = th_now_ms();
+        if (q[k].what == 1) {
+            int id = q[k].i;
+            if (pid[id] > 0 && paused[id]) {
+                kill(pid[id], SIGCONT);
+                paused[id] = 0;
+                fl_ev(rrc, "C %d %lld", id, (long long)now);
+            }
+            continue;
+        }
+        if (q[k].what == 3) {
+            int id = q[k].i;
+            frozen[id] = 0;
+            fl_proxy_cmd(&px[id], 'U');
+            fl_ev(rrc, "I %d %lld", id, (long long)now);
+            continue;
+        }
+        if (q[k].what == 2) {
+            for (int nd = 0; nd < NODES; nd++)
+                if ((q[k].i & (1 << nd)) && (srv_paused & (1 << nd))) {
+                    th_server_unpause(rl ? node[nd] : ls);
+                    srv_paused &= ~(1 << nd);
+                    fl_ev(rrc, "J %lld %d", (long long)th_now_ms(), nd);
+                }
+            continue;
+        }
+        const fault *f = &p.f[q[k].i];
+        int id = slot_id[f->target];
+        int type = f->type;
+        if (rl && (type == F_CUT || type == F_FREEZE)) type = F_SRVPAUSE; /* one node */
+        switch (type) {
+        case F_PAUSE:
+            if (pid[id] <= 0 || paused[id]) break;
+            fl_ev(rrc, "P %d %lld", id, (long long)now);
+            kill(pid[id], SIGSTOP);
+            paused[id] = 1;
+            /* insert the SIGCONT in order */
+            if (nq < 3 * MAX_F) {
+                q[nq++] = (sched){q[k].at + f->dur, 1, id};
+                qsort(q + k + 1, (size_t)(nq - k - 1), sizeof q[0], cmp_sched);
+            }
+            break;
+        case F_KILL:
+            if (pid[id] <= 0 || nids >= MAX_IDS) break;
+            fl_ev(rrc, "K %d %lld", id, (long long)now);
+            kill(pid[id], SIGKILL);
+            th_wait_child(pid[id], 5000);
+            pid[id] = 0;
+            paused[id] = 0;
+            { /* a fresh worker takes the slot */
+                int nid = nids++;
+                cx[nid] = cx[id];
+                cx[nid].id = nid;
+                if (!rl) {
+                    px[nid] = fl_proxy_start(th_server_port(ls));
+                    snprintf(urls[nid], sizeof urls[nid], "redis://127.0.0.1:%d", px[nid].port);
+                    cx[nid].url = urls[nid];
+                    cx[nid].port = px[nid].port;
+                }
+                roles[nid] = roles[id];
+                slot_id[f->target] = nid;
+                pid[nid] = th_fork();
+                if (pid[nid] == 0) _exit(run_worker(&cx[nid]));
+            }
+            break;
+        case F_RESTART:
+            if (rl) { /* 1 or 2 masters, restarted empty at once */
+                for (int j = 0; j <= f->target % 2; j++) {
+                    int nd = (f->target + j) % NODES;
+                    if (srv_paused & (1 << nd)) {
+                        th_server_unpause(node[nd]);
+                        srv_paused &= ~(1 << nd);
+                        fl_ev(rrc, "J %lld %d", (long long)th_now_ms(), nd);
+                    }
+                    if (nd == 0) redisFree(lrc);
+                    fl_ev(rrc, "Z 0 %lld %d", (long long)th_now_ms(), nd);
+                    th_server_restart(node[nd], SIGKILL);
+                    fl_ev(rrc, "Y %lld %d", (long long)th_now_ms(), nd);
+                    if (nd == 0) lrc = th_redis(ls);
+                }
+                break;
+            }
+            if (srv_paused) {
+                th_server_unpause(ls);
+                srv_paused = 0;
+                fl_ev(rrc, "J %lld 0", (long long)th_now_ms());
+            }
+            redisFree(lrc);
+            fl_ev(rrc, "Z %d %lld 0", p.topo == T_NONE ? 0 : p.topo == T_RDB ? 1 : 2,
+                  (long long)now);
+            th_server_restart(ls, SIGKILL);
+            fl_ev(rrc, "Y %lld 0", (long long)th_now_ms());
+            lrc = th_redis(ls);
+            if (psub) { /* its connection died with the server */
+                redisFree(psub);
+                psub = th_redis(ls);
+                redisReply *rp = redisCommand(psub, "PSUBSCRIBE *");
+                if (rp) freeReplyObject(rp);
+            }
+            break;
+        case F_SAVE:
+            if (srv_paused) break;
+            /* logged first: a hold logged after it may be missing from
+             * the snapshot (counted as forgotten), one logged before is in */
+            fl_ev(rrc, "F %lld", (long long)now);
+            th_cmd_ok(lrc, "SAVE");
+            break;
+        case F_PSUB:
+            if (psub) break;
+            psub = th_redis(ls);
+            {
+                redisReply *rp = redisCommand(psub, "PSUBSCRIBE *");
+                ASSERT_NOT_NULL(rp);
+                freeReplyObject(rp);
+            }
+            fl_ev(rrc, "Q %lld", (long long)now);
+            break;
+        case F_CANCEL:
+            if (pid[id] <= 0 || paused[id] || roles[id].role == R_FOREIGN) break;
+            fl_ev(rrc, "U %d %lld", id, (long long)now);
+            kill(pid[id], SIGUSR1);
+            break;
+        case F_CUT:
+            if (rl) break;
+            fl_ev(rrc, "D %d %lld", id, (long long)now);
+            fl_proxy_cmd(&px[id], 'D');
+            break;
+        case F_FREEZE:
+            if (rl || frozen[id]) break;
+            fl_ev(rrc, "G %d %lld", id, (long long)now);
+            fl_proxy_cmd(&px[id], 'F');
+            frozen[id] = 1;
+            if (nq < 3 * MAX_F) {
+                q[nq++] = (sched){q[k].at + f->dur, 3, id};
+                qsort(q + k + 1, (size_t)(nq - k - 1), sizeof q[0], cmp_sched);
+            }
+            break;
+        case F_SRVPAUSE: {
+            /* RedLock: 1 to 3 masters (3: the majority), or one for a
+             * link fault */
+            int cnt = !rl ? 1 : f->type != F_SRVPAUSE ? 1 : 1 + f->target % 3, mask = 0;
+            int64_t dur = f->type == F_CUT ? 300 : f->dur;
+            for (int j = 0; j < cnt; j++) {
+                int nd = rl ? (f->target + 2 * j) % NODES : 0;
+                if (srv_paused & (1 << nd)) continue;
+                fl_ev(rrc, "H %lld %d", (long long)th_now_ms(), nd);
+                th_server_pause(rl ? node[nd] : ls);
+                srv_paused |= 1 << nd;
+                mask |= 1 << nd;
+            }
+            if (mask && nq < 3 * MAX_F) {
+                q[nq++] = (sched){q[k].at + dur, 2, mask};
+                qsort(q + k + 1, (size_t)(nq - k - 1), sizeof q[0], cmp_sched);
+            }
+            break;
+        }
+        }
+    }
+    for (int nd = 0; nd < NODES; nd++)
+        if (srv_paused & (1 << nd)) {
+            th_server_unpause(rl ? node[nd] : ls);
+            fl_ev(rrc, "J %lld %d", (long long)th_now_ms(), nd);
+        }
+    for (int id = 0; id < nids; id++) {
+        if (pid[id] > 0 && paused[id]) {
+            kill(pid[id], SIGCONT);
+            fl_ev(rrc, "C %d %lld", id, (long long)th_now_ms());
+        }
+        if (frozen[id]) {
+            fl_proxy_cmd(&px[id], 'U');
+            fl_ev(rrc, "I %d %lld", id, (long long)th_now_ms());
+        }
+    }
+    /* every worker ends: a forever wait must be served once the others
+     * stop (leases of killed holders run out) */
+    int64_t grace = t0 + p.run_ms + 20000;
+    for (int id = 0; id < nids; id++) {
+        if (pid[id] <= 0) continue;
+        for (;;) {
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            /* WNOWAIT: th_wait_child reaps it (the harness forgets it then) */
+            if (waitid(P_PID, (id_t)pid[id], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                si.si_pid == pid[id]) {
+                int stt = th_wait_child(pid[id], 1000);
+                if (stt != 0) {
+                    printf("  VIOLATION worker %d exited with status %d\n", id, stt);
+                    st->stuck++;
+                }
+                break;
+            }
+            if (th_now_ms() > grace) {
+                printf("  VIOLATION worker %d still running 20 s after the run (stuck)\n", id);
+                st->stuck++;
+                kill(pid[id], SIGKILL);
+                th_wait_child(pid[id], 5000);
+                break;
+            }
+            th_sleep_ms(10);
+        }
+        pid[id] = 0;
+    }
+    if (psub) redisFree(psub);
+    for (int id = 0; id < nids; id++)
+        if (px[id].pid > 0) fl_proxy_stop(&px[id]);
+    int fail = check(rrc, &p, roles, nids, st, verbose);
+    st->leftover = leftovers(lrc, &p);
+    for (int nd = 1; rl && nd < NODES; nd++) {
+        redisContext *nc = th_redis(node[nd]);
+        st->leftover += leftovers(nc, &p);
+        redisFree(nc);
+    }
+    if (st->leftover || st->stuck) fail = 1;
+    printf("seed %llu %s %s: ops %ld, faults %ld (%ld took effect), overlaps %ld (exempt %ld), "
+           "stale writes accepted %ld, tokens not increasing %ld, short leases %ld, late lost "
+           "callbacks %ld, no quorum %ld, liveness %ld, worst stall %lld ms, leftover keys %ld, acquire errors "
+           "%ld, %lld s: %s\n",
+           (unsigned long long)seed, TOPO_NAME[p.topo], KIND_NAME[p.kind], st->ops, st->faults,
+           st->effective, st->overlaps, st->exempt, st->stale, st->tokens, st->shortv,
+           st->lostlate, st->noquorum, st->live, (long long)st->worst_stall, st->leftover, st->errors,
+           (long long)((th_now_ms() - t0) / 1000), fail ? "FAIL" : "ok");
+    if (fail && !verbose) {
+        print_plan(&p);
+        printf("  rerun: test_explore --seed %llu\n", (unsigned long long)seed);
+    }
+    redisFree(lrc);
+    redisFree(rrc);
+    if (rl) {
+        for (int nd = 0; nd < NODES; nd++) th_server_stop(node[nd]);
+        th_server_stop(fence);
+    } else {
+        th_server_stop(ls);
+    }
+    th_server_stop(res);
+    return fail;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static stats g_tab[T_N][K_N];
+
+static void print_table(void)
+{
+    printf("\n| topology | kind | seeds | operations | faults (took effect) | overlaps "
+           "(exempt) | stale writes accepted | tokens not increasing | liveness | worst stall "
+           "ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    stats all;
+    memset(&all, 0, sizeof all);
+    for (int t = 0; t < T_N; t++)
+        for (int k = 0; k < K_N; k++) {
+            stats *s = &g_tab[t][k];
+            if (!s->seeds) continue;
+            stat_add(&all, s);
+            printf("| %s | %s | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %lld |\n",
+                   TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops, s->faults, s->effective,
+                   s->overlaps, s->exempt, s->stale, s->tokens, s->live,
+                   (long long)s->worst_stall);
+        }
+    printf("| all | all | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %lld |\n",
+           all.seeds, all.ops, all.faults, all.effective, all.overlaps, all.exempt, all.stale,
+           all.tokens, all.live, (long long)all.worst_stall);
+    printf("\nfaults that took effect:");
+    for (int i = 0; i < F_N; i++)
+        printf(" %s %ld/%ld%s", FAULT_NAME[i], all.by_fault_eff[i], all.by_fault[i],
+               i + 1 < F_N ? "," : "\n");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: test_explore --seed N | --seeds A-B | --long SECONDS [--from N]\n"
+                    "       [--stall-bound MS]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t a = 0, b = 0;
+    int have = 0;
+    int64_t long_s = 0;
+    uint64_t from = (uint64_t)time(NULL);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            a = b = strtoull(argv[++i], NULL, 10);
+            have = 1;
+        } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
+            char *end;
+            a = strtoull(argv[++i], &end, 10);
+            if (*end != '-') usage();
+            b = strtoull(end + 1, NULL, 10);
+            have = 2;
+        } else if (!strcmp(argv[i], "--long") && i + 1 < argc) {
+            long_s = atoll(argv[++i]);
+            have = 3;
+        } else if (!strcmp(argv[i], "--plans")) {
+            have = -have; /* print the schedules only */
+        } else if (!strcmp(argv[i], "--from") && i + 1 < argc) {
+            from = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--stall-bound") && i + 1 < argc) {
+            g_stall_bound = atoll(argv[++i]);
+        } else {
+            usage();
+        }
+    }
+    if (have < 0) {
+        for (uint64_t sd = a; sd <= b; sd++) {
+            plan p;
+            make_plan(sd, &p);
+            print_plan(&p);
+        }
+        return 0;
+    }
+    if (!have || b < a) usage();
+    /* the harness's alarm: generous, a stuck seed still ends */
+    if (!getenv("DLOCK_TEST_TIMEOUT")) {
+        char t[32];
+        snprintf(t, sizeof t, "%lld",
+                 (long long)(have == 3 ? long_s + 120 : (long long)(b - a + 1) * 45 + 60));
+        setenv("DLOCK_TEST_TIMEOUT", t, 1);
+    }
+    th_init("explore");
+    signal(SIGPIPE, SIG_IGN);
+    int failed = 0;
+    long nfail = 0;
+    int64_t t_end = th_now_ms() + long_s * 1000;
+    for (uint64_t s = have == 3 ? from : a;; s++) {
+        if (have == 3 ? th_now_ms() >= t_end : s > b) break;
+        plan p;
+        make_plan(s, &p);
+        stats st;
+        int f = run_seed(s, have == 1, &st);
+        stat_add(&g_tab[p.topo][p.kind], &st);
+        if (f) {
+            failed = 1;
+            nfail++;
+        }
+        fflush(stdout);
+    }
+    if (have != 1) {
+        print_table();
+        printf("failing seeds: %ld\n", nfail);
+    }
+    return failed;
+}

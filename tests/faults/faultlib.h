@@ -1,0 +1,44 @@
+/*
+ * Shared by the fault-injection suite (fault_inject.c) and the randomized
+ * explorer (explore.c): the protected resource and the TCP proxy.
+ *
+ * The resource is a private redis-server of its own, never faulted. Every
+ * event of a run goes to one list "hist" there, so the list order is a total
+ * order consistent with real time (the server runs one command at a time).
+ * The fenced write accepts a token only if it is strictly greater than every
+ * token accepted before under the same max key (each critical section writes
+ * once, so an equal token is a second holder with the same token: as stale
+ * as a lower one); the unfenced write accepts all. Both log
+ * "W <worker> <token> <1 accepted | 0 rejected>[ <tag>]".
+ *
+ * The proxy forwards 127.0.0.1:<port> to an upstream port from a child
+ * process, driven by one-byte commands: 'D' cut (reset) every connection,
+ * 'F' freeze (forward and accept nothing), 'U' unfreeze, 'Q' quit.
+ */
+#ifndef DLOCK_FAULTLIB_H
+#define DLOCK_FAULTLIB_H
+
+#include "harness.h"
+
+/* A connection to the resource server's unix socket; exits 2 if it cannot. */
+redisContext *fl_res_connect(const char *sock);
+/* RPUSH hist <formatted event> (newlines become spaces); exits 2 on I/O error. */
+void fl_ev(redisContext *rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The write of a critical section with token tok, fenced (1) or not (0),
+ * against the highest token accepted under max_key; tag ("" for none) is
+ * appended to the W event. Returns 1 if accepted. */
+int fl_res_write(redisContext *rc, const char *max_key, int id, uint64_t tok, int fenced,
+                 const char *tag);
+
+typedef struct fl_proxy {
+    pid_t pid;
+    int port;
+    int cmd_w, ack_r;
+} fl_proxy;
+
+fl_proxy fl_proxy_start(int upstream);
+/* Sends one command and waits for its acknowledgement. */
+void fl_proxy_cmd(fl_proxy *px, char c);
+void fl_proxy_stop(fl_proxy *px);
+
+#endif
