@@ -4,10 +4,12 @@
  * history afterwards.
  *
  *   test_explore --seed N          one seed, its schedule printed
- *   test_explore --seeds A-B       seeds A..B, a table per topology and kind
+ *   test_explore --seeds LIST      seeds (N or A-B, comma-separated), a table
+ *                                  per topology and kind
  *   test_explore --long SECONDS    seeds from --from (default: the clock) on,
  *                                  until SECONDS have passed
- *   test_explore --seeds A-B --plans   print the schedules only
+ *   --plans: print the schedules only; --kind K / --topology T: only the
+ *   seeds that draw that kind / topology
  *   option: --stall-bound MS (the liveness bound); EXPLORE_DUMP=1 in the
  *   environment prints the whole history of a single seed
  * Exit 0 when every seed passed, 1 when one failed (its schedule and the
@@ -1508,7 +1510,7 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
             th_cmd_ok(lrc, "SAVE");
             break;
         case F_PSUB:
-            if (psub) break;
+            if (psub || (srv_paused & 1)) break; /* it could not subscribe now */
             psub = th_redis(ls);
             {
                 redisReply *rp = redisCommand(psub, "PSUBSCRIBE *");
@@ -1669,77 +1671,112 @@ static void print_table(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: test_explore --seed N | --seeds A-B | --long SECONDS [--from N]\n"
-                    "       [--stall-bound MS]\n");
+    fprintf(stderr, "usage: test_explore --seed N | --seeds LIST | --long SECONDS [--from N]\n"
+                    "       [--kind K] [--topology T] [--stall-bound MS] [--plans]\n"
+                    "  LIST: N or A-B, comma-separated (1-6,9,12-14)\n");
     exit(2);
 }
 
+static int find_name(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(names[i], s)) return i;
+    fprintf(stderr, "unknown name \"%s\"\n", s);
+    usage();
+    return -1;
+}
+
+#define MAX_LIST 100000
+
 int main(int argc, char **argv)
 {
-    uint64_t a = 0, b = 0;
-    int have = 0;
+    static uint64_t list[MAX_LIST];
+    size_t nl = 0;
+    int have = 0, plans = 0, want_kind = -1, want_topo = -1;
     int64_t long_s = 0;
     uint64_t from = (uint64_t)time(NULL);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            a = b = strtoull(argv[++i], NULL, 10);
-            have = 1;
-        } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
-            char *end;
-            a = strtoull(argv[++i], &end, 10);
-            if (*end != '-') usage();
-            b = strtoull(end + 1, NULL, 10);
-            have = 2;
+        if ((!strcmp(argv[i], "--seed") || !strcmp(argv[i], "--seeds")) && i + 1 < argc) {
+            have = !strcmp(argv[i], "--seed") ? 1 : 2;
+            for (char *p = argv[++i]; *p;) {
+                char *end;
+                uint64_t x = strtoull(p, &end, 10), y = x;
+                if (end == p) usage();
+                if (*end == '-') {
+                    p = end + 1;
+                    y = strtoull(p, &end, 10);
+                    if (end == p || y < x) usage();
+                }
+                for (uint64_t k = x; k <= y && nl < MAX_LIST; k++) list[nl++] = k;
+                p = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') usage();
+            }
         } else if (!strcmp(argv[i], "--long") && i + 1 < argc) {
             long_s = atoll(argv[++i]);
             have = 3;
         } else if (!strcmp(argv[i], "--plans")) {
-            have = -have; /* print the schedules only */
+            plans = 1;
         } else if (!strcmp(argv[i], "--from") && i + 1 < argc) {
             from = strtoull(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--kind") && i + 1 < argc) {
+            want_kind = find_name(KIND_NAME, K_N, argv[++i]);
+        } else if (!strcmp(argv[i], "--topology") && i + 1 < argc) {
+            want_topo = find_name(TOPO_NAME, T_N, argv[++i]);
         } else if (!strcmp(argv[i], "--stall-bound") && i + 1 < argc) {
             g_stall_bound = atoll(argv[++i]);
         } else {
             usage();
         }
     }
-    if (have < 0) {
-        for (uint64_t sd = a; sd <= b; sd++) {
+    if (!have || (have != 3 && !nl)) usage();
+    if (plans) {
+        for (size_t k = 0; k < nl; k++) {
             plan p;
-            make_plan(sd, &p);
-            print_plan(&p);
+            make_plan(list[k], &p);
+            if ((want_kind < 0 || p.kind == want_kind) && (want_topo < 0 || p.topo == want_topo))
+                print_plan(&p);
         }
         return 0;
     }
-    if (!have || b < a) usage();
     /* the harness's alarm: generous, a stuck seed still ends */
     if (!getenv("DLOCK_TEST_TIMEOUT")) {
         char t[32];
-        snprintf(t, sizeof t, "%lld",
-                 (long long)(have == 3 ? long_s + 120 : (long long)(b - a + 1) * 45 + 60));
+        snprintf(t, sizeof t, "%lld", (long long)(have == 3 ? long_s + 120 : (long long)nl * 45 + 60));
         setenv("DLOCK_TEST_TIMEOUT", t, 1);
     }
     th_init("explore");
     signal(SIGPIPE, SIG_IGN);
-    int failed = 0;
     long nfail = 0;
+    char failed_list[2048] = "";
+    size_t fl_len = 0;
     int64_t t_end = th_now_ms() + long_s * 1000;
-    for (uint64_t s = have == 3 ? from : a;; s++) {
-        if (have == 3 ? th_now_ms() >= t_end : s > b) break;
+    for (size_t k = 0;; k++) {
+        uint64_t s;
+        if (have == 3) {
+            if (th_now_ms() >= t_end) break;
+            s = from + k;
+        } else {
+            if (k >= nl) break;
+            s = list[k];
+        }
         plan p;
         make_plan(s, &p);
+        if ((want_kind >= 0 && p.kind != want_kind) || (want_topo >= 0 && p.topo != want_topo))
+            continue;
         stats st;
         int f = run_seed(s, have == 1, &st);
         stat_add(&g_tab[p.topo][p.kind], &st);
         if (f) {
-            failed = 1;
             nfail++;
+            if (fl_len + 24 < sizeof failed_list)
+                fl_len += (size_t)snprintf(failed_list + fl_len, sizeof failed_list - fl_len,
+                                           "%s%llu", nfail > 1 ? "," : "", (unsigned long long)s);
         }
         fflush(stdout);
     }
     if (have != 1) {
         print_table();
-        printf("failing seeds: %ld\n", nfail);
+        printf("failing seeds: %ld%s%s\n", nfail, nfail ? ": " : "", failed_list);
     }
-    return failed;
+    return nfail ? 1 : 0;
 }
