@@ -1058,7 +1058,7 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                     what = "hit a holder";
                 }
             for (int k = 0; k < na && !eff; k++)
-                if (g_a[k].w == f->w && g_a[k].a < f->pos && g_a[k].e > f->pos) {
+                if (g_a[k].w == f->w && g_a[k].a < f->pos && g_a[k].e >= f->pos) {
                     eff = 1;
                     what = "hit a waiter";
                 }
@@ -1646,8 +1646,9 @@ static stats g_tab[T_N][K_N];
 static void print_table(void)
 {
     printf("\n| topology | kind | seeds | operations | faults (took effect) | overlaps "
-           "(exempt) | stale writes accepted | tokens not increasing | liveness | worst stall "
-           "ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+           "(exempt) | stale writes accepted | tokens not increasing | short leases | late lost "
+           "callbacks | no quorum | liveness | worst stall ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     stats all;
     memset(&all, 0, sizeof all);
     for (int t = 0; t < T_N; t++)
@@ -1655,14 +1656,15 @@ static void print_table(void)
             stats *s = &g_tab[t][k];
             if (!s->seeds) continue;
             stat_add(&all, s);
-            printf("| %s | %s | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %lld |\n",
-                   TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops, s->faults, s->effective,
-                   s->overlaps, s->exempt, s->stale, s->tokens, s->live,
-                   (long long)s->worst_stall);
+            printf("| %s | %s | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | "
+                   "%ld | %lld |\n", TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops, s->faults,
+                   s->effective, s->overlaps, s->exempt, s->stale, s->tokens, s->shortv,
+                   s->lostlate, s->noquorum, s->live, (long long)s->worst_stall);
         }
-    printf("| all | all | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %lld |\n",
-           all.seeds, all.ops, all.faults, all.effective, all.overlaps, all.exempt, all.stale,
-           all.tokens, all.live, (long long)all.worst_stall);
+    printf("| all | all | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | %ld | "
+           "%lld |\n", all.seeds, all.ops, all.faults, all.effective, all.overlaps, all.exempt,
+           all.stale, all.tokens, all.shortv, all.lostlate, all.noquorum, all.live,
+           (long long)all.worst_stall);
     printf("\nfaults that took effect:");
     for (int i = 0; i < F_N; i++)
         printf(" %s %ld/%ld%s", FAULT_NAME[i], all.by_fault_eff[i], all.by_fault[i],
