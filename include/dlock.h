@@ -527,7 +527,11 @@ DLOCK_EXPORT void dlock_semaphore_on_lost(dlock_semaphore *s, dlock_semaphore_lo
 /* ---- permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
  * STRING `name` holds the available permits, ZSET "{name}:timeout" each
  * acquired permit's id and expiry. A holder that dies loses its permits
- * after their lease instead of leaking them. */
+ * after their lease instead of leaking them. A permit id is 16 random
+ * bytes: the API shows them as DLOCK_PERMIT_ID_LEN hex characters (lower
+ * case; either case is accepted), the ZSET holds the raw bytes, as
+ * Redisson's: an id from Redisson's RPermitExpirableSemaphore can be
+ * released or renewed here and one from here there. */
 #define DLOCK_PERMIT_ID_LEN 32   /* hex characters of a permit id */
 typedef struct dlock_permits dlock_permits;
 

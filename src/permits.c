@@ -1,7 +1,10 @@
 /* The permit-expirable semaphore (Redisson RPermitExpirableSemaphore
  * layout): STRING `name` holds the available permits, ZSET "{name}:timeout"
- * maps each permit out on lease (16 random bytes as 32 hex chars) to its
- * expiry in ms. Every script first returns the expired permits to the pool
+ * maps each permit out on lease to its expiry in ms. A permit id is 16
+ * random bytes, stored raw in the ZSET as Redisson stores them; the API
+ * shows them as 32 hex characters (as Redisson's does) and decodes them
+ * before every script, so a permit taken by either client can be released
+ * or renewed by the other given its id. Every script first returns the expired permits to the pool
  * (ZREMRANGEBYSCORE up to now, INCRBY that many), so a holder that died
  * loses its permits after their lease instead of leaking them; when that
  * frees permits, the new count is published on "redisson_sc:{name}" like a
@@ -127,9 +130,12 @@ static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
 
 /* ---- handles ---- */
 
+#define ID_RAW (DLOCK_PERMIT_ID_LEN / 2)
+
 typedef struct wd_permit {
     struct wd_permit *next;
-    char id[DLOCK_PERMIT_ID_LEN + 1];
+    char id[DLOCK_PERMIT_ID_LEN + 1]; /* hex, as issued */
+    char raw[ID_RAW];                 /* the ZSET member */
     int watchdog;              /* 1: renewed by the client's watchdog through lease */
     dl_lease lease;            /* registered with the watchdog while in the list */
     int64_t expires_at;        /* explicit lease: monotonic ms it surely lasts until */
@@ -212,12 +218,12 @@ const char *dlock_permits_errmsg(const dlock_permits *p) {
     return p ? p->o.errmsg : "no permit semaphore (NULL handle)";
 }
 
-/* Takes the record of permit id out of the handle's list (a watchdog
+/* Takes the record of the permit (raw id) out of the handle's list (a watchdog
  * permit is unregistered); NULL when the handle holds no such permit. */
-static wd_permit *wd_take(dlock_permits *p, const char *id) {
+static wd_permit *wd_take(dlock_permits *p, const char *raw) {
     for (wd_permit **pp = &p->wd; *pp; pp = &(*pp)->next) {
         wd_permit *w = *pp;
-        if (!strcmp(w->id, id)) {
+        if (!memcmp(w->raw, raw, ID_RAW)) {
             *pp = w->next;
             if (w->watchdog) dl_watchdog_unregister(p->o.c, &w->lease);
             w->next = NULL;
@@ -253,23 +259,51 @@ static void prune_expired(dlock_permits *p) {
     }
 }
 
-static wd_permit *find(const dlock_permits *p, const char *id) {
+static wd_permit *find(const dlock_permits *p, const char *raw) {
     for (wd_permit *w = p->wd; w; w = w->next)
-        if (!strcmp(w->id, id)) return w;
+        if (!memcmp(w->raw, raw, ID_RAW)) return w;
     return NULL;
 }
 
-static wd_permit *wd_new(dlock_permits *p, const char *id, int watchdog) {
+/* A permit id as issued: DLOCK_PERMIT_ID_LEN hex characters. */
+static int check_id(const char *id, const char *what, dl_err *err) {
+    if (!id) return dl_seterr(err, DLOCK_EINVAL, "%s: NULL permit id", what);
+    size_t n = strnlen(id, DLOCK_PERMIT_ID_LEN + 1);
+    int ok = n == DLOCK_PERMIT_ID_LEN;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f') ||
+             (id[i] >= 'A' && id[i] <= 'F');
+    if (!ok)
+        return dl_seterr(err, DLOCK_EINVAL, "%s: a permit id is %d hex characters", what,
+                         DLOCK_PERMIT_ID_LEN);
+    return DLOCK_OK;
+}
+
+/* A valid hex id (check_id) to its 16 raw bytes. */
+static void id_raw(const char *hex, char raw[ID_RAW]) {
+    for (int i = 0; i < ID_RAW; i++) {
+        int v = 0;
+        for (int j = 0; j < 2; j++) {
+            char ch = hex[2 * i + j];
+            v = v * 16 + (ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
+        }
+        raw[i] = (char)v;
+    }
+}
+
+/* hex: a valid id (check_id); the record keeps it in lower case. */
+static wd_permit *wd_new(dlock_permits *p, const char *hex, int watchdog) {
     wd_permit *w = calloc(1, sizeof *w);
     if (!w) return NULL;
-    memcpy(w->id, id, DLOCK_PERMIT_ID_LEN + 1);
+    for (int i = 0; i < DLOCK_PERMIT_ID_LEN; i++) w->id[i] = (char)(hex[i] | (hex[i] > '9' ? 0x20 : 0));
+    id_raw(hex, w->raw);
     w->watchdog = watchdog;
     w->lease.renew = &wd_renew_script;
     w->lease.lease_ms = p->o.c->watchdog_lease_ms;
     w->lease.key = p->zkey;
     w->lease.key_len = p->zkey_len;
-    w->lease.owner = w->id;
-    w->lease.owner_len = DLOCK_PERMIT_ID_LEN;
+    w->lease.owner = w->raw;
+    w->lease.owner_len = ID_RAW;
     atomic_init(&w->lease.lost, 0);
     atomic_init(&w->lease.last_ok, (long long)dl_now_ms());
     w->lease.on_lost = permit_lost;
@@ -305,10 +339,10 @@ static int pm_eval_int(dlock_permits *p, dl_script *s, const char *what, int nar
 
 /* One acquire attempt: *got 1, or 0 with *left_ms (ms to the earliest
  * expiry, -1 if none). */
-static int attempt(dlock_permits *p, dl_conn *conn, const char *id, const char *lease,
+static int attempt(dlock_permits *p, dl_conn *conn, const char *raw, const char *lease,
                    size_t lease_len, int *got, int64_t *left_ms, dl_err *err) {
-    const char *args[2] = {id, lease};
-    size_t arglens[2] = {DLOCK_PERMIT_ID_LEN, lease_len};
+    const char *args[2] = {raw, lease};
+    size_t arglens[2] = {ID_RAW, lease_len};
     redisReply *r = NULL;
     long long a = 0, b = 0;
     int rc = pm_eval(p, conn, &acquire_script, 2, args, arglens, &r, err);
@@ -331,8 +365,9 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
-/* *t0: the monotonic ms just before the attempt that took the permit. */
-static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64_t lease_ms,
+/* raw: the permit's id. *t0: the monotonic ms just before the attempt that
+ * took the permit. */
+static int acquire_wait(dlock_permits *p, const char *raw, int64_t wait_ms, int64_t lease_ms,
                         int64_t *t0, dl_err *err) {
     dlock_client *c = p->o.c;
     char nm[80], lease[24];
@@ -343,7 +378,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
     int64_t left = -1;
     int rc = dl_pool_get_key(c, p->o.name, p->o.name_len, dl_cmd_deadline(c), &conn, err);
     *t0 = dl_now_ms();
-    if (!rc) rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
+    if (!rc) rc = attempt(p, conn, raw, lease, lease_len, &got, &left, err);
     if (rc || got) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(err, DLOCK_EBUSY, "permit semaphore '%s': no permit available",
@@ -355,7 +390,7 @@ static int acquire_wait(dlock_permits *p, const char *id, int64_t wait_ms, int64
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         *t0 = dl_now_ms();
-        rc = attempt(p, conn, id, lease, lease_len, &got, &left, err);
+        rc = attempt(p, conn, raw, lease, lease_len, &got, &left, err);
         if (rc || got) break;
         int64_t now = dl_now_ms();
         if (wait_left(deadline) == 0) {
@@ -381,10 +416,10 @@ out:
     return rc;
 }
 
-/* Gives back the permit id (best effort, after a local failure). */
-static void release_quietly(dlock_permits *p, const char *id) {
-    const char *args[1] = {id};
-    size_t arglens[1] = {strlen(id)};
+/* Gives back the permit (raw id; best effort, after a local failure). */
+static void release_quietly(dlock_permits *p, const char *raw) {
+    const char *args[1] = {raw};
+    size_t arglens[1] = {ID_RAW};
     long long v = 0;
     dl_err ignored = {0};
     pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &ignored);
@@ -416,13 +451,13 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.c->watchdog_lease_ms : lease_ms;
     int64_t t0 = 0;
-    rc = acquire_wait(p, pid, wait_ms, lease, &t0, &err);
+    rc = acquire_wait(p, w->raw, wait_ms, lease, &t0, &err);
     if (!rc) {
         /* the lease started on the server after t0 */
         atomic_store(&w->lease.last_ok, (long long)t0);
         w->expires_at = t0 + lease;
         rc = wd_put(p, w, &err);
-        if (rc) release_quietly(p, pid); /* the lease runs out otherwise */
+        if (rc) release_quietly(p, w->raw); /* the lease runs out otherwise */
         else w = NULL;
     }
     free(w);
@@ -431,30 +466,18 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     return pm_ok(p);
 }
 
-/* A permit id as issued: DLOCK_PERMIT_ID_LEN hex characters. */
-static int check_id(const char *id, const char *what, dl_err *err) {
-    if (!id) return dl_seterr(err, DLOCK_EINVAL, "%s: NULL permit id", what);
-    size_t n = strnlen(id, DLOCK_PERMIT_ID_LEN + 1);
-    int ok = n == DLOCK_PERMIT_ID_LEN;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f') ||
-             (id[i] >= 'A' && id[i] <= 'F');
-    if (!ok)
-        return dl_seterr(err, DLOCK_EINVAL, "%s: a permit id is %d hex characters", what,
-                         DLOCK_PERMIT_ID_LEN);
-    return DLOCK_OK;
-}
-
 int dlock_permits_release(dlock_permits *p, const char *id) {
     if (!p) return DLOCK_EINVAL;
     dl_err err = {0};
     char nm[80];
     if (check_id(id, "permit release", &err)) return pm_fail(p, &err);
+    char raw[ID_RAW];
+    id_raw(id, raw);
     /* stop renewing first, or a renewal racing the release would report the
      * permit lost */
-    wd_permit *w = wd_take(p, id);
-    const char *args[1] = {id};
-    size_t arglens[1] = {DLOCK_PERMIT_ID_LEN};
+    wd_permit *w = wd_take(p, raw);
+    const char *args[1] = {raw};
+    size_t arglens[1] = {ID_RAW};
     long long v = 0;
     int rc = pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &err);
     if (rc) {
@@ -481,16 +504,18 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
     dl_err err = {0};
     char nm[80];
     if (check_id(id, "permit renew", &err)) return pm_fail(p, &err);
+    char raw[ID_RAW];
+    id_raw(id, raw);
     if (lease_ms <= 0) {
         dl_seterr(&err, DLOCK_EINVAL, "permit renew: lease must be > 0 ms (got %lld)",
                   (long long)lease_ms);
         return pm_fail(p, &err);
     }
     /* a watchdog permit becomes an explicit-lease permit (as dlock_extend) */
-    wd_permit *w = wd_take(p, id);
+    wd_permit *w = wd_take(p, raw);
     char lease[24];
-    const char *args[2] = {id, lease};
-    size_t arglens[2] = {DLOCK_PERMIT_ID_LEN, dl_fmt_ll(lease, lease_ms)};
+    const char *args[2] = {raw, lease};
+    size_t arglens[2] = {ID_RAW, dl_fmt_ll(lease, lease_ms)};
     long long v = 0;
     int64_t t0 = dl_now_ms();
     int rc = pm_eval_int(p, &renew_script, "permit renew", 2, args, arglens, &v, &err);
@@ -522,8 +547,11 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
 }
 
 int64_t dlock_permits_valid_ms(const dlock_permits *p, const char *id) {
-    if (!p || !id) return 0;
-    const wd_permit *w = find(p, id);
+    dl_err ignored = {0};
+    if (!p || check_id(id, "permit valid_ms", &ignored)) return 0;
+    char raw[ID_RAW];
+    id_raw(id, raw);
+    const wd_permit *w = find(p, raw);
     if (!w) return 0;
     int64_t until = w->expires_at;
     if (w->watchdog) {

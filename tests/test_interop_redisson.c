@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/time.h>
 
+#define ASSERT_PCODE(p, expr, want) TH_CODE_(expr, want, dlock_permits_errmsg(p))
 #define NAME "rsn:lock"
 #define FIELD "6f1d2c3b-aaaa-4bbb-8ccc-0123456789ab:1"
 
@@ -226,6 +227,94 @@ static void object_names(const th_server *s, dlock_client *c, redisContext *rc, 
     th_log("'%s': every object's keys and channels are Redisson's", nm);
 }
 
+/* Redisson's RPermitExpirableSemaphore (4.7): the id is 16 random bytes,
+ * shown as 32 hex characters by its API and decoded before every script;
+ * the ZSET "{N}:timeout" holds the raw bytes with the expiry (ms). Its
+ * release: ZREM the id; if removed, INCRBY the count by 1, publish the new
+ * count, and answer 1 unless the permit had expired. KEYS: name, channel,
+ * timeouts. ARGV: raw id, 1, now ms. */
+static const char *PM_RELEASE =
+    "local expire = redis.call('zscore', KEYS[3], ARGV[1]); "
+    "if redis.call('zrem', KEYS[3], ARGV[1]) ~= 1 then return 0; end; "
+    "local value = redis.call('incrby', KEYS[1], ARGV[2]); "
+    "redis.call('publish', KEYS[2], value); "
+    "if tonumber(expire) <= tonumber(ARGV[3]) then return 0; end; "
+    "return 1;";
+/* Its acquire of one permit: DECRBY 1 and ZADD the raw id at the expiry when
+ * one is available (expired leases reclaimed first, left out here). KEYS:
+ * name, timeouts. ARGV: expiry ms, raw id. -> 1 taken | 0 */
+static const char *PM_ACQUIRE =
+    "local v = redis.call('get', KEYS[1]); "
+    "if v ~= false and tonumber(v) >= 1 then redis.call('decrby', KEYS[1], 1); "
+    "redis.call('zadd', KEYS[2], ARGV[1], ARGV[2]); return 1; end; return 0;";
+
+static void hex_raw(const char *hex, char raw[16])
+{
+    for (int i = 0; i < 16; i++) {
+        unsigned v = 0;
+        ASSERT_EQ(sscanf(hex + 2 * i, "%2x", &v), 1);
+        raw[i] = (char)v;
+    }
+}
+
+static long long server_ms(redisContext *rc)
+{
+    redisReply *r = th_cmd(rc, "TIME");
+    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* Permit ids cross both ways: Redisson releases a dlock permit by the hex id
+ * dlock's API gave, dlock releases and renews one Redisson took. */
+static void permit_ids(dlock_client *c, redisContext *rc)
+{
+    const char *nm = "rsn:pm", *zk = "{rsn:pm}:timeout", *ch = "redisson_sc:{rsn:pm}";
+    dlock_permits *pm = NULL;
+    ASSERT_COK(c, dlock_permits_new(c, nm, DLOCK_CSTR, &pm));
+    int set = 0;
+    ASSERT_OK(dlock_permits_try_set(pm, 2, &set));
+    ASSERT_EQ(set, 1);
+    char id[DLOCK_PERMIT_ID_LEN + 1], raw[16];
+    ASSERT_OK(dlock_permits_acquire(pm, DLOCK_NOWAIT, 20000, id));
+    hex_raw(id, raw);
+    /* the ZSET holds the 16 bytes, at the lease's expiry */
+    char *sc = th_cmd_str(rc, "ZSCORE %s %b", zk, raw, (size_t)16);
+    ASSERT_NOT_NULL(sc);
+    ASSERT_GT(atoll(sc), server_ms(rc) + 15000);
+    free(sc);
+    redisReply *r = th_cmd(rc, "EVAL %s 3 %s %s %s %b 1 %lld", PM_RELEASE, nm, ch, zk, raw,
+                           (size_t)16, server_ms(rc));
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    ASSERT_EQ(r->integer, 1); /* Redisson released dlock's permit */
+    freeReplyObject(r);
+    ASSERT_PCODE(pm, dlock_permits_release(pm, id), DLOCK_ENOTOWNER);
+    int64_t n = 0;
+    ASSERT_OK(dlock_permits_available(pm, &n));
+    ASSERT_EQ(n, 2);
+
+    /* Redisson takes one (its id: 32 hex characters, upper case as Java's
+     * may print them); dlock renews and releases it by that id */
+    const char *rid = "0123456789ABCDEF0011223344556677";
+    hex_raw(rid, raw);
+    r = th_cmd(rc, "EVAL %s 2 %s %s %lld %b", PM_ACQUIRE, nm, zk, server_ms(rc) + 20000, raw,
+               (size_t)16);
+    ASSERT_EQ(r->integer, 1);
+    freeReplyObject(r);
+    ASSERT_OK(dlock_permits_renew(pm, rid, 60000));
+    sc = th_cmd_str(rc, "ZSCORE %s %b", zk, raw, (size_t)16);
+    ASSERT_NOT_NULL(sc);
+    ASSERT_GT(atoll(sc), server_ms(rc) + 50000);
+    free(sc);
+    ASSERT_OK(dlock_permits_release(pm, rid));
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", zk), 0);
+    ASSERT_OK(dlock_permits_available(pm, &n));
+    ASSERT_EQ(n, 2);
+    dlock_permits_free(pm);
+    th_log("permit ids: Redisson released dlock's, dlock renewed and released Redisson's");
+}
+
 int main(void)
 {
     th_init("interop_redisson");
@@ -337,6 +426,9 @@ int main(void)
     /* 7. every object under Redisson's names, with and without a hash tag */
     static const char *const names[] = {"rsn:obj", "rsn:{t}:obj", "{rsn}obj", "rsn{open"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) object_names(s, c, rc, names[i]);
+
+    /* 8. permit ids are Redisson's 16 raw bytes */
+    permit_ids(c, rc);
 
     dlock_client_free(c);
     redisFree(rc);

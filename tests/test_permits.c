@@ -53,9 +53,22 @@ static long long server_ms(redisContext *rc)
     return ms;
 }
 
+/* A permit id as the ZSET holds it (Redisson's layout): the 16 bytes the
+ * API's 32 hex characters spell. */
+static void raw_id(const char *hex, char raw[16])
+{
+    for (int i = 0; i < 16; i++) {
+        unsigned v = 0;
+        ASSERT_EQ(sscanf(hex + 2 * i, "%2x", &v), 1);
+        raw[i] = (char)v;
+    }
+}
+
 static long long zscore(redisContext *rc, const char *key, const char *id)
 {
-    char *s = th_cmd_str(rc, "ZSCORE %s %s", key, id);
+    char raw[16];
+    raw_id(id, raw);
+    char *s = th_cmd_str(rc, "ZSCORE %s %b", key, raw, (size_t)16);
     long long v = s ? atoll(s) : -1;
     free(s);
     return v;
@@ -350,7 +363,9 @@ static void lost(const th_server *srv, redisContext *rc)
     char a[DLOCK_PERMIT_ID_LEN + 1], b[DLOCK_PERMIT_ID_LEN + 1];
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, b));
-    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %s", a); /* its lease over */
+    char ra[16];
+    raw_id(a, ra);
+    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %b", ra, (size_t)16); /* its lease over */
     ASSERT_EVENTUALLY(atomic_load(&seen.calls) >= 1, WD_LEASE + MARGIN);
     ASSERT_STR_EQ(seen.id, a);
     ASSERT_EQ(atomic_load(&seen.reason), DLOCK_LOST_TAKEN);
@@ -368,7 +383,8 @@ static void lost(const th_server *srv, redisContext *rc)
 
     dlock_permits_on_lost(p, NULL, NULL);
     ASSERT_POK(p, dlock_permits_acquire(p, DLOCK_NOWAIT, DLOCK_WATCHDOG, a));
-    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %s", a);
+    raw_id(a, ra);
+    th_cmd_ok(rc, "ZADD {pm:lost}:timeout XX 1 %b", ra, (size_t)16);
     th_sleep_ms(WD_LEASE / 3 + MARGIN / 2);
     ASSERT_EQ(atomic_load(&seen.calls), 1);
     ASSERT_PCODE(p, dlock_permits_release(p, a), DLOCK_ENOTOWNER);
