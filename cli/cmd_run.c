@@ -44,8 +44,10 @@ const char help_run[] =
     "Acquires the lock NAME, runs COMMAND (through /bin/sh -c with -c), keeps the\n"
     "lease renewed while it runs and releases the lock once it has exited. The\n"
     "exit status is the command's (128+N if killed by signal N). SIGINT, SIGTERM,\n"
-    "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command. The\n"
-    "command's environment gets DLOCK_NAME and DLOCK_FENCE (the fencing token).\n"
+    "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command, which\n"
+    "runs in a process group of its own (everything it starts gets them), in\n"
+    "the terminal's foreground when dlock has it. The command's environment\n"
+    "gets DLOCK_NAME and DLOCK_FENCE (the fencing token).\n"
     "If the lock is lost while the command runs (or no renewal was confirmed for\n"
     "nine tenths of the lease), the command gets SIGTERM, then SIGKILL after\n"
     "--kill-after, and dlock exits with 80.\n"
@@ -467,17 +469,34 @@ typedef struct child_setup {
     sigset_t oldmask;
     struct sigaction oldpipe;
     pid_t parent;
-    int errfd; /* write end of the exec-error pipe (close-on-exec) */
+    int errfd;  /* write end of the exec-error pipe (close-on-exec) */
+    int tty;    /* the terminal whose foreground the command takes, or -1 */
+    int pdeath; /* no reaper: SIGTERM the command itself when dlock dies */
 } child_setup;
 
 /* In the child, between fork and exec: async-signal-safe calls only. */
 static void child_exec(const child_setup *cs)
 {
     int err;
-    /* If dlock dies, nobody renews the lease: stop the command too. */
-    (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != cs->parent)
-        _exit(128 + SIGTERM);
+    /* A process group of its own, so that what stops the command reaches
+     * everything it started (pipelines, forks): dlock signals the group. */
+    (void)setpgid(0, 0);
+    if (cs->tty >= 0) {
+        /* the terminal's foreground, as a shell gives it to a job (the
+         * parent does the same; whichever runs first wins). From a
+         * background group this needs SIGTTOU blocked. */
+        sigset_t ttou;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        sigprocmask(SIG_BLOCK, &ttou, NULL);
+        (void)tcsetpgrp(cs->tty, getpid());
+    }
+    if (cs->pdeath) {
+        /* If dlock dies, nobody renews the lease: stop the command too. */
+        (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != cs->parent)
+            _exit(128 + SIGTERM);
+    }
     sigaction(SIGPIPE, &cs->oldpipe, NULL);
     sigprocmask(SIG_SETMASK, &cs->oldmask, NULL);
     if (cs->o->shell) {
@@ -492,6 +511,105 @@ static void child_exec(const child_setup *cs)
         (void)r;
     }
     _exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
+}
+
+/* The group exists and has a member (a zombie counts until reaped). */
+static int group_alive(pid_t pg)
+{
+    return kill(-pg, 0) == 0 || errno == EPERM;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* The reaper: a process in a session of its own that outlives dlock to stop
+ * the command's process group when dlock dies without saying so (SIGKILL, a
+ * crash). It reads the group id, then waits for one byte (dlock is done:
+ * exit) or end of file (dlock is gone: SIGTERM and SIGCONT to the group,
+ * SIGKILL after --kill-after if any of it is left). It ignores the signals
+ * that reach dlock's group or a terminal's, and keeps no other descriptor,
+ * so that it holds no connection to the server open. Forked from a threaded
+ * process: async-signal-safe calls only. */
+static void reaper_main(int fd, int64_t kill_after_ms)
+{
+    static const int ignored[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
+                                  SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+    struct sigaction sa;
+    pid_t pg = 0;
+    int64_t waited = 0;
+    size_t i;
+    char b;
+    int n;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    for (i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        sigaction(ignored[i], &sa, NULL);
+    (void)setsid();
+    if (fd != 0) {
+        (void)dup2(fd, 0);
+        fd = 0;
+    }
+    for (n = 1; n < 4096; n++)
+        (void)close(n);
+    if (read(fd, &pg, sizeof pg) != (ssize_t)sizeof pg || pg <= 0)
+        _exit(0);
+    do
+        n = (int)read(fd, &b, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 1)
+        _exit(0); /* dlock is done with the command */
+    (void)kill(-pg, SIGTERM);
+    (void)kill(-pg, SIGCONT);
+    while (waited < kill_after_ms && group_alive(pg)) {
+        sleep_ms(20);
+        waited += 20;
+    }
+    (void)kill(-pg, SIGKILL);
+    _exit(0);
+}
+
+/* Starts the reaper; its pid (and *fd, the pipe to it), or -1. */
+static pid_t start_reaper(const run_opts *o, int *fd)
+{
+    int p[2];
+    pid_t pid;
+    *fd = -1;
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        close(p[1]);
+        reaper_main(p[0], o->kill_after_ms); /* does not return */
+    }
+    close(p[0]);
+    if (pid < 0) {
+        close(p[1]);
+        return -1;
+    }
+    *fd = p[1];
+    return pid;
+}
+
+/* The terminal dlock may give to the command: the first of stdin, stdout
+ * and stderr that is a terminal whose foreground process group is dlock's
+ * (dlock runs in the foreground); -1 if none. */
+static int owned_tty(void)
+{
+    int fd;
+    for (fd = 0; fd < 3; fd++)
+        if (isatty(fd))
+            return tcgetpgrp(fd) == getpgrp() ? fd : -1;
+    return -1;
+}
+
+static int has_tty(void)
+{
+    return isatty(0) || isatty(1) || isatty(2);
 }
 
 static int status_code(int status)
@@ -522,14 +640,29 @@ static void fmt_secs(char *buf, size_t len, int64_t ms)
     snprintf(buf, len, "%lld.%03llds", (long long)(ms / 1000), (long long)(ms % 1000));
 }
 
-/* Runs the child under the held lock; returns the exit code. */
+/* Runs the child under the held lock; returns the exit code.
+ *
+ * The command runs in a process group of its own (as GNU timeout runs it),
+ * and every signal dlock sends goes to that group: forwarded signals, and
+ * after a lost lock SIGTERM (with SIGCONT), then SIGKILL after --kill-after
+ * to whatever of the group is left, even once the command itself has
+ * exited. dlock is a child subreaper, so that the command's orphans are
+ * reaped here and an empty group is seen as such. If dlock runs in the
+ * foreground of a terminal, the command's group gets the terminal's
+ * foreground while it runs, as a shell gives it to a job: ^C reaches the
+ * command once (from the terminal; dlock, in the background then, gets
+ * nothing to forward), and the command can read the terminal. A command
+ * stopped from the terminal (^Z, or a read or write from the background)
+ * stops dlock too, so that its shell gets the terminal back; when dlock is
+ * continued it continues the command (in the foreground if it is). A
+ * reaper process stops the group if dlock dies without saying so. */
 static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, int lostfd,
                      const sigset_t *oldmask, const struct sigaction *oldpipe)
 {
     child_setup cs;
-    int errpipe[2];
-    pid_t pid;
-    int status = 0, exec_err = 0, lost = 0, code;
+    int errpipe[2], reapfd = -1;
+    pid_t pid, reaper;
+    int status = 0, exec_err = 0, lost = 0, code, done = 0, cont = 0;
     int64_t kill_at = -1;
     ssize_t r;
     size_t i;
@@ -559,17 +692,35 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         return EXIT_OSERR;
     }
     cs.errfd = errpipe[1];
+    cs.tty = owned_tty();
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     fflush(NULL);
+    reaper = start_reaper(o, &reapfd);
+    cs.pdeath = reaper < 0;
+    if (reaper < 0 && g->verbose)
+        cli_err(CMD, "cannot start the reaper (%s): if dlock is killed, only the command's "
+                "first process is stopped", strerror(errno));
     pid = fork();
     if (pid < 0) {
         cli_err(CMD, "fork: %s", strerror(errno));
         close(errpipe[0]);
         close(errpipe[1]);
         free_env(cs.env);
+        if (reapfd >= 0) {
+            write_byte(reapfd, 'd');
+            close(reapfd);
+        }
         return EXIT_OSERR;
     }
     if (pid == 0)
         child_exec(&cs); /* does not return */
+    (void)setpgid(pid, pid); /* as the child does: whichever runs first */
+    if (cs.tty >= 0)
+        (void)tcsetpgrp(cs.tty, pid); /* SIGTTOU is blocked (cmd_run) */
+    if (reapfd >= 0) {
+        ssize_t wr = write(reapfd, &pid, sizeof pid);
+        (void)wr;
+    }
     close(errpipe[1]);
     free_env(cs.env);
     do
@@ -581,21 +732,45 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             ;
         cli_err(CMD, "cannot run '%s': %s", o->shell ? "/bin/sh" : o->argv[0],
                 strerror(exec_err));
-        return exec_err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+        code = exec_err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+        goto out;
     }
     if (g->verbose)
-        cli_err(CMD, "started command, pid %ld", (long)pid);
+        cli_err(CMD, "started command, pid %ld (process group %ld%s)", (long)pid, (long)pid,
+                cs.tty >= 0 ? ", in the terminal's foreground" : "");
 
     for (;;) {
         struct pollfd pfd[2];
-        int timeout = 1000;
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR) {
-            cli_err(CMD, "waitpid: %s", strerror(errno));
-            return EXIT_OSERR;
+        int timeout = 1000, st;
+        pid_t w;
+        /* the command, a stop of it, the reaper, or an orphan of the group */
+        while ((w = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
+            if (w == reaper && !WIFSTOPPED(st)) {
+                reaper = -1; /* killed: nothing to do about it */
+            } else if (w == pid && WIFSTOPPED(st)) {
+                int sig = WSTOPSIG(st);
+                if ((sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) && has_tty() &&
+                    !done) {
+                    /* stopped from the terminal: stop as its job, so that
+                     * its shell gets the terminal back */
+                    if (cs.tty >= 0 && tcgetpgrp(cs.tty) == pid)
+                        (void)tcsetpgrp(cs.tty, getpgrp());
+                    if (g->verbose)
+                        cli_err(CMD, "the command stopped (signal %d); stopping too", sig);
+                    kill(getpid(), SIGSTOP);
+                    /* continued (fg or bg) */
+                    cs.tty = owned_tty();
+                    if (cs.tty >= 0)
+                        (void)tcsetpgrp(cs.tty, pid);
+                    cont = 1; /* once the lock is checked below */
+                }
+            } else if (w == pid) {
+                status = st;
+                done = 1;
+            }
         }
+        if (done && (!lost || kill_at == -2 || !group_alive(pid)))
+            break;
         for (i = 0; i < lk->nlocks && !lost; i++) {
             if (dlock_lock_is_lost(lk->locks[i])) {
                 char b = 0;
@@ -622,43 +797,54 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                 timeout = (int)left + 1;
             }
         }
-        if (lost && kill_at < 0 && kill_at != -2) {
+        if (lost && kill_at == -1) {
             char ka[32];
             fmt_secs(ka, sizeof ka, o->kill_after_ms);
-            cli_err(CMD, "%s '%s' lost while the command ran: %s; sending SIGTERM to pid %ld "
-                    "(SIGKILL after %s)", lk->permits || lk->sem ? "permit of" : "lock", lost_name,
-                    lost_reason(lost), (long)pid, ka);
-            kill(pid, SIGTERM);
+            cli_err(CMD, "%s '%s' lost while the command ran: %s; sending SIGTERM to its "
+                    "process group %ld (SIGKILL after %s)",
+                    lk->permits || lk->sem ? "permit of" : "lock", lost_name, lost_reason(lost),
+                    (long)pid, ka);
+            kill(-pid, SIGTERM);
+            kill(-pid, SIGCONT); /* a stopped process would not see the SIGTERM */
+            cont = 0;
             kill_at = now_us() / 1000 + o->kill_after_ms;
+        }
+        if (cont) {
+            kill(-pid, SIGCONT);
+            cont = 0;
         }
         if (kill_at >= 0) {
             int64_t rem = kill_at - now_us() / 1000;
             if (rem <= 0) {
                 if (g->verbose)
-                    cli_err(CMD, "sending SIGKILL to pid %ld", (long)pid);
-                kill(pid, SIGKILL);
+                    cli_err(CMD, "sending SIGKILL to process group %ld", (long)pid);
+                kill(-pid, SIGKILL);
                 kill_at = -2; /* done */
                 continue;
             }
             if (rem < timeout)
                 timeout = (int)rem;
         }
+        if (done && timeout > 20)
+            timeout = 20; /* the command is gone; what it left is polled for */
         pfd[0].fd = sigfd;
         pfd[0].events = POLLIN;
         pfd[1].fd = lostfd;
         pfd[1].events = POLLIN;
         if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
             cli_err(CMD, "poll: %s", strerror(errno));
-            return EXIT_OSERR;
+            code = EXIT_OSERR;
+            goto out;
         }
         if (pfd[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if (si.ssi_signo == SIGCHLD)
+                if (si.ssi_signo == SIGCHLD || done)
                     continue;
                 if (g->verbose)
-                    cli_err(CMD, "forwarding signal %u to pid %ld", si.ssi_signo, (long)pid);
-                kill(pid, (int)si.ssi_signo);
+                    cli_err(CMD, "forwarding signal %u to process group %ld", si.ssi_signo,
+                            (long)pid);
+                kill(-pid, (int)si.ssi_signo);
             }
         }
         if (!lost && (pfd[1].revents & POLLIN)) {
@@ -673,7 +859,20 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     code = status_code(status);
     if (g->verbose)
         cli_err(CMD, "command exited with status %d", code);
-    return lost ? EXIT_LOST : code;
+    if (lost)
+        code = EXIT_LOST;
+out:
+    /* the terminal back to dlock's group, if the command's still has it */
+    if (cs.tty >= 0 && tcgetpgrp(cs.tty) == pid)
+        (void)tcsetpgrp(cs.tty, getpgrp());
+    if (reapfd >= 0) {
+        write_byte(reapfd, 'd'); /* done: the reaper exits */
+        close(reapfd);
+    }
+    if (reaper > 0)
+        while (waitpid(reaper, NULL, 0) < 0 && errno == EINTR)
+            ;
+    return code;
 }
 
 int cmd_run(int argc, char **argv, cli_global *g)
@@ -728,6 +927,16 @@ int cmd_run(int argc, char **argv, cli_global *g)
     sigaddset(&set, SIGUSR2);
     sigaddset(&set, SIGCHLD);
     pthread_sigmask(SIG_BLOCK, &set, &oldmask);
+    {
+        /* SIGTTOU too, apart from the signalfd: giving the terminal's
+         * foreground away and taking it back from the background
+         * (tcsetpgrp) needs it blocked, and dlock's own messages are then
+         * written whatever the terminal's tostop says */
+        sigset_t ttou;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        pthread_sigmask(SIG_BLOCK, &ttou, NULL);
+    }
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &ign, &oldpipe);
