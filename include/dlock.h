@@ -224,9 +224,11 @@ typedef enum dlock_kind {
     DLOCK_KIND_REENTRANT = 2,
     /* Redisson RFairLock layout: reentrant, and waiters get the lock in the
      * order they arrived (queue "redisson_lock_queue:{name}", deadlines in
-     * "redisson_lock_timeout:{name}"). A waiter that died is skipped once its
-     * deadline passes. The release hands the lock straight to the next
-     * waiter. */
+     * "redisson_lock_timeout:{name}"). The release hands the lock straight
+     * to the next waiter, which takes it up with one attempt; a waiter that
+     * does not take it up within 500 ms (paused, hung) loses it and its
+     * place, and the lock goes to the waiter behind it. A waiter that died
+     * (its connection closed) is skipped at once. */
     DLOCK_KIND_FAIR = 3,
     /* The read side of Redisson's RReadWriteLock at `name`: many readers at
      * once, reentrant per thread. */

@@ -19,30 +19,37 @@
  * scores with its client clock, which agrees with the server's as far as the
  * hosts' clocks agree (NTP).
  *
- * Handoff: when the last hold is released and the queue head is a live dlock
- * waiter (it registered its lease in the lease hash), the release script
- * makes it the owner right away (field = 1, PEXPIRE its lease, INCR the fence
- * counter, pop it from the queue) and publishes "granted:<fence>" on its
- * channel; the waiter holds the lock on receipt, with no further round trip.
- * The grant is only made when PUBLISH reached a subscriber: a waiter that died
- * (its connection is gone) or has not subscribed yet gets nothing, and stays
- * the head while its deadline lasts (taking the lock on its next attempt);
- * past its deadline it is dropped and the next head is tried. A head without
- * a registered lease (a Redisson waiter) gets Redisson's plain wake-up "0"
- * on its channel instead. A head that hears the grant gets it even past its
- * deadline: it is connected and subscribed, so it is waiting, or it is a
- * process that stalled for the whole entry lifetime (its lease then ends
- * the hold).
+ * Handoff: when the last hold is released and the queue head is a dlock
+ * waiter that listens on its channel (it registered its lease in the lease
+ * hash, and PUBSUB NUMSUB of its channel is not 0), the release script
+ * grants it the lock provisionally (field = 1, PEXPIRE DL_FAIR_GRANT_MS,
+ * INCR the fence counter, pop it from the queue) and publishes
+ * "granted:<fence>" on its channel. The waiter takes the grant up with one
+ * attempt, which finds its field and sets the lease it asked for; a grant not
+ * taken up within DL_FAIR_GRANT_MS (the head is paused, or hung, or dead
+ * behind a connection that stays open) runs out on the server, and the next
+ * waiter, told "next:<ms>" at the grant, comes back then and takes the lock.
+ * Whether a waiter listens is read with NUMSUB, not from PUBLISH's count,
+ * which pattern subscribers (a monitoring tool's PSUBSCRIBE *) inflate. A
+ * head that listened and no longer does is dead: it is dropped at once and
+ * the next head tried. A head making its first attempt (before it
+ * subscribed) is "joining" (its lease is stored negative) and stays the head
+ * while its deadline lasts (its next attempt takes the lock). A head without
+ * a registered lease (a Redisson waiter) gets Redisson's plain wake-up "0" on
+ * its channel instead, and stays the head while its deadline lasts.
+ *
+ * Taking the grant up costs the new owner one round trip after the message
+ * (docs/benchmarks.md): the message alone cannot tell a waiter that is alive
+ * from one that was paused before the grant and resumed after it passed on,
+ * and a grant of the full lease would let a paused head stall the queue for
+ * that lease.
  *
  * A handoff can race the waiter: its next attempt may run before it reads the
  * message, and it may give up before reading it. Both are told by the owner
  * field itself: an attempt of the same acquire call that finds the owner's
  * field set takes the grant instead of counting a re-entry, and an abandon
  * that finds it gives the lock back. (The owner is this client and thread,
- * blocked in that call, so no other handle of it can hold the lock then.) A
- * "granted" message is taken only if its fence is above the counter seen by
- * the waiter's latest attempt (so it is not a stale grant whose lease ran out
- * while the message sat unread).
+ * blocked in that call, so no other handle of it can hold the lock then.)
  *
  * Known limit with Redisson in the same queue: a Redisson client that
  * acquires lowers every waiter's score by its threadWaitTime (its scores are
@@ -58,6 +65,16 @@
  * refreshes it (at most; it also comes back when told). */
 #define DL_FAIR_WAIT_MS 5000
 #define DL_FAIR_KEEPALIVE_MS (DL_FAIR_WAIT_MS / 3)
+
+/* How long a grant waits to be taken up: the release makes the queue head
+ * the owner for this long (FAIR_LUA_ADVANCE); the head's next attempt sets
+ * its own lease. A head that does not take it up in time (paused, hung, or
+ * dead behind an open connection) loses it to the next waiter, which the
+ * grant told to come back then. Far above the time a live waiter needs to
+ * read the message and send its attempt (well under a millisecond idle, tens
+ * of milliseconds on a loaded host), far below the queue entry lifetime and
+ * any usual lease: the longest a paused head stalls the queue. */
+#define DL_FAIR_GRANT_MS 500
 
 /* Common Lua. KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue,
  * KEYS[4] deadlines, KEYS[5] leases.
@@ -76,62 +93,90 @@
     "do local tm = redis.call('time') "                                                \
     var " = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000) end "
 
+/* h (a Lua expression, a queue entry) is a dlock waiter that listened and
+ * has no subscription now: its connection is gone (SUBSCRIBE counts in
+ * NUMSUB, a pattern subscriber does not). ARGV[8]: channel prefix. */
+#define FAIR_LUA_GONE(h)                                                               \
+    "(tonumber(redis.call('hget', KEYS[5], " h ")) or -1) > 0 and "                    \
+    "redis.call('pubsub', 'numsub', ARGV[8] .. ':' .. " h ")[2] == 0"
+
 /* h (a local, the queue head just read, not nil): when its deadline passed
- * (or it has none) the dead heads are dropped and h becomes the live head,
- * or nil when the queue empties. now: the clock in ms. */
+ * (or it has none), or it is a dlock waiter that listened and no longer does
+ * (FAIR_LUA_GONE), the dead heads are dropped and h becomes the live head,
+ * or nil when the queue empties. now: the clock in ms; me: the attempt's
+ * owner (alive by definition). */
 #define FAIR_LUA_LIVE(h)                                                               \
     "do local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                     \
-    "if not (d and d > now) then while true do "                                       \
+    "if not (d and d > now and not (" h " ~= me and " FAIR_LUA_GONE(h) ")) then "      \
+    "while true do "                                                                   \
     h " = redis.call('lindex', KEYS[3], 0) "                                           \
     "if not " h " then break end "                                                     \
     "d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                              \
-    "if d and d > now then break end "                                                 \
+    "if d and d > now and not (" h " ~= me and " FAIR_LUA_GONE(h) ") then break end "  \
     "redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], " h "); "                \
     "redis.call('hdel', KEYS[5], " h ") end end end "
 
 /* The lock was deleted: hand it to the head of the queue (a dlock waiter
- * that hears the grant), or wake the head (a Redisson waiter). h: a local,
- * the head just popped from the queue (LPOP: one call fewer than LINDEX
- * then LPOP; a head that stays is pushed back), or nil. ARGV[1]: channel
- * prefix.
+ * that listens), or wake the head (a Redisson waiter). h: a local, the head
+ * just popped from the queue (LPOP: one call fewer than LINDEX then LPOP; a
+ * head that stays is pushed back), or nil. ARGV[1]: channel prefix.
  *
- * A head that hears the grant (PUBLISH reached its connection) takes the
- * lock without its deadline being read: the clock and the deadline are read
- * only for a head that did not hear it (or has no lease: Redisson's), and it
- * is dropped if its deadline passed, the next head tried; a head within its
- * deadline stays the head (not subscribed yet: its next attempt takes the
- * lock). Each call saved counts: the handoff runs on a server that was idle
- * (docs/benchmarks.md, issue 7 finding 7). The grant carries the counter as
- * GET returns it: the same number as f, and 8 us less of an idle server than
- * string.format('%d', f). A granted owner's entry in the lease hash stays
- * (it is rewritten if it queues again, and the hash goes with the queue). */
+ * A dlock head that listens (PUBSUB NUMSUB of its own channel: its
+ * subscription, not a pattern subscriber's, which PUBLISH would count too)
+ * is granted the lock provisionally: owner field = 1, PEXPIRE of
+ * DL_FAIR_GRANT_MS (its lease, if shorter), "granted:<fence>" on its
+ * channel. It takes the grant up with its next attempt, which finds its
+ * field and sets its own lease; a head that is paused or hung (connected,
+ * subscribed, not acting) does not, and the server expires the grant
+ * DL_FAIR_GRANT_MS later. The next dlock waiter is told "next:<ms>" at the
+ * grant, so that it comes back when an untaken grant has run out and takes
+ * the lock (it is the head by then). A dlock head that does not listen is
+ * dead (its connection is gone) and dropped, unless it is joining (its lease
+ * is stored negative: its first attempt, made before it subscribed), which
+ * stays the head while its deadline lasts (its next attempt takes the lock).
+ * A head without a registered lease (a Redisson waiter) stays the head while
+ * its deadline lasts and gets Redisson's plain wake-up "0". The clock is read
+ * only for heads that are not granted. Each call saved counts: the handoff
+ * runs on a server that was idle (docs/benchmarks.md, issue 7 finding 7). The
+ * grant carries the counter as GET returns it: the same number as f, and 8 us
+ * less of an idle server than string.format('%d', f). A granted owner's entry
+ * in the lease hash stays (it is rewritten if it queues again, and the hash
+ * goes with the queue). */
 #define FAIR_LUA_ADVANCE(h)                                                            \
     "while " h " do "                                                                  \
     "local ch = ARGV[1] .. ':' .. " h " "                                              \
     "local lease = tonumber(redis.call('hget', KEYS[5], " h ")) "                      \
-    "if lease then " DL_LUA_FENCE("f", "KEYS[2]")                                      \
-    "if redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) > 0 then " \
-    "redis.call('zrem', KEYS[4], " h "); "                                             \
-    "redis.call('hset', KEYS[1], " h ", 1); redis.call('pexpire', KEYS[1], lease) "    \
+    "local keep = not lease "                                                          \
+    "if lease then if lease < 0 then lease, keep = -lease, true end "                  \
+    "if redis.call('pubsub', 'numsub', ch)[2] > 0 then "                               \
+    DL_LUA_FENCE("f", "KEYS[2]")                                                       \
+    "redis.call('zrem', KEYS[4], " h "); redis.call('hset', KEYS[1], " h ", 1) "       \
+    "redis.call('pexpire', KEYS[1], math.min(lease, " DL_STR(DL_FAIR_GRANT_MS) ")) "   \
+    "redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) "             \
+    "local n = redis.call('lindex', KEYS[3], 0) "                                      \
+    "if n and redis.call('hexists', KEYS[5], n) == 1 then "                            \
+    "redis.call('publish', ARGV[1] .. ':' .. n, 'next:" DL_STR(DL_FAIR_GRANT_MS) "') end " \
     "break end end "                                                                   \
-    "local now = 0 " FAIR_LUA_CLOCK("now")                                             \
+    "if keep then local now = 0 " FAIR_LUA_CLOCK("now")                                \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
     "if d and d > now then redis.call('lpush', KEYS[3], " h ") "                       \
-    "if not lease then redis.call('publish', ch, '0') end break end "                  \
+    "if not lease then redis.call('publish', ch, '0') end break end end "              \
     "redis.call('zrem', KEYS[4], " h "); redis.call('hdel', KEYS[5], " h ") "          \
     h " = redis.call('lpop', KEYS[3]) end "                                            \
     "if not " h " then redis.call('del', KEYS[5]) end "
 
 /* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
  * queued before), queue ('1' join/refresh the queue, '0' try once), entry
- * lifetime ms, keep-alive ms.
- * -> {1, fence, holds} acquired | {0, ms to wait at most, fence counter now}
+ * lifetime ms, keep-alive ms, joining ('1': not subscribed yet, the lease is
+ * stored negative), channel prefix.
+ * -> {1, fence, holds} acquired | {0, ms to wait at most}
  *
- * An owner field found in 'w' mode is a handoff that raced this attempt (the
- * owner is this client and thread, which is blocked in this call, so no other
- * handle of it can have taken the lock meanwhile): the lock is taken with the
- * fence of that grant (nothing can have moved the counter while it is held),
- * and its lease restarted so that it runs from this attempt.
+ * An owner field found in 'w' mode is a grant (FAIR_LUA_ADVANCE) being taken
+ * up: the owner is this client and thread, which is blocked in this call, so
+ * no other handle of it can have taken the lock meanwhile. The lock is taken
+ * with the fence of that grant (nothing can have moved the counter while it
+ * is held), and the lease set from the grant's DL_FAIR_GRANT_MS to the one
+ * asked for, running from this attempt.
  *
  * The queue head is read (and dead heads dropped) only when the lock is
  * free: while it is held, an attempt just joins or refreshes the queue (8
@@ -166,13 +211,13 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "if ARGV[4] == '1' then "
     "if not redis.call('zscore', KEYS[4], me) then redis.call('rpush', KEYS[3], me) end "
     "redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), me) "
-    "redis.call('hset', KEYS[5], me, ARGV[1]) end "
+    "redis.call('hset', KEYS[5], me, ARGV[7] == '1' and -tonumber(ARGV[1]) or ARGV[1]) end "
     "if p == -2 then "
     "local d = head and tonumber(redis.call('zscore', KEYS[4], head)) "
     "if d then p = d - now + 1 else p = ka end "
     "elseif p < 0 then p = ka end "
     "if p > ka then p = ka end "
-    "return {0, p, tonumber(redis.call('get', KEYS[2]) or 0)}");
+    "return {0, p}");
 
 /* ARGV: channel prefix, lease ms, owner.
  * -> -1 not held | 0 still held (count > 0) | 1 released */
@@ -220,11 +265,9 @@ static dl_script renew_script = DL_SCRIPT("fair_renew",
 typedef struct fair_data {
     char *queue, *timeouts, *leases, *chan; /* chan: redisson_lock__channel:{name} */
     size_t queue_len, timeouts_len, leases_len, chan_len;
-    int queued;        /* this acquire call joined the queue */
-    int64_t t0;        /* monotonic ms when the latest attempt was sent */
-    int64_t lease_ms;  /* the lease this call asked for */
-    uint64_t seen;     /* the fence counter at the latest attempt: a grant
-                        * made after it carries a greater fence */
+    int queued;        /* this acquire call joined the queue (and has
+                        * subscribed since: every attempt after the first
+                        * comes after the subscription, wait.c) */
 } fair_data;
 
 static void fair_destroy(dlock_lock *l) {
@@ -286,56 +329,47 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
-    const char *args[6] = {lease, l->token, mode, queue ? "1" : "0", life, ka};
-    size_t arglens[6] = {ll, l->token_len, 1, 1, lifel, kal};
+    /* the first attempt of a call may come before the subscription: it joins
+     * as "joining", which a release does not take for dead */
+    const char *args[8] = {lease, l->token, mode, queue ? "1" : "0", life, ka,
+                           d->queued ? "0" : "1", d->chan};
+    size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &acquire_script, 5, keys, keylens, 6, args,
+    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &acquire_script, 5, keys, keylens, 8, args,
                      arglens, &r, err);
     if (rc) return rc;
     rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
-    long long seen = 0;
-    if (!rc && !t->acquired && r->elements > 2 && !dl_reply_int(r->element[2], &seen))
-        d->seen = (uint64_t)seen;
     freeReplyObject(r);
     if (rc) return rc;
-    d->t0 = t0;
-    d->lease_ms = lease_ms;
     if (t->acquired) d->queued = 0;
     else if (queue) d->queued = 1;
     return DLOCK_OK;
 }
 
-/* "granted:<fence>" from a release that handed us the lock. */
+/* A message on the waiter's channel. "granted:<fence>": the release made this
+ * waiter the owner for DL_FAIR_GRANT_MS; the attempt that follows at once
+ * takes the grant up (it finds the owner field and sets the lease) or learns
+ * that it ran out. The message alone proves nothing: it may have sat unread
+ * while this process was paused and the grant passed on. "next:<ms>": the
+ * waiter ahead was just granted the lock; come back in <ms> (when an untaken
+ * grant has run out) rather than at once. Anything else (Redisson's "0"):
+ * try again now. */
 static int fair_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
-    fair_data *d = l->kdata;
-    static const char pfx[] = "granted:";
+    (void)l;
+    static const char pfx[] = "next:";
     const size_t plen = sizeof pfx - 1;
-    if (msg->type != REDIS_REPLY_STRING || msg->len <= plen || msg->len > plen + 20 ||
+    if (msg->type != REDIS_REPLY_STRING || msg->len <= plen || msg->len > plen + 9 ||
         memcmp(msg->str, pfx, plen) != 0)
         return 0;
-    uint64_t f = 0;
+    int64_t ms = 0;
     for (size_t i = plen; i < msg->len; i++) {
         unsigned char ch = (unsigned char)msg->str[i];
         if (ch < '0' || ch > '9') return 0;
-        uint64_t nf = f * 10 + (uint64_t)(ch - '0');
-        if (nf / 10 != f) return 0; /* overflow */
-        f = nf;
+        ms = ms * 10 + (ch - '0');
     }
-    /* a grant older than our latest attempt (which then found us not
-     * holding: the lease it gave ran out), or one whose lease would already
-     * have run out: not ours any more; the next attempt tells */
-    if (f <= d->seen || dl_now_ms() >= d->t0 + d->lease_ms) return 0;
-    memset(t, 0, sizeof *t);
-    t->acquired = 1;
-    t->fence = f;
-    t->count = 1;
-    d->queued = 0;
-    /* granted after our latest attempt ran (it found us not holding): its
-     * send time is a safe start for the lease */
-    l->expires_at = d->t0 + d->lease_ms;
-    atomic_store(&l->lease.last_ok, (long long)d->t0);
-    return 1;
+    t->pttl = ms;
+    return -1;
 }
 
 static int run_script(dlock_lock *l, dl_conn *conn, int opts, dl_script *s, int nargs,

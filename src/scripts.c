@@ -17,23 +17,30 @@ static void sha1_hex(const char *text, char out[41]) {
         for (unsigned j = 0; j < 20; j++) snprintf(out + 2 * j, 3, "%02x", md[j]);
 }
 
-/* The script's text with every 'publish' call made 'spublish'; NULL when out
- * of memory (the classic text is used then). */
+/* The script's text for Redis Cluster's sharded pub/sub: every 'publish'
+ * call made 'spublish', and every PUBSUB 'numsub' made 'shardnumsub' (a
+ * sharded subscriber counts only there); NULL when out of memory (the
+ * classic text is used then). */
 static char *sharded_text(const char *text) {
-    static const char from[] = "'publish'", to[] = "'spublish'";
-    size_t n = 0;
-    for (const char *p = text; (p = strstr(p, from)); p += sizeof from - 1) n++;
-    char *out = malloc(strlen(text) + n + 1), *o = out;
+    static const char *const from[] = {"'publish'", "'numsub'"};
+    static const char *const to[] = {"'spublish'", "'shardnumsub'"};
+    enum { NSUB = 2 };
+    size_t n = strlen(text);
+    for (int k = 0; k < NSUB; k++)
+        for (const char *p = text; (p = strstr(p, from[k])); p += strlen(from[k]))
+            n += strlen(to[k]) - strlen(from[k]);
+    char *out = malloc(n + 1), *o = out;
     if (!out) return NULL;
-    for (const char *p = text;;) {
-        const char *q = strstr(p, from);
-        size_t k = q ? (size_t)(q - p) : strlen(p);
-        memcpy(o, p, k);
-        o += k;
-        if (!q) break;
-        memcpy(o, to, sizeof to - 1);
-        o += sizeof to - 1;
-        p = q + sizeof from - 1;
+    for (const char *p = text; *p;) {
+        int k = 0;
+        while (k < NSUB && strncmp(p, from[k], strlen(from[k]))) k++;
+        if (k < NSUB) {
+            memcpy(o, to[k], strlen(to[k]));
+            o += strlen(to[k]);
+            p += strlen(from[k]);
+        } else {
+            *o++ = *p++;
+        }
     }
     *o = '\0';
     return out;

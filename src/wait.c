@@ -43,7 +43,8 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
 
 /* Waits until the subscriber connection has a message, or until deadline,
  * or until the wait is cancelled (dlock_lock_cancel).
- * Returns DLOCK_OK (*granted set if the message handed the lock over),
+ * Returns DLOCK_OK (*granted: the kind's message op said 1, the message
+ * handed the lock over; -1, try again in t->pttl ms, not now),
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or a failure. */
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
@@ -174,7 +175,12 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         rc = dl_follow_slot(c, l->channel, l->channel_len, &conn, &sub, &moved, err);
         if (rc || moved) continue;
         int granted = 0;
-        rc = wait_message(l, sub, until, t, &granted, err);
+        do {
+            rc = wait_message(l, sub, until, t, &granted, err);
+            /* "come back in t->pttl ms", not now */
+            if (!rc && granted < 0 && dl_now_ms() + t->pttl + 1 < until)
+                until = dl_now_ms() + t->pttl + 1;
+        } while (!rc && granted < 0);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
         if (!rc && granted) break;
     }
