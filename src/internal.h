@@ -157,10 +157,14 @@ typedef struct dl_script {
 
 #define DL_SCRIPT(name, text) {name, text, "", 0}
 
-/* Lua, inline: pops waiters from the ZSET z (lowest score first) until a
- * PUBLISH on prefix .. member reaches a subscriber: one live waiter is told,
- * dead ones are dropped on the way. The plain lock's waiters register there
- * (lock_plain.c). z and prefix are Lua expressions.
+/* Lua, inline: pops waiters from the ZSET z (lowest score first) until one
+ * is subscribed to its channel prefix .. member, and tells it (PUBLISH):
+ * one live waiter is told, dead ones (their connection gone) are dropped on
+ * the way. Subscribed is read with PUBSUB NUMSUB, which counts the channel's
+ * own subscribers only: PUBLISH's count includes every pattern subscriber
+ * (a monitoring tool's PSUBSCRIBE *), and would take a dead waiter for a
+ * live one. The plain lock's waiters register there (lock_plain.c). z and
+ * prefix are Lua expressions.
  *
  * The lock scripts paste their snippets inline instead of defining Lua
  * functions: a `local function` builds a closure on every run, and on a
@@ -173,7 +177,8 @@ typedef struct dl_script {
 #define DL_LUA_WAKE_ONE(z, prefix)                                                     \
     "while true do local w = redis.call('zpopmin', " z ") "                            \
     "if not w[1] then break end "                                                      \
-    "if redis.call('publish', " prefix " .. w[1], '0') > 0 then break end end "
+    "if redis.call('pubsub', 'numsub', " prefix " .. w[1])[2] > 0 then "               \
+    "redis.call('publish', " prefix " .. w[1], '0') break end end "
 
 #define DL_XSTR_(x) #x
 #define DL_STR(x) DL_XSTR_(x)

@@ -9,8 +9,10 @@
  *
  * A waiter subscribes to its own channel, then registers with each attempt
  * that fails (ZADD NX: it keeps its place). A release pops registered waiters
- * until a PUBLISH reaches a subscriber, so one live waiter tries again; a
- * waiter that died is dropped on the way (PUBLISH reached nobody). A woken
+ * until one is subscribed to its channel (PUBSUB NUMSUB: DL_LUA_WAKE_ONE) and
+ * tells it, so one live waiter tries again; a waiter that died is dropped on
+ * the way. An attempt that wins removes its own entry whenever this call
+ * registered it, so the registry never names a holder. A woken
  * waiter that loses the race (a newcomer took the lock first) registers
  * again, at the back. One that gives up after being woken passes the wake on
  * (abandon). A waiter that was woken and hung, or whose host died with its
@@ -30,8 +32,8 @@
 #define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)
 
 /* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':
- * not waiting: try once, or a RedLock node), '1' when the waiter may still be
- * registered ('0' right after a wake: the release popped it).
+ * not waiting: try once, or a RedLock node), '1' when an attempt of this
+ * call registered it (it may still be registered: a win removes it).
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
@@ -79,8 +81,10 @@ typedef struct plain_data {
     char *prefix;      /* redisson_lock__channel:{name}: */
     size_t prefix_len;
     int waiting;       /* the current attempt registers (the caller waits) */
-    int registered;    /* an attempt of this call registered it, and no wake
-                        * (which pops it) came since */
+    int registered;    /* an attempt of this call registered it: it may still
+                        * be registered (a wake pops it, but a later attempt
+                        * that lost may have registered it again before the
+                        * wake was read) */
 } plain_data;
 
 static void plain_destroy(dlock_lock *l) {
@@ -139,7 +143,11 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->nkeys = 3;
         call->args[2] = d->waiting ? DL_STR(DL_PLAIN_RECHECK_MS) : "0";
         call->arglens[2] = strlen(call->args[2]);
-        call->args[3] = d->waiting && d->registered ? "1" : "0";
+        /* not only while waiting: the attempt at the wait's deadline is a
+         * try-once (it does not register), and one that wins must leave no
+         * entry behind, or the next release would wake the new holder
+         * itself instead of a waiter */
+        call->args[3] = d->registered ? "1" : "0";
         call->arglens[3] = 1;
         call->nargs = 4;
         break;
@@ -162,18 +170,18 @@ static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
     plain_data *d = l->kdata;
     d->waiting = wait_ms != 0;
     int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
-    /* a failed waiting attempt registered it; one that succeeded (or
-     * failed in transit) leaves it to the next call's first attempt */
-    d->registered = d->waiting && !rc && !t->acquired;
+    /* a failed waiting attempt registered it (and one that failed in transit
+     * may have); one that succeeded removed it */
+    if (!rc && t->acquired) d->registered = 0;
+    else if (d->waiting) d->registered = 1;
     d->waiting = 0;
     return rc;
 }
 
-/* A wake-up: the release that sent it popped this waiter from the registry. */
+/* A wake-up: the release that sent it popped this waiter from the registry
+ * (an attempt since may have registered it again: d->registered stays). */
 static int plain_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
-    (void)msg, (void)t;
-    plain_data *d = l->kdata;
-    d->registered = 0;
+    (void)l, (void)msg, (void)t;
     return 0;
 }
 

@@ -11,6 +11,12 @@
  *            bound, not after the holder's 20 s lease
  *   giveup   waiters with short random bounds against a busy lock: the
  *            registry ends empty and the lock free, nothing left waiting
+ *   dead_psub  "dead" with a PSUBSCRIBE * client connected: PUBLISH counts
+ *            it, so whether a waiter listens must not be read from PUBLISH
+ *   deadline a wait whose final attempt (at its deadline, a try-once) wins
+ *            leaves no registry entry behind: the next release wakes the
+ *            real waiter at once, not the new holder itself (which left the
+ *            waiter to its re-check)
  * Waiters are processes forked before the parent makes any client. */
 #include "harness.h"
 
@@ -180,13 +186,21 @@ static void part_count_and_chain(const th_server *s)
 /* Waiter 0 registered first is SIGKILLed (dead) or SIGSTOPped (hung); the
  * holder releases; waiter 1 must get the lock: at once when 0 is dead,
  * within the re-check bound when 0 swallowed the wake. */
-static void part_bad_first(const th_server *s, int sig)
+static void part_bad_first(const th_server *s, int sig, int psub)
 {
-    snprintf(g_name, sizeof g_name, "wake1:%s", sig == SIGKILL ? "dead" : "hung");
+    snprintf(g_name, sizeof g_name, "wake1:%s%s", sig == SIGKILL ? "dead" : "hung",
+             psub ? "_psub" : "");
     pid_t pids[2];
     int fds[2];
     for (int i = 0; i < 2; i++) pids[i] = fork_waiter(s, i, -1, &fds[i]);
     redisContext *rc = th_redis(s);
+    redisContext *ps = NULL;
+    if (psub) { /* a monitoring tool's pattern subscription: every PUBLISH counts it */
+        ps = th_redis(s);
+        redisReply *r = th_cmd(ps, "PSUBSCRIBE *");
+        ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+        freeReplyObject(r);
+    }
     dlock_client *c = th_client(s, 0);
     dlock_lock *h = th_lock(c, g_name, DLOCK_KIND_PLAIN);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));
@@ -207,8 +221,9 @@ static void part_bad_first(const th_server *s, int sig)
     ASSERT(at != NULL);
     int64_t took = atoll(at) - t_rel;
     free(at);
-    th_log("first registered waiter %s: the next one had the lock %lld ms after the release",
-           sig == SIGKILL ? "killed" : "stopped", (long long)took);
+    th_log("first registered waiter %s%s: the next one had the lock %lld ms after the release",
+           sig == SIGKILL ? "killed" : "stopped", psub ? " (PSUBSCRIBE * connected)" : "",
+           (long long)took);
     if (sig == SIGKILL) {
         /* woken at once: before its first re-check could come (told when
          * the set-up left time for one: a loaded machine can stretch it) */
@@ -226,6 +241,84 @@ static void part_bad_first(const th_server *s, int sig)
         th_wait_child(pids[i], 5000);
     }
     th_cmd_int(rc, "DEL %s dlock_waiters:{%s}", g_name, g_name);
+    if (ps) redisFree(ps);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
+/* A child that, once told (a byte on go), sleeps ms and deletes the lock key
+ * behind everyone's back (no wake-up: as a holder whose lease ran out). */
+static pid_t fork_deleter(const th_server *s, int64_t ms, int *go)
+{
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        close(p[1]);
+        char b;
+        if (read(p[0], &b, 1) != 1) _exit(2);
+        th_sleep_ms(ms);
+        redisContext *rc = th_redis(s);
+        th_cmd_int(rc, "DEL %s", g_name);
+        redisFree(rc);
+        _exit(0);
+    }
+    close(p[0]);
+    *go = p[1];
+    return pid;
+}
+
+/* W waits 1 s for a lock held for 20 s; at 300 ms the key is deleted
+ * without a wake-up, so W's next attempt is its final one, at its deadline
+ * (a try-once: it does not register), and it wins. It registered on its
+ * earlier attempts: winning must remove that entry. X then waits; W's
+ * release must wake X at once. A stale entry of W's, listed before X, took
+ * the wake instead (W's subscription lingers, so it counts as listening),
+ * and X waited for its re-check (DL_PLAIN_RECHECK_MS). */
+static void part_deadline(const th_server *s)
+{
+    snprintf(g_name, sizeof g_name, "wake1:deadline");
+    int xgo = -1, dgo = -1;
+    pid_t x = fork_waiter(s, 0, 0, &xgo);
+    pid_t del = fork_deleter(s, 300, &dgo);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    dlock_lock *w = th_lock(c, g_name, DLOCK_KIND_PLAIN);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 20000, NULL));
+    go(dgo);
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(w, dlock_acquire(w, 1000, 20000, NULL));
+    th_log("W had the lock at its final attempt, %lld ms into its 1000 ms wait",
+           (long long)(th_now_ms() - t0));
+    ASSERT_EQ(th_wait_child(del, 5000), 0);
+    long long n0 = registered(rc);
+    int64_t t_go = th_now_ms();
+    go(xgo);
+    ASSERT_EVENTUALLY(registered(rc) == n0 + 1, 5000);
+    th_sleep_ms(50);
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(w, dlock_release(w));
+    ASSERT_EVENTUALLY(order_len(rc) == 1, 10000);
+    char *at = th_cmd_str(rc, "GET %s:at:0", g_name);
+    ASSERT(at != NULL);
+    int64_t t_x = atoll(at);
+    free(at);
+    th_log("X had the lock %lld ms after W's release (registered %lld ms before it)",
+           (long long)(t_x - t_rel), (long long)(t_rel - t_go));
+    /* X attempts first after t_go, so it re-checks at t_go + RECHECK_MS at
+     * the earliest: a holder before then was woken by W's release (told
+     * when the set-up left time for it: a loaded machine can stretch it) */
+    if (t_rel + 500 < t_go + RECHECK_MS) ASSERT_LT(t_x, t_go + RECHECK_MS);
+    else th_log("set-up took %lld ms: the wake cannot be told from a re-check",
+                (long long)(t_rel - t_go));
+    /* W's own entry was gone once it held: the registry never names the
+     * holder */
+    ASSERT_EQ(n0, 0);
+    ASSERT_EQ(th_wait_child(x, 10000), 0);
+    ASSERT_EQ(registered(rc), 0);
+    dlock_lock_free(w);
     dlock_lock_free(h);
     dlock_client_free(c);
     redisFree(rc);
@@ -277,8 +370,10 @@ int main(int argc, char **argv)
     th_server *s = th_server_start(NULL);
     int all = !strcmp(part, "all");
     if (all || !strcmp(part, "count")) part_count_and_chain(s);
-    if (all || !strcmp(part, "dead")) part_bad_first(s, SIGKILL);
-    if (all || !strcmp(part, "hung")) part_bad_first(s, SIGSTOP);
+    if (all || !strcmp(part, "dead")) part_bad_first(s, SIGKILL, 0);
+    if (all || !strcmp(part, "dead_psub")) part_bad_first(s, SIGKILL, 1);
+    if (all || !strcmp(part, "hung")) part_bad_first(s, SIGSTOP, 0);
+    if (all || !strcmp(part, "deadline")) part_deadline(s);
     if (all || !strcmp(part, "giveup")) part_giveup(s);
     th_server_stop(s);
     th_log("ok");
