@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -399,6 +400,11 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
         optind += 2;
     } else if (optind < argc && strcmp(argv[optind], "--") == 0) {
         optind++;
+    } else if (optind < argc && argv[optind][0] == '-' && argv[optind][1]) {
+        /* getopt stopped at NAME: an option here would be taken for the
+         * command */
+        return cli_usage(CMD, "option '%s' after NAME: give options before NAME (a COMMAND "
+                         "that starts with '-' goes after --)", argv[optind]);
     }
     if (o->shell) {
         if (optind < argc)
@@ -409,6 +415,47 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
         return cli_usage(CMD, "missing COMMAND (or -c 'SHELL STRING')");
     o->argv = argv + optind;
     return 0;
+}
+
+/* Whether execvp(file) could run: 0, or the errno it would fail with
+ * (ENOENT: not found; EACCES: found, not executable). As execvp: a name
+ * with a '/' is a path, others are looked up in $PATH (unset: confstr's
+ * default path). Checked before the lock is taken, so that a command that
+ * cannot run is reported at once instead of after waiting for the lock. */
+static int exec_check(const char *file)
+{
+    const char *path = getenv("PATH");
+    char dflt[256], buf[4096];
+    int seen_eacces = 0;
+    struct stat st;
+    if (!*file)
+        return ENOENT;
+    if (strchr(file, '/')) {
+        if (stat(file, &st) != 0)
+            return errno;
+        if (S_ISDIR(st.st_mode) || access(file, X_OK) != 0)
+            return EACCES;
+        return 0;
+    }
+    if (!path) {
+        if (confstr(_CS_PATH, dflt, sizeof dflt) == 0 || strlen(dflt) >= sizeof dflt - 1)
+            snprintf(dflt, sizeof dflt, "/bin:/usr/bin");
+        path = dflt;
+    }
+    while (path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        /* an empty entry is the current directory */
+        if (snprintf(buf, sizeof buf, "%.*s%s%s", (int)len, path, len ? "/" : "", file) <
+                (int)sizeof buf &&
+            stat(buf, &st) == 0) {
+            if (!S_ISDIR(st.st_mode) && access(buf, X_OK) == 0)
+                return 0;
+            seen_eacces = 1;
+        }
+        path = end ? end + 1 : NULL;
+    }
+    return seen_eacces ? EACCES : ENOENT;
 }
 
 /* The child's environment: ours without DLOCK_NAME/DLOCK_FENCE/DLOCK_PERMIT,
@@ -901,6 +948,10 @@ int cmd_run(int argc, char **argv, cli_global *g)
         return 0;
     if (rc)
         return rc;
+    if (o.argv && (rc = exec_check(o.argv[0])) != 0) {
+        cli_err(CMD, "cannot run '%s': %s", o.argv[0], strerror(rc));
+        return rc == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+    }
 
     memset(&lk, 0, sizeof lk);
     memset(locks, 0, sizeof locks);

@@ -20,6 +20,24 @@ printf 'echo hi\n' >"$TMP/not-executable"
 expect 126 "command not executable" run n "$TMP/not-executable"
 check "released after exec failures" "[ \"\$(rcli exists n)\" = 0 ]"
 
+# A command that cannot run is reported before the lock is taken: with the
+# lock held elsewhere, at once, with 127/126, not after the wait.
+busy=$("$DLOCK" acquire --ttl 30s busyexec)
+expect_one_line 127 "not found, lock busy: 127 before waiting" run -w 3s busyexec "$TMP/no-such-command"
+expect_one_line 127 "not found in PATH, lock busy: 127" run -w 3s busyexec no-such-command-dlock-test
+expect_one_line 126 "not executable, lock busy: 126 before waiting" run -w 3s busyexec "$TMP/not-executable"
+expect_one_line 126 "a directory, lock busy: 126" run -w 3s busyexec "$TMP"
+check "the holder's lock is untouched" "[ \"\$(rcli get busyexec)\" = '$busy' ]"
+rcli del busyexec >/dev/null
+
+# Options go before NAME; after it, they are a usage error (not a command
+# named '--ttl'); -c after NAME stays valid, and -- introduces a command.
+expect_one_line 64 "an option after NAME is a usage error" run job --ttl 5m -- true
+check "the usage error names the option" "grep -q \"option '--ttl' after NAME\" '$TMP/err'"
+expect_one_line 64 "-n after NAME too" run job -n true
+expect 0 "-c after NAME stays valid" run job -c true
+expect 0 "-- then COMMAND after NAME" run job -- true
+
 # The command's own options are left alone.
 expect 0 "options after COMMAND go to the command" run n sh -c 'test "$1" = -n' sh -n
 
