@@ -1,9 +1,16 @@
-/* Interoperation with Redisson's RLock layout (../shared/INTEROP.md), played
- * by raw commands and Redisson-shaped Lua scripts over hiredis: a "Redisson"
- * holder excludes a dlock reentrant lock and vice versa; a Redisson release
- * (DEL + PUBLISH 0) wakes a blocked dlock waiter; a dlock release publishes
- * "0" on redisson_lock__channel:{name}; Redisson's renewal sees dlock's field;
- * a fence counter bumped by an RFencedLock is continued by dlock. */
+/* Interoperation with Redisson (../shared/INTEROP.md), played by raw
+ * commands and Redisson-shaped Lua scripts over hiredis. The stand-in
+ * follows Redisson 4.7.0 (its main branch at 4.7.1-SNAPSHOT, August 2026):
+ * the scripts below are written from the facts of its published source
+ * (RedissonLock, RedissonFairLock, RedissonPermitExpirableSemaphore), with
+ * the KEYS and the ARGV order its Java code passes, and its defaults
+ * (fairLockWaitTimeout 300,000 ms since 3.13.3; the lock watchdog's 30,000
+ * ms lease). Parts: a "Redisson" holder excludes a dlock reentrant lock and
+ * vice versa; a Redisson release wakes a blocked dlock waiter; a dlock
+ * release publishes "0" on redisson_lock__channel:{name}; Redisson's renewal
+ * sees dlock's field; a fence counter bumped by an RFencedLock is continued
+ * by dlock; every object's keys and channels under names with and without a
+ * hash tag; permit ids both ways; the fair lock's queue shared by both. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -21,12 +28,20 @@ static const char *ACQUIRE =
     "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
     "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
     "return redis.call('pttl', KEYS[1]);";
-/* Redisson's release: nil not held, 0 still held, 1 released (and published). */
+/* Redisson's release (RedissonLock.unlockInnerAsync). KEYS: lock, channel,
+ * unlock latch "redisson_unlock_latch:{N}:<requestId>". ARGV: message "0",
+ * lease, owner, publish command, latch ms. A retried request answers what the
+ * first one did (the latch); else nil not held, 0 still held, 1 released
+ * (and published). The caller DELs the latch afterwards. */
 static const char *RELEASE =
-    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
-    "local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
-    "if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; "
-    "else redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end;";
+    "local done = redis.call('get', KEYS[3]); "
+    "if done ~= false then return tonumber(done); end; "
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil; end; "
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then "
+    "redis.call('pexpire', KEYS[1], ARGV[2]); "
+    "redis.call('set', KEYS[3], 0, 'px', ARGV[5]); return 0; end; "
+    "redis.call('del', KEYS[1]); redis.call(ARGV[4], KEYS[2], ARGV[1]); "
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); return 1;";
 /* Redisson's renewal: 1 if the owner's field exists (lease refreshed). */
 static const char *RENEW =
     "if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
@@ -39,11 +54,188 @@ static redisReply *rsn_acquire(redisContext *rc, const char *field, int lease)
 
 static long long rsn_release(redisContext *rc, const char *field)
 {
-    redisReply *r = th_cmd(rc, "EVAL %s 2 %s redisson_lock__channel:{%s} 0 20000 %s", RELEASE,
-                           NAME, NAME, field);
+    redisReply *r = th_cmd(rc,
+                           "EVAL %s 3 %s redisson_lock__channel:{%s} "
+                           "redisson_unlock_latch:{%s}:00ff 0 30000 %s publish 12000",
+                           RELEASE, NAME, NAME, NAME, field);
     long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
+    th_cmd_int(rc, "DEL redisson_unlock_latch:{%s}:00ff", NAME);
+    return v; /* nil (not held): -1 */
+}
+
+/* ---- every object's keys and channels under Redisson's naming, for names
+ * with and without a hash tag of their own. Redisson's rules (RedissonObject):
+ * prefixName(p, N) = p ":{" N "}", or p ":" N when N contains '{';
+ * suffixName(N, s) = "{" N "}:" s, or N ":" s when N contains '{'; the
+ * latch's channel is "redisson_countdownlatch__channel__{" N "}" always. */
+static void rprefix(char *out, size_t n, const char *p, const char *name)
+{
+    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "%s:{%s}", p, name);
+}
+
+static void rsuffix(char *out, size_t n, const char *name, const char *sfx)
+{
+    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "{%s}:%s", name, sfx);
+}
+
+/* ---- Redisson's RFairLock ----
+ * KEYS: lock, "redisson_lock_queue:{N}", "redisson_lock_timeout:{N}".
+ * Both acquire scripts first drop the queue heads whose deadline is at or
+ * before now (no other deadline changes), then take the lock when it is free
+ * and the queue is empty or headed by the caller: the caller leaves the queue
+ * and every remaining deadline is lowered by the caller's wait time; a
+ * re-entry counts up. They differ in what follows and in their ARGV order:
+ *   lock() / tryLock(wait)   (EVAL_LONG): lease, owner, wait, now
+ *   tryLock() once (EVAL_NULL_BOOLEAN): lease, owner, now, wait
+ * The first, not acquiring: an owner already queued gets the lock's PTTL (at
+ * least 0); a new one is queued behind the tail with the deadline
+ *   d = ttl + wait + now, ttl = d(tail) - now, or the lock's PTTL when the
+ *   queue is empty (or the tail has no deadline),
+ * and gets ttl. The second answers 1 and queues nothing. "wait" is
+ * Config.fairLockWaitTimeout, or the caller's tryLock wait when it gave one;
+ * "now" is the client's System.currentTimeMillis(). */
+#define RSN_FAIR_WAIT_MS 300000
+#define FAIR_SWEEP(now)                                                                   \
+    "while true do local h = redis.call('lindex', KEYS[2], 0); "                          \
+    "if h == false then break; end; "                                                     \
+    "local d = redis.call('zscore', KEYS[3], h); "                                        \
+    "if d == false or tonumber(d) > tonumber(" now ") then break; end; "                  \
+    "redis.call('zrem', KEYS[3], h); redis.call('lpop', KEYS[2]); end; "
+#define FAIR_TAKE(wait)                                                                   \
+    "if redis.call('exists', KEYS[1]) == 0 and (redis.call('exists', KEYS[2]) == 0 "      \
+    "or redis.call('lindex', KEYS[2], 0) == ARGV[2]) then "                               \
+    "redis.call('lpop', KEYS[2]); redis.call('zrem', KEYS[3], ARGV[2]); "                 \
+    "for _, o in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do "                        \
+    "redis.call('zincrby', KEYS[3], -tonumber(" wait "), o); end; "                       \
+    "redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); "  \
+    "return nil; end; "                                                                   \
+    "if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "                               \
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); " \
+    "return nil; end; "
+static const char *FAIR_ACQUIRE = FAIR_SWEEP("ARGV[4]") FAIR_TAKE("ARGV[3]")
+    "if redis.call('zscore', KEYS[3], ARGV[2]) ~= false then "
+    "return math.max(0, redis.call('pttl', KEYS[1])); end; "
+    "local tail = redis.call('lindex', KEYS[2], -1); "
+    "local ttl; "
+    "if tail ~= false and tail ~= ARGV[2] and redis.call('zscore', KEYS[3], tail) ~= false then "
+    "ttl = tonumber(redis.call('zscore', KEYS[3], tail)) - tonumber(ARGV[4]); "
+    "else ttl = redis.call('pttl', KEYS[1]); end; "
+    "if redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]), ARGV[2]) == 1 "
+    "then redis.call('rpush', KEYS[2], ARGV[2]); end; "
+    "return ttl;";
+static const char *FAIR_TRY_ONCE = FAIR_SWEEP("ARGV[3]") FAIR_TAKE("ARGV[4]") "return 1;";
+/* Its release. KEYS: lock, queue, deadlines, "redisson_lock__channel:{N}",
+ * unlock latch. ARGV: "0", lease, owner, now, publish command, latch ms.
+ * After the latch check and the sweep: a lock already gone wakes the queue
+ * head ("0" on its channel, <channel>:<head>) and answers 1; not held: nil;
+ * a re-entry counts down (0); the last hold deletes the lock and wakes the
+ * head (1). */
+static const char *FAIR_RELEASE =
+    "local done = redis.call('get', KEYS[5]); "
+    "if done ~= false then return tonumber(done); end; "
+    FAIR_SWEEP("ARGV[4]")
+    "local function wake() local h = redis.call('lindex', KEYS[2], 0); "
+    "if h ~= false then redis.call(ARGV[5], KEYS[4] .. ':' .. h, ARGV[1]); end; end; "
+    "if redis.call('exists', KEYS[1]) == 0 then wake(); "
+    "redis.call('set', KEYS[5], 1, 'px', ARGV[6]); return 1; end; "
+    "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil; end; "
+    "if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then "
+    "redis.call('pexpire', KEYS[1], ARGV[2]); "
+    "redis.call('set', KEYS[5], 0, 'px', ARGV[6]); return 0; end; "
+    "redis.call('del', KEYS[1]); redis.call('set', KEYS[5], 1, 'px', ARGV[6]); wake(); "
+    "return 1;";
+/* A waiter that gives up (acquireFailedAsync). KEYS: queue, deadlines.
+ * ARGV: owner, wait. The deadlines of those behind it are lowered by wait;
+ * it leaves the queue. */
+static const char *FAIR_GIVE_UP =
+    "local q = redis.call('lrange', KEYS[1], 0, -1); local behind = false; "
+    "for _, o in ipairs(q) do "
+    "if behind then redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), o); end; "
+    "if o == ARGV[1] then behind = true; end; end; "
+    "redis.call('zrem', KEYS[2], ARGV[1]); redis.call('lrem', KEYS[1], 0, ARGV[1]);";
+
+/* The server's clock in ms: the clock of a Redisson client in step with it. */
+static long long server_ms(redisContext *rc)
+{
+    redisReply *r = th_cmd(rc, "TIME");
+    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+/* One Redisson client thread on the fair lock `name`: owner "<uuid>:<tid>". */
+typedef struct {
+    redisContext *rc;
+    const char *name;
+    const char *owner;
+    long long wait; /* its wait time, ms */
+} rsn_fair;
+
+/* Redisson's key of prefix for the lock (prefixName), in a static buffer
+ * of four taken in turn. */
+static const char *rkey(const char *prefix, const char *name)
+{
+    static char buf[4][256];
+    static int i;
+    i = (i + 1) % 4;
+    rprefix(buf[i], sizeof buf[i], prefix, name);
+    return buf[i];
+}
+
+/* lock()'s attempt at client time now: -1 acquired, else the ttl answered. */
+static long long rf_acquire(const rsn_fair *f, long long now)
+{
+    redisReply *r = th_cmd(f->rc, "EVAL %s 3 %s %s %s 30000 %s %lld %lld", FAIR_ACQUIRE, f->name,
+                           rkey("redisson_lock_queue", f->name),
+                           rkey("redisson_lock_timeout", f->name), f->owner, f->wait, now);
+    ASSERT(r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_INTEGER);
+    long long v = r->type == REDIS_REPLY_NIL ? -1 : r->integer;
+    freeReplyObject(r);
     return v;
+}
+
+/* tryLock()'s single attempt (ARGV: now before wait): 1 acquired, 0 not. */
+static int rf_try_once(const rsn_fair *f, long long now)
+{
+    redisReply *r = th_cmd(f->rc, "EVAL %s 3 %s %s %s 30000 %s %lld %lld", FAIR_TRY_ONCE, f->name,
+                           rkey("redisson_lock_queue", f->name),
+                           rkey("redisson_lock_timeout", f->name), f->owner, now, f->wait);
+    int got = r->type == REDIS_REPLY_NIL;
+    freeReplyObject(r);
+    return got;
+}
+
+/* unlock() at client time now: 1 released, 0 still held, -1 not held. */
+static long long rf_release(const rsn_fair *f, long long now)
+{
+    char latch[300];
+    snprintf(latch, sizeof latch, "%s:77", rkey("redisson_unlock_latch", f->name));
+    redisReply *r = th_cmd(f->rc, "EVAL %s 5 %s %s %s %s %s 0 30000 %s %lld publish 12000",
+                           FAIR_RELEASE, f->name, rkey("redisson_lock_queue", f->name),
+                           rkey("redisson_lock_timeout", f->name),
+                           rkey("redisson_lock__channel", f->name), latch, f->owner, now);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    th_cmd_int(f->rc, "DEL %s", latch);
+    return v;
+}
+
+static void rf_give_up(const rsn_fair *f)
+{
+    freeReplyObject(th_cmd(f->rc, "EVAL %s 2 %s %s %s %lld", FAIR_GIVE_UP,
+                           rkey("redisson_lock_queue", f->name),
+                           rkey("redisson_lock_timeout", f->name), f->owner, f->wait));
+}
+
+/* The deadline of owner in the queue of name (-1: none). */
+static long long rf_score(redisContext *rc, const char *name, const char *owner)
+{
+    char *v = th_cmd_str(rc, "ZSCORE %s %s", rkey("redisson_lock_timeout", name), owner);
+    long long d = v ? atoll(v) : -1;
+    free(v);
+    return d;
 }
 
 typedef struct {
@@ -63,21 +255,6 @@ static void *wait_thread(void *arg)
     return NULL;
 }
 
-
-/* ---- every object's keys and channels under Redisson's naming, for names
- * with and without a hash tag of their own. Redisson's rules (RedissonObject):
- * prefixName(p, N) = p ":{" N "}", or p ":" N when N contains '{';
- * suffixName(N, s) = "{" N "}:" s, or N ":" s when N contains '{'; the
- * latch's channel is "redisson_countdownlatch__channel__{" N "}" always. */
-static void rprefix(char *out, size_t n, const char *p, const char *name)
-{
-    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "%s:{%s}", p, name);
-}
-
-static void rsuffix(char *out, size_t n, const char *name, const char *sfx)
-{
-    snprintf(out, n, strchr(name, '{') ? "%s:%s" : "{%s}:%s", name, sfx);
-}
 
 /* The next message on a subscribed raw connection must be want on chan. */
 static void expect_msg(redisContext *sub, const char *chan, const char *want)
@@ -139,8 +316,8 @@ static void object_names(const th_server *s, dlock_client *c, redisContext *rc, 
     dlock_lock_free(l);
 
     /* fair lock: a waiter's queue entry, deadline and own channel */
-    th_cmd_ok(rc, "HSET %s %s 1", nm, FIELD);
-    th_cmd_ok(rc, "PEXPIRE %s 20000", nm);
+    rsn_fair rh = {rc, nm, FIELD, RSN_FAIR_WAIT_MS};
+    ASSERT_EQ(rf_acquire(&rh, server_ms(rc)), -1);
     fair_waiter w = {c, nm, -1};
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, fair_wait_thread, &w), 0);
@@ -156,9 +333,8 @@ static void object_names(const th_server *s, dlock_client *c, redisContext *rc, 
     size_t cl = strlen(ch);
     snprintf(ch + cl, sizeof ch - cl, ":%s", owner);
     ASSERT_EVENTUALLY(th_numsub(rc, ch) == 1, 5000);
-    /* Redisson's release: DEL, then "0" on the head's channel */
-    ASSERT_EQ(th_cmd_int(rc, "DEL %s", nm), 1);
-    th_cmd_ok(rc, "PUBLISH %s 0", ch);
+    /* Redisson's release wakes the head ("0" on its channel) */
+    ASSERT_EQ(rf_release(&rh, server_ms(rc)), 1);
     ASSERT_EQ(pthread_join(t, NULL), 0);
     ASSERT_CODE(w.rc, DLOCK_OK);
     free(owner);
@@ -257,15 +433,6 @@ static void hex_raw(const char *hex, char raw[16])
     }
 }
 
-static long long server_ms(redisContext *rc)
-{
-    redisReply *r = th_cmd(rc, "TIME");
-    ASSERT(r->type == REDIS_REPLY_ARRAY && r->elements == 2);
-    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
-    freeReplyObject(r);
-    return ms;
-}
-
 /* Permit ids cross both ways: Redisson releases a dlock permit by the hex id
  * dlock's API gave, dlock releases and renews one Redisson took. */
 static void permit_ids(dlock_client *c, redisContext *rc)
@@ -315,6 +482,53 @@ static void permit_ids(dlock_client *c, redisContext *rc)
     th_log("permit ids: Redisson released dlock's, dlock renewed and released Redisson's");
 }
 
+/* The fair lock's stand-in: Redisson's own deadline arithmetic among Redisson
+ * threads (the scores each step must leave), both acquire scripts' ARGV
+ * orders, and a dlock waiter woken by Redisson's release. */
+static void fair_standin(const th_server *s, redisContext *rc)
+{
+    const char *nm = "rsn:fair";
+    const long long W = RSN_FAIR_WAIT_MS;
+    rsn_fair a = {rc, nm, "aaaa:1", W}, b = {rc, nm, "bbbb:1", W};
+    rsn_fair d = {rc, nm, "dddd:1", W}, e = {rc, nm, "eeee:1", W};
+    long long t = server_ms(rc);
+    ASSERT_EQ(rf_acquire(&a, t), -1); /* a holds (lease 30 s) */
+    long long ttl = rf_acquire(&b, t + 1); /* b queues behind the lock's PTTL */
+    ASSERT(ttl > 25000 && ttl <= 30000);
+    long long db = ttl + W + t + 1;
+    ASSERT_EQ(rf_score(rc, nm, b.owner), db);
+    ASSERT_EQ(rf_acquire(&d, t + 2), db - (t + 2)); /* d behind b: ttl = d(b) - now */
+    ASSERT_EQ(rf_score(rc, nm, d.owner), db + W);
+    long long again = rf_acquire(&d, t + 3); /* queued already: the PTTL, no change */
+    ASSERT(again > 25000 && again <= 30000);
+    ASSERT_EQ(rf_score(rc, nm, d.owner), db + W);
+    ASSERT_EQ(rf_try_once(&e, t + 3), 0); /* tryLock(): no queue entry */
+    ASSERT_EQ(rf_score(rc, nm, e.owner), -1);
+    ASSERT_EQ(th_cmd_int(rc, "LLEN redisson_lock_queue:{%s}", nm), 2);
+    /* a's release wakes the head b only */
+    redisContext *sb = subscribed(s, "redisson_lock__channel:{rsn:fair}:bbbb:1");
+    redisContext *sd = subscribed(s, "redisson_lock__channel:{rsn:fair}:dddd:1");
+    ASSERT_EQ(rf_release(&a, t + 4), 1);
+    expect_msg(sb, "redisson_lock__channel:{rsn:fair}:bbbb:1", "0");
+    ASSERT_EQ(rf_try_once(&d, t + 5), 0); /* d cannot pass b */
+    ASSERT_EQ(rf_acquire(&b, t + 5), -1);  /* b takes it: d's deadline comes down by W */
+    ASSERT_EQ(rf_score(rc, nm, d.owner), db);
+    ASSERT_EQ(rf_acquire(&e, t + 6), db - (t + 6));
+    ASSERT_EQ(rf_score(rc, nm, e.owner), db + W);
+    rf_give_up(&d); /* d gives up: e, behind it, comes down by W */
+    ASSERT_EQ(rf_score(rc, nm, d.owner), -1);
+    ASSERT_EQ(rf_score(rc, nm, e.owner), db);
+    /* tryLock() reads now from ARGV[3]: at e's deadline the stale head goes */
+    ASSERT_EQ(rf_try_once(&a, db), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS redisson_lock_queue:{%s} redisson_lock_timeout:{%s}", nm, nm),
+              0);
+    ASSERT_EQ(rf_release(&b, t + 7), 1); /* nobody queued: no message */
+    redisFree(sb);
+    redisFree(sd);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", nm), 0);
+    th_log("fair stand-in: Redisson's stacked deadlines and both ARGV orders");
+}
+
 int main(void)
 {
     th_init("interop_redisson");
@@ -360,10 +574,7 @@ int main(void)
     ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
     ASSERT_GT(r->integer, 10000);
     freeReplyObject(r);
-    r = th_cmd(rc, "EVAL %s 2 %s redisson_lock__channel:{%s} 0 20000 %s", RELEASE, NAME, NAME,
-               FIELD);
-    ASSERT_EQ(r->type, REDIS_REPLY_NIL);
-    freeReplyObject(r);
+    ASSERT_EQ(rsn_release(rc, FIELD), -1); /* not held */
     /* Redisson's renewal script recognises dlock's owner field */
     r = th_cmd(rc, "EVAL %s 1 %s 30000 %s", RENEW, NAME, dlock_lock_token(l));
     ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
@@ -429,6 +640,9 @@ int main(void)
 
     /* 8. permit ids are Redisson's 16 raw bytes */
     permit_ids(c, rc);
+
+    /* 9. the fair lock's stand-in */
+    fair_standin(s, rc);
 
     dlock_client_free(c);
     redisFree(rc);
