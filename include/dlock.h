@@ -278,7 +278,11 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  *           Waiters sleep on the lock's pub/sub channel and retry when a
  *           release is announced, or after the holder's remaining TTL
  *           (bounded by the wait), so releases by clients that publish
- *           nothing are noticed too. There is no fixed-interval polling.
+ *           nothing are noticed too. As a backstop, a waiter on Redis also
+ *           re-checks at a fixed interval: at least every 2 s, whatever it
+ *           was told (a release nobody announced, a wake-up lost to a hung
+ *           waiter); semaphore, permit semaphore and latch waits do the
+ *           same.
  * lease_ms: the lease (> 0), or DLOCK_WATCHDOG: a lease of the client's
  *           watchdog_lease_ms renewed every third of it by the client's
  *           watchdog thread until released.
@@ -497,7 +501,10 @@ DLOCK_EXPORT int dlock_semaphore_new(dlock_client *c, const char *name, size_t n
 DLOCK_EXPORT void dlock_semaphore_free(dlock_semaphore *s);
 DLOCK_EXPORT const char *dlock_semaphore_errmsg(const dlock_semaphore *s);
 /* Takes `permits` (>= 1) permits, waiting up to wait_ms (DLOCK_NOWAIT,
- * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available. */
+ * DLOCK_WAIT_FOREVER). DLOCK_EBUSY / DLOCK_ETIMEDOUT when not available.
+ * A waiter wakes on the count a release or add publishes, and on Redis
+ * re-checks at least every 2 s as a backstop (permits added by a client
+ * that publishes nothing, a manual INCRBY). */
 DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms);
 /* As dlock_lock_cancel, for a dlock_semaphore_acquire of s waiting in
  * another thread: it returns DLOCK_ECANCELED, holding nothing (on

@@ -597,10 +597,19 @@ int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char 
 /* Borrows a connection and subscribes it to channel. */
 int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
                       dl_err *err);
+/* Every wait on Redis tries again at least this often, whatever it was told:
+ * the backstop for a change that published nothing (a client that does not
+ * publish, a manual INCRBY or DEL) or a wake-up that was lost (a woken waiter
+ * that hung). dl_sync_wait caps its sleep at it; the lock kinds' scripts cap
+ * the wait they return at it or below (lock_plain.c, lock_rw.c, lock_fair.c),
+ * and wait.c caps every other kind's. */
+#define DL_WAIT_RECHECK_MS 2000
+
 /* Waits for message(s) on o's subscription sub until `until` (monotonic
- * ms): DLOCK_OK when a message came, DLOCK_ETIMEDOUT at until,
- * DLOCK_ECANCELED once o's operation is cancelled (its wait begun with
- * dl_cancel_begin), or a failure. */
+ * ms), at most DL_WAIT_RECHECK_MS: DLOCK_OK when a message came,
+ * DLOCK_ETIMEDOUT at until or at that bound (the caller tries again, and
+ * tells its own deadline), DLOCK_ECANCELED once o's operation is cancelled
+ * (its wait begun with dl_cancel_begin), or a failure. */
 int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
 /* Queues (S)UNSUBSCRIBE from channel on sub, and sends it when flush (sub
  * is then no longer subscribed, its confirmation still to be read:

@@ -28,7 +28,7 @@
 
 #include "internal.h"
 
-#define DL_PLAIN_RECHECK_MS 2000
+#define DL_PLAIN_RECHECK_MS DL_WAIT_RECHECK_MS
 #define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)
 
 /* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':

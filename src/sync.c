@@ -1,7 +1,8 @@
 /* Waiting on pub/sub for objects that are not lock kinds (semaphores, the
  * latch): subscribe first, then try, then sleep until a message (or a time the
- * caller computes, or the deadline), and try again. No fixed-interval
- * polling. dl_subscribe_cmd also serves the lock waiters in wait.c. */
+ * caller computes, or the deadline, or DL_WAIT_RECHECK_MS at most: the
+ * backstop for changes nobody published), and try again. dl_subscribe_cmd
+ * also serves the lock waiters in wait.c. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -98,6 +99,8 @@ void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, siz
 int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
     dlock_client *c = o->c;
     int got = 0;
+    int64_t cap = dl_now_ms() + DL_WAIT_RECHECK_MS;
+    if (until == DL_INF_DEADLINE || until > cap) until = cap;
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
@@ -122,7 +125,7 @@ int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
             return dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled",
                              dl_name_msg(o->name, o->name_len, nm, sizeof nm));
         }
-        int64_t left = until == DL_INF_DEADLINE ? 1000000 : until - dl_now_ms();
+        int64_t left = until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
         int ready = 0;
         int prc = dl_sub_poll(sub, &o->cancel, left, &ready, err);

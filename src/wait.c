@@ -1,9 +1,10 @@
 /* Acquire attempts and waiting. A waiter subscribes to its kind's channel,
  * retries when a release is announced (or takes a lock handed to it in the
- * message, for kinds that hand over), and otherwise sleeps only until the
+ * message, for kinds that hand over), and otherwise sleeps until the
  * holder's lease would run out, bounded by the wait deadline: releases by
- * clients that publish nothing (redis-py, redsync) are noticed too. There is
- * no fixed-interval polling. */
+ * clients that publish nothing (redis-py, redsync) are noticed too. As a
+ * backstop it never sleeps longer than DL_WAIT_RECHECK_MS between attempts
+ * (a wake-up swallowed by a hung waiter, a key deleted by hand). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -160,6 +161,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
             break;
         }
         int64_t until = deadline;
+        if (now + DL_WAIT_RECHECK_MS < until) until = now + DL_WAIT_RECHECK_MS;
         if (t->pttl >= 0) {
             /* +1: the key is surely gone on the server's clock by then */
             if (now + t->pttl + 1 < until) until = now + t->pttl + 1;

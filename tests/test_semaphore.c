@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define MARGIN 800
+#define RECHECK_MS 2000 /* DL_WAIT_RECHECK_MS */
 #define NPROC 12
 #define NPERMITS 3
 #define ROUNDS 4
@@ -245,6 +246,36 @@ static void waiting(const th_server *srv, dlock_client *c, redisContext *rc)
     ASSERT_EVENTUALLY(th_numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
     ASSERT_SOK(s, dlock_semaphore_add(s, 1));
     ASSERT_EQ(th_wait_child(pid, 5000), 0);
+    ASSERT_EQ(avail(s), 0);
+
+    /* DLOCK_WAIT_FOREVER, permits added by a client that publishes nothing
+     * (a manual INCRBY): the wait re-checks every DL_WAIT_RECHECK_MS, so it
+     * has them within that of the INCRBY, not never */
+    th_cmd_ok(rc, "DEL sem:wait:got");
+    pid = th_fork();
+    if (pid == 0) {
+        dlock_client *cc = th_client(srv, 0);
+        dlock_semaphore *w = sem(cc, "sem:wait");
+        int rc2 = dlock_semaphore_acquire(w, 1, DLOCK_WAIT_FOREVER);
+        redisContext *r2 = th_redis(srv);
+        th_cmd_ok(r2, "SET sem:wait:got %lld", (long long)th_now_ms());
+        redisFree(r2);
+        dlock_semaphore_free(w);
+        dlock_client_free(cc);
+        _exit(rc2 == DLOCK_OK ? 0 : 1);
+    }
+    ASSERT_EVENTUALLY(th_numsub(rc, "redisson_sc:{sem:wait}") == 1, 5000);
+    th_sleep_ms(100);
+    int64_t t_add = th_now_ms();
+    ASSERT_EQ(th_cmd_int(rc, "INCRBY sem:wait 1"), 1);
+    ASSERT_EQ(th_wait_child(pid, RECHECK_MS + 5000), 0);
+    v = th_cmd_str(rc, "GET sem:wait:got");
+    ASSERT_NOT_NULL(v);
+    t_got = atoll(v);
+    free(v);
+    th_log("a forever waiter had a permit added without a message %lld ms after the INCRBY",
+           (long long)(t_got - t_add));
+    ASSERT_LT(t_got - t_add, RECHECK_MS + MARGIN);
     ASSERT_EQ(avail(s), 0);
     dlock_semaphore_free(s);
     th_log("waiting ok");
