@@ -206,6 +206,26 @@ DLOCK_EXPORT void dlock_client_free(dlock_client *c);
  * Valid until the thread's next call on c. NULL c: a static message. */
 DLOCK_EXPORT const char *dlock_errmsg(const dlock_client *c);
 
+/* The fair lock's thread wait time W in ms (Redisson's
+ * Config.fairLockWaitTimeout), used by this client's fair-lock waiters from
+ * their next acquire on. A waiter joins the queue
+ * "redisson_lock_timeout:{name}" with the deadline of the entry ahead of it
+ * plus W (the first: the lock's remaining lease plus W), and every acquire
+ * of the lock lowers the queued deadlines by W, as Redisson's do; a waiter
+ * whose deadline passed is dropped from the head of the queue. A live dlock
+ * waiter also keeps its deadline at least W ahead of the server's clock (it
+ * comes back at least every min(W, 5000) / 3 ms), so it never expires while
+ * it waits; W bounds how long a waiter that stopped coming back keeps its
+ * place. Default DLOCK_DEFAULT_FAIR_WAIT_MS. A queue shared with Redisson
+ * clients needs W equal to theirs on every client (Redisson's default is
+ * DLOCK_REDISSON_FAIR_WAIT_MS): with a smaller W, each Redisson acquire
+ * lowers dlock's entries below the clock and they lose their place. Safe to
+ * call while other threads use c. DLOCK_EINVAL unless 1 <= wait_ms <=
+ * 2^40; DLOCK_ENOTSUP off Redis (the fair lock is Redis's). */
+#define DLOCK_DEFAULT_FAIR_WAIT_MS 5000
+#define DLOCK_REDISSON_FAIR_WAIT_MS 300000
+DLOCK_EXPORT int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms);
+
 /* This client's owner identity (a random 128-bit UUID-shaped string, as a
  * Redisson client's), used in reentrant lock fields "<uuid>:<thread id>". */
 DLOCK_EXPORT const char *dlock_client_id(const dlock_client *c);

@@ -462,6 +462,7 @@ static int client_init(dlock_client *c, const dlock_options *o, dl_err *err) {
         o->command_timeout_ms ? o->command_timeout_ms : DLOCK_DEFAULT_COMMAND_TIMEOUT_MS;
     c->watchdog_lease_ms = o->watchdog_lease_ms ? o->watchdog_lease_ms : DLOCK_DEFAULT_WATCHDOG_MS;
     c->node_timeout_ms = o->node_timeout_ms ? o->node_timeout_ms : 50;
+    atomic_init(&c->fair_wait_ms, DLOCK_DEFAULT_FAIR_WAIT_MS);
     if (o->wait_replicas < 0 || o->wait_replicas_timeout_ms < 0)
         return dl_seterr(err, DLOCK_EINVAL, "wait_replicas must not be negative");
     c->wait_replicas = o->wait_replicas;

@@ -298,6 +298,8 @@ struct dlock_client {
     int64_t command_timeout_ms;
     int64_t watchdog_lease_ms;
     int64_t node_timeout_ms;
+    atomic_llong fair_wait_ms; /* the fair lock's thread wait time
+                                * (dlock_client_set_fair_wait) */
     int wait_replicas;
     int64_t wait_replicas_timeout_ms;
     int max_idle;

@@ -7,17 +7,30 @@
  *                                         (ms) (Redisson ignores it)
  *   channel redisson_lock__channel:{name}:<uuid>:<tid>   one per waiter
  *
- * The lock goes to the queue head; a newcomer never jumps a live queue. A
- * waiter's queue entry carries a deadline of now + DL_FAIR_WAIT_MS, refreshed
- * by every attempt; the waiter comes back at least every DL_FAIR_KEEPALIVE_MS
- * (a third of it) to refresh it, so a live waiter never expires while a
- * crashed one is dropped from the head once its deadline passed.
+ * The lock goes to the queue head; a newcomer never jumps a live queue.
+ * Deadlines follow Redisson's arithmetic (RedissonFairLock, 4.7), with W the
+ * thread wait time (dlock_client_set_fair_wait; Redisson's
+ * fairLockWaitTimeout): a waiter joins behind the tail with the tail's
+ * deadline + W, or, with no tail, the lock's PTTL + now + W (the PTTL as
+ * Redis answers it: -2 for a free lock, -1 for one without expiry), heads
+ * whose deadline passed dropped first; every acquire (a free lock taken, a
+ * grant taken up) lowers every queued deadline by the acquirer's W. A
+ * Redisson waiter's entry never changes otherwise. A dlock waiter's later
+ * attempts also raise its own deadline to now + W when it fell below: it
+ * comes back at least every min(W, DL_FAIR_WAIT_MS) / 3 ms, so a live waiter
+ * never expires, while one that stopped coming back is dropped from the head
+ * once its deadline passed. In a queue of Redisson and dlock waiters with the
+ * same W, each side's entries thus carry the deadlines a Redisson waiter's
+ * would, and none is swept as stale while its owner waits.
  *
  * Clock: the deadlines are read and written with the server's TIME inside
  * the scripts (Redis 7 replicates script effects, so TIME is allowed before
- * writes). All clients thus share one clock; Redisson writes its waiters'
- * scores with its client clock, which agrees with the server's as far as the
- * hosts' clocks agree (NTP).
+ * writes). All dlock clients thus share one clock; Redisson writes its
+ * waiters' scores with its client clock (System.currentTimeMillis()), which
+ * agrees with the server's as far as the hosts' clocks agree (NTP). The
+ * stacked deadlines are differences of scores plus W (a tail's deadline +
+ * W), so a skew only shifts the deadlines of entries whose base was read
+ * from a clock: it decides when a head counts as stale, never the order.
  *
  * Handoff: when the last hold is released and the queue head is a dlock
  * waiter that listens on its channel (it registered its lease in the lease
@@ -50,21 +63,15 @@
  * field set takes the grant instead of counting a re-entry, and an abandon
  * that finds it gives the lock back. (The owner is this client and thread,
  * blocked in that call, so no other handle of it can hold the lock then.)
- *
- * Known limit with Redisson in the same queue: a Redisson client that
- * acquires lowers every waiter's score by its threadWaitTime (its scores are
- * stacked estimates); a dlock waiter's score (now + 5 s) may then fall in the
- * past and the entry be dropped. The waiter re-joins at the tail on its next
- * keep-alive attempt: it loses its place, it is never stuck. */
+ */
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-/* How long a queue entry lives without a refresh, and how often a waiter
- * refreshes it (at most; it also comes back when told). */
-#define DL_FAIR_WAIT_MS 5000
-#define DL_FAIR_KEEPALIVE_MS (DL_FAIR_WAIT_MS / 3)
+/* The default W, and the longest a waiter stays away: a third of this or of
+ * W, whichever is less (it also comes back when told). */
+#define DL_FAIR_WAIT_MS DLOCK_DEFAULT_FAIR_WAIT_MS
 
 /* How long a grant waits to be taken up: the release makes the queue head
  * the owner for this long (FAIR_LUA_ADVANCE); the head's next attempt sets
@@ -165,10 +172,16 @@
     h " = redis.call('lpop', KEYS[3]) end "                                            \
     "if not " h " then redis.call('del', KEYS[5]) end "
 
+/* Every queued deadline lowered by W (a local): Redisson's rule on every
+ * acquire. */
+#define FAIR_LUA_LOWER                                                                 \
+    "for _, o in ipairs(redis.call('zrange', KEYS[4], 0, -1)) do "                     \
+    "redis.call('zincrby', KEYS[4], -W, o) end "
+
 /* ARGV: lease ms, owner, mode ('r': a new call or a re-entry, 'w': this call
- * queued before), queue ('1' join/refresh the queue, '0' try once), entry
- * lifetime ms, keep-alive ms, joining ('1': not subscribed yet, the lease is
- * stored negative), channel prefix.
+ * queued before), queue ('1' join/refresh the queue, '0' try once), W ms,
+ * keep-alive ms, joining ('1': not subscribed yet, the lease is stored
+ * negative), channel prefix.
  * -> {1, fence, holds} acquired | {0, ms to wait at most}
  *
  * An owner field found in 'w' mode is a grant (FAIR_LUA_ADVANCE) being taken
@@ -185,10 +198,10 @@
  * that has just released and queues again, which the server runs while the
  * next owner starts its critical section. */
 static dl_script acquire_script = DL_SCRIPT("fair_acquire",
-    "local me = ARGV[2] "
+    "local me, W = ARGV[2], tonumber(ARGV[5]) "
     "if redis.call('hexists', KEYS[1], me) == 1 then "
     "redis.call('pexpire', KEYS[1], ARGV[1]) "
-    "if ARGV[3] == 'w' then "
+    "if ARGV[3] == 'w' then " FAIR_LUA_LOWER
     "return {1, tonumber(redis.call('get', KEYS[2])), "
     "tonumber(redis.call('hget', KEYS[1], me))} end "
     "local n = redis.call('hincrby', KEYS[1], me, 1) "
@@ -202,15 +215,23 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "if head then " FAIR_LUA_CLOCK("now") FAIR_LUA_LIVE("head") "end "
     "if not head or head == me then "
     "if head then redis.call('lpop', KEYS[3]); redis.call('zrem', KEYS[4], me); "
-    "redis.call('hdel', KEYS[5], me) end "
+    "redis.call('hdel', KEYS[5], me) " FAIR_LUA_LOWER "end "
     "redis.call('hset', KEYS[1], me, 1); redis.call('pexpire', KEYS[1], ARGV[1]) "
     DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, 1} end end "
     "if not now then " FAIR_LUA_CLOCK("now") "end "
     "local ka = tonumber(ARGV[6]) "
     "if ARGV[4] == '1' then "
-    "if not redis.call('zscore', KEYS[4], me) then redis.call('rpush', KEYS[3], me) end "
-    "redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), me) "
+    "local d = tonumber(redis.call('zscore', KEYS[4], me)) "
+    "if d then if d < now + W then d = now + W end "
+    "else "
+    "if p ~= -2 then local h = redis.call('lindex', KEYS[3], 0) "
+    "if h then " FAIR_LUA_LIVE("h") "end end "
+    "local t = redis.call('lindex', KEYS[3], -1) "
+    "d = t and t ~= me and tonumber(redis.call('zscore', KEYS[4], t)) "
+    "d = (d or p + now) + W "
+    "redis.call('rpush', KEYS[3], me) end "
+    "redis.call('zadd', KEYS[4], d, me) "
     "redis.call('hset', KEYS[5], me, ARGV[7] == '1' and -tonumber(ARGV[1]) or ARGV[1]) end "
     "if p == -2 then "
     "local d = head and tonumber(redis.call('zscore', KEYS[4], head)) "
@@ -322,8 +343,9 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     fair_data *d = l->kdata;
     char lease[24], life[24], ka[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    size_t lifel = dl_fmt_ll(life, DL_FAIR_WAIT_MS);
-    size_t kal = dl_fmt_ll(ka, DL_FAIR_KEEPALIVE_MS);
+    int64_t w = (int64_t)atomic_load(&l->c->fair_wait_ms);
+    size_t lifel = dl_fmt_ll(life, w);
+    size_t kal = dl_fmt_ll(ka, (w < DL_FAIR_WAIT_MS ? w : DL_FAIR_WAIT_MS) / 3);
     int queue = wait_ms != 0;
     const char *mode = (l->holds > 0 || !d->queued) ? "r" : "w";
     const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
@@ -456,3 +478,19 @@ const dl_kind_ops dl_fair_ops = {
     .check = fair_check,
     .renew = &renew_script,
 };
+
+int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms) {
+    if (!c) return DLOCK_EINVAL;
+    if (!(c->backend->kinds & (1u << DLOCK_KIND_FAIR)))
+        return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "the fair lock is Redis's: no fair "
+                                                          "wait time to set on this backend"});
+    if (wait_ms < 1 || wait_ms > ((int64_t)1 << 40)) {
+        dl_err err = {0};
+        dl_seterr(&err, DLOCK_EINVAL, "fair wait time must be 1 ms to 2^40 ms (got %lld)",
+                  (long long)wait_ms);
+        return dl_client_fail(c, &err);
+    }
+    atomic_store(&c->fair_wait_ms, (long long)wait_ms);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}

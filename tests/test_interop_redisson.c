@@ -10,10 +10,14 @@
  * release publishes "0" on redisson_lock__channel:{name}; Redisson's renewal
  * sees dlock's field; a fence counter bumped by an RFencedLock is continued
  * by dlock; every object's keys and channels under names with and without a
- * hash tag; permit ids both ways; the fair lock's queue shared by both. */
+ * hash tag; permit ids both ways; the fair lock's queue shared by both: the
+ * exact deadlines after a scripted sequence from both sides, and 3 dlock and
+ * 2 Redisson clients contending, none below half its fair share. */
 #include "harness.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/time.h>
 
@@ -173,12 +177,12 @@ typedef struct {
     long long wait; /* its wait time, ms */
 } rsn_fair;
 
-/* Redisson's key of prefix for the lock (prefixName), in a static buffer
- * of four taken in turn. */
+/* Redisson's key of prefix for the lock (prefixName), in a buffer of the
+ * calling thread's four taken in turn. */
 static const char *rkey(const char *prefix, const char *name)
 {
-    static char buf[4][256];
-    static int i;
+    static _Thread_local char buf[4][256];
+    static _Thread_local int i;
     i = (i + 1) % 4;
     rprefix(buf[i], sizeof buf[i], prefix, name);
     return buf[i];
@@ -190,7 +194,8 @@ static long long rf_acquire(const rsn_fair *f, long long now)
     redisReply *r = th_cmd(f->rc, "EVAL %s 3 %s %s %s 30000 %s %lld %lld", FAIR_ACQUIRE, f->name,
                            rkey("redisson_lock_queue", f->name),
                            rkey("redisson_lock_timeout", f->name), f->owner, f->wait, now);
-    ASSERT(r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_INTEGER);
+    if (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_INTEGER)
+        th_fail(__FILE__, __LINE__, "lock() script: %s", r->type == REDIS_REPLY_ERROR ? r->str : "?");
     long long v = r->type == REDIS_REPLY_NIL ? -1 : r->integer;
     freeReplyObject(r);
     return v;
@@ -529,6 +534,213 @@ static void fair_standin(const th_server *s, redisContext *rc)
     th_log("fair stand-in: Redisson's stacked deadlines and both ARGV orders");
 }
 
+/* ---- a fair queue shared by Redisson and dlock waiters ---- */
+
+/* A dlock waiter in its own thread and client (W = Redisson's default):
+ * acquires, says so, holds until told, releases. */
+typedef struct {
+    const th_server *s;
+    const char *name;
+    atomic_int got;     /* 1: acquired (rc in rc) */
+    atomic_int go;      /* 1: release now */
+    int rc;
+} dl_waiter;
+
+static void *dl_waiter_thread(void *arg)
+{
+    dl_waiter *w = arg;
+    dlock_client *c = th_client(w->s, 0);
+    ASSERT_COK(c, dlock_client_set_fair_wait(c, DLOCK_REDISSON_FAIR_WAIT_MS));
+    dlock_lock *l = th_lock(c, w->name, DLOCK_KIND_FAIR);
+    w->rc = dlock_acquire(l, 60000, 30000, NULL);
+    atomic_store(&w->got, 1);
+    while (!atomic_load(&w->go)) th_sleep_ms(1);
+    if (w->rc == DLOCK_OK) ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+/* The queue is exactly owners[0..n) with the deadlines want[0..n). */
+static void expect_queue(redisContext *rc, const char *nm, const char *const *owners,
+                         const long long *want, size_t n)
+{
+    redisReply *r = th_cmd(rc, "LRANGE %s 0 -1", rkey("redisson_lock_queue", nm));
+    ASSERT(r->type == REDIS_REPLY_ARRAY);
+    ASSERT_EQ(r->elements, n);
+    for (size_t i = 0; i < n; i++) ASSERT_STR_EQ(r->element[i]->str, owners[i]);
+    freeReplyObject(r);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD %s", rkey("redisson_lock_timeout", nm)), (long long)n);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(rf_score(rc, nm, owners[i]), want[i]);
+}
+
+/* The owner queued at position i (malloc'd), once the queue is i + 1 long. */
+static char *queued_owner(redisContext *rc, const char *nm, int i)
+{
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "LLEN %s", rkey("redisson_lock_queue", nm)) == i + 1,
+                      5000);
+    char *o = th_cmd_str(rc, "LINDEX %s %d", rkey("redisson_lock_queue", nm), i);
+    ASSERT_NOT_NULL(o);
+    return o;
+}
+
+/* Redisson 4.7's formulas, W = 300,000 ms on both sides: B (Redisson) queues
+ * behind A's lease, b = ttl + W + now; X and Y (dlock), C and D (Redisson)
+ * queue behind it, each at the tail's deadline + W; then each acquire, by
+ * Redisson (B, C, D: its lock() script), by dlock taking a free lock (X,
+ * woken by Redisson's release) or taking up a grant (Y, granted by X's
+ * release), lowers every queued deadline by W. The queue and every deadline
+ * are asserted after each step. */
+static void mixed_scores(const th_server *s, redisContext *rc)
+{
+    const char *nm = "rsn:mixed";
+    const long long W = RSN_FAIR_WAIT_MS;
+    rsn_fair A = {rc, nm, "aaaa:1", W}, B = {rc, nm, "bbbb:1", W};
+    rsn_fair C = {rc, nm, "cccc:1", W}, D = {rc, nm, "dddd:1", W};
+    ASSERT_EQ(rf_acquire(&A, server_ms(rc)), -1);
+    long long tb = server_ms(rc);
+    long long b = rf_acquire(&B, tb) + W + tb;
+    dl_waiter x = {s, nm, 0, 0, -1}, y = {s, nm, 0, 0, -1};
+    pthread_t tx, ty;
+    ASSERT_EQ(pthread_create(&tx, NULL, dl_waiter_thread, &x), 0);
+    char *X = queued_owner(rc, nm, 1);
+    ASSERT_EQ(pthread_create(&ty, NULL, dl_waiter_thread, &y), 0);
+    char *Y = queued_owner(rc, nm, 2);
+    long long tc = server_ms(rc);
+    ASSERT_EQ(rf_acquire(&C, tc), b + 2 * W - tc); /* C's ttl: Y's deadline - now */
+    long long td = server_ms(rc);
+    ASSERT_EQ(rf_acquire(&D, td), b + 3 * W - td);
+    const char *q5[] = {B.owner, X, Y, C.owner, D.owner};
+    expect_queue(rc, nm, q5, (long long[]){b, b + W, b + 2 * W, b + 3 * W, b + 4 * W}, 5);
+    /* the dlock waiters' keep-alive attempts leave their deadlines as they are */
+    th_sleep_ms(1800);
+    expect_queue(rc, nm, q5, (long long[]){b, b + W, b + 2 * W, b + 3 * W, b + 4 * W}, 5);
+
+    ASSERT_EQ(rf_release(&A, server_ms(rc)), 1); /* wakes B */
+    ASSERT_EQ(rf_acquire(&B, server_ms(rc)), -1);
+    expect_queue(rc, nm, q5 + 1, (long long[]){b, b + W, b + 2 * W, b + 3 * W}, 4);
+    ASSERT_EQ(atomic_load(&x.got), 0);
+
+    ASSERT_EQ(rf_release(&B, server_ms(rc)), 1); /* wakes X ("0"): dlock takes the free lock */
+    ASSERT_EVENTUALLY(atomic_load(&x.got), 10000);
+    ASSERT_CODE(x.rc, DLOCK_OK);
+    expect_queue(rc, nm, q5 + 2, (long long[]){b, b + W, b + 2 * W}, 3);
+
+    atomic_store(&x.go, 1); /* X's release grants to Y, which takes it up */
+    ASSERT_EVENTUALLY(atomic_load(&y.got), 10000);
+    ASSERT_CODE(y.rc, DLOCK_OK);
+    ASSERT_EQ(pthread_join(tx, NULL), 0);
+    expect_queue(rc, nm, q5 + 3, (long long[]){b, b + W}, 2);
+
+    atomic_store(&y.go, 1); /* Y's release wakes C ("0"), the head */
+    ASSERT_EQ(pthread_join(ty, NULL), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", nm), 0);
+    ASSERT_EQ(rf_acquire(&C, server_ms(rc)), -1);
+    expect_queue(rc, nm, q5 + 4, (long long[]){b}, 1);
+    ASSERT_EQ(rf_release(&C, server_ms(rc)), 1);
+    ASSERT_EQ(rf_acquire(&D, server_ms(rc)), -1);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s %s", rkey("redisson_lock_queue", nm),
+                         rkey("redisson_lock_timeout", nm)),
+              0);
+    ASSERT_EQ(rf_release(&D, server_ms(rc)), 1);
+    free(X);
+    free(Y);
+    th_log("mixed queue B X Y C D: every deadline as Redisson's formulas give, step by step");
+}
+
+/* Contention: 3 dlock threads and 2 Redisson threads (its lock() loop: the
+ * attempt, then wait for "0" on its own channel or the answered ttl) on one
+ * fair lock for 3 s, each holding 1 ms per round. */
+#define MIX_DLOCK 3
+#define MIX_RSN 2
+#define MIX_MS 3000
+static atomic_int mix_inside;
+static atomic_int mix_stop;
+
+typedef struct {
+    const th_server *s;
+    int id;
+    long n;
+} mixer;
+
+static void mix_hold(void)
+{
+    ASSERT_EQ(atomic_fetch_add(&mix_inside, 1), 0);
+    th_sleep_ms(1);
+    atomic_fetch_sub(&mix_inside, 1);
+}
+
+static void *mix_dlock(void *arg)
+{
+    mixer *m = arg;
+    dlock_client *c = th_client(m->s, 0);
+    ASSERT_COK(c, dlock_client_set_fair_wait(c, DLOCK_REDISSON_FAIR_WAIT_MS));
+    dlock_lock *l = th_lock(c, "rsn:mix", DLOCK_KIND_FAIR);
+    while (!atomic_load(&mix_stop)) {
+        int rc = dlock_acquire(l, 5000, 10000, NULL);
+        if (rc != DLOCK_OK) continue;
+        mix_hold();
+        m->n++;
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+static void *mix_redisson(void *arg)
+{
+    mixer *m = arg;
+    redisContext *rc = th_redis(m->s), *sub = th_redis(m->s);
+    char owner[64], ch[128];
+    snprintf(owner, sizeof owner, "7e57%04d-0000-4000-8000-000000000000:%d", m->id, m->id);
+    snprintf(ch, sizeof ch, "%s:%s", rkey("redisson_lock__channel", "rsn:mix"), owner);
+    freeReplyObject(th_cmd(sub, "SUBSCRIBE %s", ch));
+    rsn_fair f = {rc, "rsn:mix", owner, RSN_FAIR_WAIT_MS};
+    while (!atomic_load(&mix_stop)) {
+        long long ttl = rf_acquire(&f, server_ms(rc));
+        if (ttl >= 0) { /* wait for "0" on its channel, at most ttl (Redisson's latch) */
+            struct pollfd pfd = {sub->fd, POLLIN, 0};
+            if (poll(&pfd, 1, ttl > 100 ? 100 : (int)ttl) > 0) {
+                void *msg = NULL;
+                ASSERT_EQ(redisGetReply(sub, &msg), REDIS_OK);
+                freeReplyObject(msg);
+            }
+            continue;
+        }
+        mix_hold();
+        m->n++;
+        ASSERT_EQ(rf_release(&f, server_ms(rc)), 1);
+    }
+    rf_give_up(&f);
+    redisFree(sub);
+    redisFree(rc);
+    return NULL;
+}
+
+static void mixed_contention(const th_server *s)
+{
+    mixer m[MIX_DLOCK + MIX_RSN];
+    pthread_t t[MIX_DLOCK + MIX_RSN];
+    for (int i = 0; i < MIX_DLOCK + MIX_RSN; i++) {
+        m[i] = (mixer){s, i, 0};
+        ASSERT_EQ(pthread_create(&t[i], NULL, i < MIX_DLOCK ? mix_dlock : mix_redisson, &m[i]),
+                  0);
+    }
+    th_sleep_ms(MIX_MS);
+    atomic_store(&mix_stop, 1);
+    long total = 0;
+    for (int i = 0; i < MIX_DLOCK + MIX_RSN; i++) {
+        ASSERT_EQ(pthread_join(t[i], NULL), 0);
+        total += m[i].n;
+    }
+    th_log("%d s of 3 dlock and 2 Redisson clients on one fair lock: dlock %ld %ld %ld, "
+           "Redisson %ld %ld", MIX_MS / 1000, m[0].n, m[1].n, m[2].n, m[3].n, m[4].n);
+    ASSERT_GT(total, 50);
+    for (int i = 0; i < MIX_DLOCK + MIX_RSN; i++)
+        ASSERT_GE(m[i].n * 2 * (MIX_DLOCK + MIX_RSN), total); /* half a fair share at least */
+}
+
 int main(void)
 {
     th_init("interop_redisson");
@@ -643,6 +855,14 @@ int main(void)
 
     /* 9. the fair lock's stand-in */
     fair_standin(s, rc);
+
+    /* 10. one fair queue shared by Redisson and dlock waiters */
+    ASSERT_CCODE(c, dlock_client_set_fair_wait(c, 0), DLOCK_EINVAL);
+    ASSERT_CCODE(c, dlock_client_set_fair_wait(c, ((int64_t)1 << 40) + 1), DLOCK_EINVAL);
+    ASSERT(strstr(dlock_errmsg(c), "fair wait") != NULL);
+    ASSERT_COK(c, dlock_client_set_fair_wait(c, DLOCK_REDISSON_FAIR_WAIT_MS));
+    mixed_scores(s, rc);
+    mixed_contention(s);
 
     dlock_client_free(c);
     redisFree(rc);
