@@ -81,18 +81,46 @@ static void no_notices(void *arg, const char *msg) {
     (void)msg;
 }
 
-/* Copies msg into out as one line, without the password or userinfo. */
+/* Length of the password field of a URL's userinfo at p, which follows
+ * "://": the bytes between the first ':' and the '@' of "user:password@",
+ * 0 when there is none. */
+static size_t url_password_at(const char *p, size_t *skip_user) {
+    size_t n = strcspn(p, "/?#\" \t\r\n");
+    const char *at = NULL;
+    for (const char *q = p; q < p + n; q++)
+        if (*q == '@') at = q;
+    if (!at) return 0;
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (!colon) return 0;
+    *skip_user = (size_t)(colon + 1 - p);
+    return (size_t)(at - colon - 1);
+}
+
+/* Copies msg into out as one line, without the password: the password
+ * field of any URL in it ("scheme://user:***@host"), and a quoted value that
+ * is the password whole ("***", as libpq quotes a badly encoded one). Only
+ * those fields: masking every occurrence of a short password in the words
+ * around would mangle the message and tell the password by elimination. */
 static void clean_msg(const pg_client *pc, const char *msg, char *out, size_t outlen) {
     size_t n = 0;
     const char *p = msg ? msg : "";
     while (*p && n + 1 < outlen) {
         int skipped = 0;
-        for (int i = 0; i < 2; i++) {
+        if (!strncmp(p, "://", 3)) {
+            size_t user = 0, pl = url_password_at(p + 3, &user);
+            if (pl) {
+                for (size_t i = 0; i < 3 + user && n + 1 < outlen; i++) out[n++] = *p++;
+                for (const char *r = "***"; *r && n + 1 < outlen; r++) out[n++] = *r;
+                p += pl;
+                continue;
+            }
+        }
+        for (int i = 0; i < 2 && *p == '"'; i++) {
             const char *s = pc ? pc->scrub[i] : NULL;
             size_t sl = s ? strlen(s) : 0;
-            if (sl && !strncmp(p, s, sl)) {
-                for (const char *r = "***"; *r && n + 1 < outlen; r++) out[n++] = *r;
-                p += sl;
+            if (sl && !strncmp(p + 1, s, sl) && p[1 + sl] == '"') {
+                for (const char *r = "\"***\""; *r && n + 1 < outlen; r++) out[n++] = *r;
+                p += sl + 2;
                 skipped = 1;
                 break;
             }

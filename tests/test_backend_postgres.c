@@ -540,6 +540,37 @@ static void test_unsupported_and_errors(void) {
         ASSERT(m[0] != '\0');
         dlock_client_free(bc);
     }
+    /* one-letter passwords: only the password field is masked, never the
+     * same letter in the words around it (which would mangle the message
+     * and tell the password by elimination) */
+    struct {
+        const char *url_fmt;
+        int want;
+        const char *must; /* the message keeps this whole */
+        const char *leak; /* and never shows this */
+    } one[] = {
+        {"postgres://test:e@127.0.0.1:%d/testdb", DLOCK_EAUTH, "authentication failed", ":e@"},
+        {"postgres://test:t@127.0.0.1:%d/testdb", DLOCK_EAUTH, "\"test\"", ":t@"},
+        {"postgres://test:s@127.0.0.1:%d/testdb?bogus_option=1", DLOCK_EINVAL, "bogus_option",
+         ":s@"},
+        {"postgres://test:%%@127.0.0.1:%d/testdb", DLOCK_EINVAL, "percent", "\"%\""},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+        char url[256];
+        snprintf(url, sizeof url, one[i].url_fmt, g_port);
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = url;
+        o.connect_timeout_ms = 3000;
+        dlock_client *bc = NULL;
+        int rc = dlock_client_new(&o, &bc);
+        const char *m = dlock_errmsg(bc);
+        th_log("one-letter password -> %s: %s", dlock_strerror(rc), m);
+        ASSERT_CCODE(bc, rc, one[i].want);
+        ASSERT_MSG(strstr(m, one[i].must) != NULL, "message mangled: %s", m);
+        ASSERT_MSG(strstr(m, one[i].leak) == NULL, "message shows the password: %s", m);
+        dlock_client_free(bc);
+    }
     /* the password from the options, over a URL without one */
     dlock_options o;
     dlock_options_init(&o);
