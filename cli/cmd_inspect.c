@@ -2,6 +2,7 @@
  * name, and the emergency exit. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -266,14 +267,15 @@ int cmd_status(int argc, char **argv, cli_global *g)
 typedef struct list_ctx {
     const cli_global *g;
     size_t n;
+    FILE *json; /* --json: the array, written out once the listing is whole */
 } list_ctx;
 
 static int list_one(const char *name, size_t name_len, const dlock_info *in, void *ud)
 {
     list_ctx *lc = ud;
     if (lc->g->json) {
-        fputs(lc->n ? ",\n  " : "\n  ", stdout);
-        json_info(stdout, name, name_len, in);
+        fputs(lc->n ? ",\n  " : "\n  ", lc->json);
+        json_info(lc->json, name, name_len, in);
     } else {
         char ttl[32];
         int w;
@@ -328,14 +330,33 @@ int cmd_list(int argc, char **argv, cli_global *g)
         return code;
     lc.g = g;
     lc.n = 0;
+    lc.json = NULL;
+    char *buf = NULL;
+    size_t buflen = 0;
+    if (g->json && !(lc.json = open_memstream(&buf, &buflen))) {
+        cli_err(cmd, "out of memory");
+        dlock_client_free(c);
+        return EXIT_OSERR;
+    }
     if (g->json)
-        fputs("[", stdout);
+        fputs("[", lc.json);
     else if (!g->quiet)
         printf("%-31s %-18s %10s %7s  %s\n", "NAME", "KIND", "TTL", "HOLDERS",
                "HOLDER / DETAILS");
     rc = dlock_list(c, pattern, list_one, &lc);
-    if (g->json)
-        fputs(lc.n ? "\n]\n" : "]\n", stdout);
+    if (g->json) {
+        fputs(lc.n ? "\n]\n" : "]\n", lc.json);
+        if (fclose(lc.json) != 0 && rc == DLOCK_OK) {
+            free(buf);
+            cli_err(cmd, "out of memory");
+            dlock_client_free(c);
+            return EXIT_OSERR;
+        }
+        /* on failure the error object stands for the partial array */
+        if (rc == DLOCK_OK)
+            fwrite(buf, 1, buflen, stdout);
+        free(buf);
+    }
     if (rc == DLOCK_OK)
         cli_info(g, cmd,
                  "%zu shown: keys laid out as locks, semaphores or latches; keys of other "

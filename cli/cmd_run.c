@@ -1075,7 +1075,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
         else if (rc == DLOCK_EBUSY && o.nalso)
             cli_info(g, CMD, "%s: one is held by another owner", what);
         else if (rc == DLOCK_EBUSY)
-            cli_info(g, CMD, "lock '%s' is held by another owner", o.name);
+            cli_info(g, CMD, "%s", lk.acquire_msg[0] ? lk.acquire_msg : "the lock is held");
         else {
             char w[32];
             fmt_secs(w, sizeof w, o.wait_ms);

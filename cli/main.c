@@ -158,22 +158,56 @@ static int cmd_version(int argc, char **argv, cli_global *g)
     return 0;
 }
 
+/* Whether --json is among the arguments, when the parsing stopped at a
+ * usage error before reaching it; not past "--", nor in `run`'s arguments,
+ * which may be the command's own. */
+static int json_asked(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0 || strcmp(argv[i], "run") == 0)
+            return 0;
+        if (strcmp(argv[i], "--json") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int cli_main_(int argc, char **argv, cli_global *gp, const char **cmd);
+
 int cli_main(int argc, char **argv)
+{
+    cli_global g;
+    const char *cmd = NULL;
+    memset(&g, 0, sizeof g);
+    int rc = cli_main_(argc, argv, &g, &cmd);
+    /* --json: a failure is one JSON object too, so a script never parses
+     * empty input; a failure after the data was written (doctor's FAIL) has
+     * printed no message and writes nothing more. `run` prints no data (its
+     * stdout is the command's, and so is its status) */
+    if (rc != 0 && (g.json || json_asked(argc, argv)) && cli_have_error() &&
+        !(cmd && strcmp(cmd, "run") == 0)) {
+        cli_json_error(stdout, rc);
+        if (fflush(stdout) != 0)
+            cli_err(NULL, "cannot write the output");
+    }
+    return rc;
+}
+
+static int cli_main_(int argc, char **argv, cli_global *gp, const char **cmd)
 {
     static const struct option longopts[] = {
         CLI_GLOBAL_LONGOPTS, {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0}};
-    cli_global g;
+    cli_global *g = gp;
     const char *name;
     int opt, rc;
     size_t i;
 
-    memset(&g, 0, sizeof g);
     opterr = 0;
     /* "+": stop at the command name; the command parses the rest. */
     while ((opt = getopt_long(argc, argv, "+:V" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) != -1) {
         if (opt == 'V')
-            return cmd_version(1, argv, &g);
-        rc = cli_common_opt(&g, NULL, opt, argv);
+            return cmd_version(1, argv, g);
+        rc = cli_common_opt(g, NULL, opt, argv);
         if (rc == CLI_WANT_HELP) {
             cli_print_help(stdout, NULL);
             return 0;
@@ -186,7 +220,8 @@ int cli_main(int argc, char **argv)
     name = argv[optind];
     for (i = 0; i < NCOMMANDS; i++) {
         if (strcmp(commands[i].name, name) == 0) {
-            rc = commands[i].fn(argc - optind, argv + optind, &g);
+            *cmd = commands[i].name;
+            rc = commands[i].fn(argc - optind, argv + optind, g);
             if (fflush(stdout) != 0 && rc == 0) {
                 cli_err(NULL, "cannot write the output");
                 rc = EXIT_OSERR;

@@ -21,11 +21,23 @@ static void vmsg(const char *cmd, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
+/* The last message of cli_err, cli_usage or cli_info, for the JSON error
+ * object (cli_json_error). */
+static char last_error[1024];
+
+static void keep_error(const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+}
+
 void cli_err(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vmsg(cmd, fmt, ap);
+    va_end(ap);
+    va_start(ap, fmt);
+    keep_error(fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
 }
@@ -36,6 +48,9 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vmsg(cmd, fmt, ap);
     va_end(ap);
+    va_start(ap, fmt);
+    keep_error(fmt, ap);
+    va_end(ap);
     if (cmd)
         fprintf(stderr, " (try 'dlock help %s')\n", cmd);
     else
@@ -43,9 +58,23 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+void cli_json_error(FILE *f, int code)
+{
+    fputs("{\"error\":", f);
+    cli_json_str(f, last_error, strlen(last_error));
+    fprintf(f, ",\"code\":%d}\n", code);
+}
+
+int cli_have_error(void) { return last_error[0] != '\0'; }
+
 void cli_info(const cli_global *g, const char *cmd, const char *fmt, ...)
 {
     va_list ap;
+    /* kept for the JSON error object, quiet or not: a busy lock is told
+     * this way */
+    va_start(ap, fmt);
+    keep_error(fmt, ap);
+    va_end(ap);
     if (g->quiet)
         return;
     va_start(ap, fmt);

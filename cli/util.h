@@ -103,6 +103,12 @@ int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, 
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints "dlock CMD: <msg> (try 'dlock help CMD')" and returns EXIT_USAGE. */
 int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* With --json, a failure writes {"error": MESSAGE, "code": EXIT CODE} on
+ * stdout instead of the data: MESSAGE is the last one of cli_err, cli_usage
+ * or cli_info (printed or, under -q, not). cli_have_error: 1 once there is
+ * one. */
+void cli_json_error(FILE *f, int code);
+int cli_have_error(void);
 /* Verbose/info line on stderr unless quiet. */
 void cli_info(const cli_global *g, const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

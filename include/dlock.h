@@ -74,7 +74,9 @@ typedef enum dlock_code {
     DLOCK_ETIMEDOUT = 2,    /* the wait bound elapsed before the lock was had */
     DLOCK_EINVAL = 3,       /* bad argument (NULL handle, bad URL, bad name...) */
     DLOCK_ENOMEM = 4,       /* out of memory */
-    DLOCK_EIO = 5,          /* connection failed, broke or timed out */
+    DLOCK_EIO = 5,          /* connection failed, broke or timed out; or the
+                             * server's first reply was not RESP ("not a Redis
+                             * server?") */
     DLOCK_EPROTO = 6,       /* the server's reply was not what the protocol says */
     DLOCK_ESERVER = 7,      /* the server answered with an error (WRONGTYPE...) */
     DLOCK_ENOTHELD = 8,     /* this handle does not hold the lock */
@@ -87,7 +89,9 @@ typedef enum dlock_code {
     DLOCK_EOVERFLOW = 15,   /* a counter would overflow (ID worker) */
     DLOCK_ENOQUORUM = 16,   /* RedLock: fewer than a majority of nodes answered */
     DLOCK_EREPLICAS = 17,   /* too few replicas acknowledged an acquire (wait_replicas) */
-    DLOCK_ETLS = 18,        /* TLS handshake or certificate verification failed */
+    DLOCK_ETLS = 18,        /* TLS handshake or certificate verification failed;
+                             * also when a rediss:// server answers plaintext
+                             * RESP (found once the handshake stalls 150 ms) */
     DLOCK_ECANCELED = 19,   /* the wait was cancelled (dlock_lock_cancel) */
     DLOCK_CODE_LAST_        /* not a code: one past the last */
 } dlock_code;
@@ -329,9 +333,11 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  *           the counter is kept).
  * A reentrant handle already held by this thread re-enters (hold count + 1,
  * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
- * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere), DLOCK_ETIMEDOUT,
- * DLOCK_ECANCELED (dlock_lock_cancel), or a failure code; on any non-OK
- * return nothing is held. */
+ * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere; also at once,
+ * whatever the wait, when the name is held as a lock of another kind, whose
+ * layout this kind cannot read), DLOCK_ETIMEDOUT, DLOCK_ECANCELED
+ * (dlock_lock_cancel), or a failure code; on any non-OK return nothing is
+ * held. */
 DLOCK_EXPORT int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                                uint64_t *fence);
 

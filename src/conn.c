@@ -92,6 +92,16 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
     return DLOCK_OK;
 }
 
+/* A reply that is not RESP: from a server that never answered in RESP on
+ * this connection, something else listens there (MariaDB, HTTP...), which
+ * is the server being unavailable for locks; later, a protocol error. */
+static int bad_reply(const dl_conn *c, dl_err *err) {
+    if (!c->answered)
+        return dl_seterr(err, DLOCK_EIO, "not a Redis server? its first reply is not RESP: %s",
+                         c->reader->errstr);
+    return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
+}
+
 int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
     *out = NULL;
     if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
@@ -101,9 +111,10 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
             c->broken = 1;
             if (c->reader->err == REDIS_ERR_OOM)
                 return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
+            return bad_reply(c, err);
         }
         if (reply) {
+            c->answered = 1;
             *out = reply;
             return DLOCK_OK;
         }
@@ -139,9 +150,10 @@ int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err) {
             c->broken = 1;
             if (c->reader->err == REDIS_ERR_OOM)
                 return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
+            return bad_reply(c, err);
         }
         if (reply) {
+            c->answered = 1;
             *out = reply;
             return DLOCK_OK;
         }

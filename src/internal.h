@@ -96,6 +96,7 @@ struct dl_conn {
     char *obuf;                /* pending output (pipelined commands) */
     size_t olen, ocap;
     int broken;                /* I/O failed: never reuse */
+    int answered;              /* a whole RESP reply was read on it */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     char *linger;              /* idle in its pool but still subscribed to this

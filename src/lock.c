@@ -196,6 +196,17 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
     dl_try t;
     memset(&t, 0, sizeof t);
     int rc = l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err);
+    if (rc == DLOCK_ESERVER && strstr(err.msg, "WRONGTYPE")) {
+        /* the name is taken by a lock of another layout (a plain lock's
+         * STRING under a reentrant acquire...): held by someone else, and
+         * its release would not wake this kind's waiters, so at once */
+        char nm[80];
+        dl_seterr(&err, DLOCK_EBUSY,
+                  "lock '%s' is held as another kind of lock, not as a %s lock (dlock status "
+                  "shows which)",
+                  dl_name_msg(l->name, l->name_len, nm, sizeof nm), l->ops->name);
+        rc = DLOCK_EBUSY;
+    }
     if (rc) {
         if (!reenter) {
             l->token[0] = '\0';

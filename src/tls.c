@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -100,6 +101,44 @@ int dl_tls_ctx_new(const dlock_options *o, void **ctx_out, dl_err *err) {
 
 void dl_tls_ctx_free(void *ctx) { SSL_CTX_free(ctx); }
 
+/* How long a handshake may stall before plaintext_redis() looks at the
+ * server: a TLS server answers the ClientHello within a round trip, a
+ * plaintext Redis never does (it waits for the end of an inline command the
+ * ClientHello does not end). */
+#define DL_TLS_PROBE_AFTER_MS 150
+
+/* 1 when the server c is connected to answers a plaintext PING in RESP,
+ * on a second connection to the same address before deadline: a Redis
+ * without TLS there. A TLS server drops the probe; 0 then, and on any
+ * doubt. */
+static int plaintext_redis(const dl_conn *c, int64_t deadline) {
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (getpeername(c->fd, (struct sockaddr *)&sa, &sl) != 0) return 0;
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    int yes = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sl) == 0 || errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int64_t left = deadline - dl_now_ms();
+        if (left > 0 && poll(&p, 1, left > 1000000 ? 1000000 : (int)left) == 1 &&
+            send(fd, "PING\r\n", 6, MSG_NOSIGNAL) == 6) {
+            char buf[8];
+            size_t got = 0;
+            while (got < 1 && (left = deadline - dl_now_ms()) > 0) {
+                p.events = POLLIN;
+                if (poll(&p, 1, left > 1000000 ? 1000000 : (int)left) != 1) break;
+                ssize_t n = recv(fd, buf + got, sizeof buf - got, 0);
+                if (n <= 0) break;
+                got += (size_t)n;
+            }
+            yes = got >= 1 && (buf[0] == '+' || buf[0] == '-');
+        }
+    }
+    close(fd);
+    return yes;
+}
+
 int dl_tls_handshake(dl_conn *c, const dl_endpoint *ep, int64_t deadline, dl_err *err) {
     char where[300];
     dl_endpoint_describe(ep, where, sizeof where);
@@ -117,19 +156,33 @@ int dl_tls_handshake(dl_conn *c, const dl_endpoint *ep, int64_t deadline, dl_err
         else SSL_set1_host(ssl, name);
     }
     SSL_set_fd(ssl, c->fd);
+    int64_t probe_at = dl_now_ms() + DL_TLS_PROBE_AFTER_MS;
     for (;;) {
         int r = SSL_connect(ssl);
         if (r == 1) break;
         int e = SSL_get_error(ssl, r);
         short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
-        int64_t left = deadline - dl_now_ms();
-        if (ev && left > 0) {
+        int64_t now = dl_now_ms(), left = deadline - now;
+        int plain = 0;
+        if (ev == POLLIN && probe_at && now >= probe_at) {
+            probe_at = 0; /* once */
+            plain = plaintext_redis(c, deadline);
+        }
+        if (ev && left > 0 && !plain) {
+            /* wake at the probe time while it is still to come */
+            int64_t slice = probe_at && probe_at - now < left ? probe_at - now : left;
+            if (slice < 1) slice = 1;
             struct pollfd p = {.fd = c->fd, .events = ev};
-            if (poll(&p, 1, left > 1000000 ? 1000000 : (int)left) >= 0 || errno == EINTR)
+            if (poll(&p, 1, slice > 1000000 ? 1000000 : (int)slice) >= 0 || errno == EINTR)
                 continue;
         }
         int rc;
-        if (ev) {
+        if (plain) {
+            rc = dl_seterr(err, DLOCK_ETLS,
+                           "TLS handshake with %s: the server speaks plaintext Redis, not TLS "
+                           "(use redis://, or its TLS port)",
+                           where);
+        } else if (ev) {
             rc = dl_seterr(err, DLOCK_EIO, "TLS handshake with %s timed out", where);
         } else {
             long v = SSL_get_verify_result(ssl);

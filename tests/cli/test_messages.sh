@@ -1,0 +1,67 @@
+#!/bin/bash
+# Messages and exit codes an operator meets: a lock held as another kind, a
+# server that is not Redis, rediss:// against a plaintext server, and --json
+# on failure.
+here=${BASH_SOURCE[0]%/*}; [ "$here" != "${BASH_SOURCE[0]}" ] || here=.
+. "$here/lib.sh" "$@" || exit 1
+start_redis
+
+# A lock held as another kind: the conflict code and words, not WRONGTYPE.
+tok=$("$DLOCK" acquire --ttl 30s kindlock)
+expect_one_line 1 "reentrant on a plain lock: the conflict code" run -n --kind reentrant kindlock true
+check "it says the lock is held as another kind" "grep -q 'held as another kind' '$TMP/err' && ! grep -q WRONGTYPE '$TMP/err'"
+expect 7 "with -E: the given conflict code, and at once" run -w 20s -E 7 -x kindlock true
+expect 1 "fair on a plain lock" run -n --kind fair kindlock true
+"$DLOCK" release kindlock "$tok"
+
+# A server that is not Redis: "not a Redis server?" with 69.
+"$PY" -u - >"$TMP/fake.port" <<'PYEOF' &
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    try:
+        while c.recv(4096):
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            break
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+PYEOF
+BG_PIDS+=("$!")
+disown "$!"
+wait_until "[ -s '$TMP/fake.port' ]"
+HTTP_URL="redis://127.0.0.1:$(cat "$TMP/fake.port")"
+expect_one_line 69 "an HTTP listener: unavailable" --url "$HTTP_URL" status x
+check "it says 'not a Redis server?'" "grep -q 'not a Redis server?' '$TMP/err'"
+expect 69 "run against an HTTP listener" --url "$HTTP_URL" run -n x true
+
+# rediss:// against a plaintext Redis: the TLS code, fast (not a timeout).
+start=$(date +%s%N)
+expect_one_line 76 "rediss:// against a plaintext server: TLS failed" --url "rediss://127.0.0.1:$PORT" --timeout 10s status x
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+check "it says the server speaks plaintext" "grep -q 'plaintext' '$TMP/err'"
+check "it fails well before the 10 s timeout (${ms} ms)" "[ $ms -lt 5000 ]"
+
+# --json: one JSON object on stdout also on failure.
+expect 64 "--json with a usage error" --json status
+json_check "usage error as JSON" 'd["code"] == 64 and "NAME" in d["error"]' "$TMP/out"
+expect 64 "--json after an unknown option" status --bogus --json x
+json_check "unknown option as JSON" 'd["code"] == 64 and "--bogus" in d["error"]' "$TMP/out"
+expect 69 "--json, server unreachable" --url redis://127.0.0.1:1 --json list
+json_check "unreachable server as JSON (not a partial array)" 'd["code"] == 69 and d["error"]' "$TMP/out"
+tok=$("$DLOCK" acquire --ttl 30s jsonlock)
+expect 1 "--json -q, busy lock" -q acquire -n --json jsonlock
+json_check "busy lock as JSON" 'd["code"] == 1 and "held by another owner" in d["error"]' "$TMP/out"
+expect 81 "--json, wrong token" --json release jsonlock 0123
+json_check "not the owner as JSON" 'd["code"] == 81' "$TMP/out"
+expect 0 "--json success is the data" --json release jsonlock "$tok"
+json_check "release --json" '"error" not in d' "$TMP/out"
+expect 1 "run --json prints no data: nothing on stdout" --json run -n -q jsonlock2 sh -c 'exit 1'
+check "run's stdout is the command's" "[ ! -s '$TMP/out' ]"
+
+finish
