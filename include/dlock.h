@@ -116,7 +116,9 @@ DLOCK_EXPORT const char *dlock_strerror(int code);
  * a tenth covers a clock-rate difference of 1% (RedLock's drift factor,
  * twenty times NTP's 500 ppm bound) and leaves 9% of the lease (90 ms of a
  * 1 s lease, 2.7 s of 30 s) for the holder to notice and stop. `dlock run`
- * stops its command once the validity left is at most this margin. */
+ * stops its command once the validity left is at most this margin, and the
+ * client's watchdog (Redis) calls the lost callback at that point
+ * (DLOCK_LOST_UNREACHABLE). */
 #define DLOCK_LOST_MARGIN_MS(lease_ms) ((lease_ms) / 10)
 
 /* ---- client ---- */
@@ -278,13 +280,25 @@ typedef struct dlock_lock dlock_lock;
 
 /* Lost-lease reasons passed to the callback. */
 #define DLOCK_LOST_TAKEN 1        /* renewal found the lock no longer ours */
-#define DLOCK_LOST_UNREACHABLE 2  /* server unreachable for longer than the lease */
+#define DLOCK_LOST_UNREACHABLE 2  /* no renewal confirmed in time (see dlock_lost_fn) */
 
 /* Called on the client's watchdog thread when a held lock is found lost (on
  * ZooKeeper, etcd and MySQL's table mode: the backend's session or renewal
  * thread; register the callback there before acquiring). It must return
  * quickly and must not call dlock functions; set a flag, write a pipe or
- * signal a thread. */
+ * signal a thread.
+ * Redis (the client's watchdog): DLOCK_LOST_TAKEN when a renewal finds the
+ * hold gone or another owner's; DLOCK_LOST_UNREACHABLE when no renewal has
+ * been confirmed by the last confirmed one's start plus the lease minus
+ * DLOCK_LOST_MARGIN_MS(lease), whether renewals fail or hang: before the
+ * server can expire the hold, so before another client can acquire it
+ * (tests/test_watchdog.c, a holder behind a killed or frozen proxy: the
+ * callback ran ~100 ms, the margin of a 1 s lease, before another client
+ * got the lock). That bound holds while the watchdog thread runs; a process
+ * paused or starved past it gets the callback late, so supervise with
+ * dlock_lock_valid_ms too, as `dlock run` does. The other backends keep
+ * their own rules (docs/backends.md): there the callback may come after
+ * the hold is gone. */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, int reason, void *userdata);
 
 /* Creates a handle for the lock `name` of `kind` (DLOCK_KIND_PLAIN to
@@ -606,8 +620,9 @@ DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t l
 DLOCK_EXPORT int64_t dlock_permits_valid_ms(const dlock_permits *p, const char *id);
 /* Called on the client's watchdog thread when a permit p took with
  * DLOCK_WATCHDOG is found lost: its lease entry was gone at a renewal
- * (DLOCK_LOST_TAKEN: it expired, or another client removed it) or the server
- * was unreachable for a whole lease (DLOCK_LOST_UNREACHABLE). id is that
+ * (DLOCK_LOST_TAKEN: it expired, or another client removed it) or no renewal
+ * was confirmed in time (DLOCK_LOST_UNREACHABLE, at the same point as a
+ * lock's: see dlock_lost_fn). id is that
  * permit's id. The permit is no longer renewed, and its release answers
  * DLOCK_ENOTOWNER once it is gone. The rules of dlock_lost_fn apply: return
  * quickly, call no dlock function. */

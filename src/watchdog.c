@@ -1,8 +1,17 @@
 /* The client's watchdog: one background thread renews every registered
  * lease (held watchdog locks, expirable permits) every third of the client's
  * watchdog lease, up to 100 items per script call and all batches pipelined
- * in one round trip. An item the server no longer gives us, or one not
- * renewed for a whole lease, is marked lost and its callback run. */
+ * in one round trip. An item the server no longer gives us is marked lost
+ * (DLOCK_LOST_TAKEN) and its callback run.
+ *
+ * An item with no renewal confirmed is marked lost (DLOCK_LOST_UNREACHABLE)
+ * at its due time: the last confirmed renewal's start (last_ok) plus the
+ * lease, minus DLOCK_LOST_MARGIN_MS(lease). The server cannot expire the
+ * hold before last_ok + lease (its lease starts after the request that
+ * started it was sent), so the callback runs before the hold can pass to
+ * another client, with the margin left for the holder to stop. To keep that
+ * time, the thread wakes at the earliest due time even between renewals,
+ * and a renewal round's I/O is cut off at it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +51,7 @@ typedef struct wd_snap {
     char *owner;
     size_t owner_len;
     unsigned hslot; /* Redis Cluster: the key's hash slot (0 elsewhere) */
+    int64_t due;    /* when it is lost unless renewed (lease_due) */
     int result;     /* 1 renewed, 0 lost, -1 no answer */
     int yes, no;    /* per-node answers (RedLock: a majority decides) */
 } wd_snap;
@@ -54,6 +64,11 @@ static void cond_deadline(struct timespec *ts, int64_t ms_from_now) {
         ts->tv_sec++;
         ts->tv_nsec -= 1000000000;
     }
+}
+
+/* When l is lost unless a renewal is confirmed first (see the top). */
+static int64_t lease_due(const dl_lease *l) {
+    return (int64_t)atomic_load(&l->last_ok) + l->lease_ms - DLOCK_LOST_MARGIN_MS(l->lease_ms);
 }
 
 static void slot_remove(dl_watchdog *wd, dl_lease *l) {
@@ -144,8 +159,9 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
 }
 
 /* Renews on every node of the client; fills snap[i].result. One node: its
- * answer. RedLock: renewed on a majority, or lost when a majority says no. */
-static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
+ * answer. RedLock: renewed on a majority, or lost when a majority says no.
+ * No I/O goes on past cutoff (the earliest due time). */
+static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n, int64_t cutoff) {
     dlock_client *c = wd->c;
     /* RedLock: each node gets its own short deadline, so a frozen node
      * cannot use up the others' time */
@@ -155,7 +171,11 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n) {
     int64_t limit = c->watchdog_lease_ms / 3;
     if (limit > c->command_timeout_ms) limit = c->command_timeout_ms;
     if (c->mode == DL_MODE_REDLOCK && limit > c->node_timeout_ms * 4) limit = c->node_timeout_ms * 4;
-    for (size_t i = 0; i < nn; i++) renew_on(c->nodes[i], dl_deadline(limit), snap, n);
+    for (size_t i = 0; i < nn; i++) {
+        int64_t deadline = dl_deadline(limit);
+        if (deadline > cutoff) deadline = cutoff;
+        renew_on(c->nodes[i], deadline, snap, n);
+    }
     size_t need = c->mode == DL_MODE_REDLOCK ? c->quorum : 1;
     for (size_t i = 0; i < n; i++) {
         if ((size_t)snap[i].yes >= need) snap[i].result = 1;
@@ -170,9 +190,34 @@ static int snap_cmp(const void *a, const void *b) {
     return (x->hslot > y->hslot) - (x->hslot < y->hslot);
 }
 
+/* Marks lost (DLOCK_LOST_UNREACHABLE) every item past its due time; under
+ * the mutex. */
+static void expire_due(dl_watchdog *wd, int64_t now) {
+    for (size_t i = 0; i < wd->nslots && wd->count; i++) {
+        dl_lease *l = wd->slots[i].l;
+        if (!l || now < lease_due(l)) continue;
+        atomic_store(&l->lost, 1);
+        slot_remove(wd, l);
+        if (l->on_lost) l->on_lost(l, DLOCK_LOST_UNREACHABLE);
+    }
+}
+
+/* The earliest due time of the registered items; under the mutex. */
+static int64_t earliest_due(const dl_watchdog *wd) {
+    int64_t due = DL_INF_DEADLINE;
+    for (size_t i = 0; i < wd->nslots; i++) {
+        const dl_lease *l = wd->slots[i].l;
+        if (l && lease_due(l) < due) due = lease_due(l);
+    }
+    return due;
+}
+
 static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
+    /* what is due is lost without asking: the server may expire it now */
+    expire_due(wd, dl_now_ms());
     /* snapshot under the mutex */
     size_t n = wd->count, k = 0;
+    int64_t cutoff = DL_INF_DEADLINE;
     wd_snap *snap = calloc(n ? n : 1, sizeof *snap);
     if (!snap) {
         *retry_soon = 1;
@@ -199,12 +244,14 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
         memcpy(s->owner, l->owner, l->owner_len);
         s->owner_len = l->owner_len;
         s->result = -1;
+        s->due = lease_due(l);
+        if (s->due < cutoff) cutoff = s->due;
         k++;
     }
     pthread_mutex_unlock(&wd->mu);
     qsort(snap, k, sizeof *snap, snap_cmp);
     int64_t t0 = dl_now_ms();
-    renew_io(wd, snap, k);
+    renew_io(wd, snap, k, cutoff);
     int64_t now = dl_now_ms();
     pthread_mutex_lock(&wd->mu);
     for (size_t i = 0; i < k; i++) {
@@ -218,8 +265,7 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
                 reason = DLOCK_LOST_TAKEN;
             } else {
                 *retry_soon = 1;
-                if (now - atomic_load(&l->last_ok) >= l->lease_ms)
-                    reason = DLOCK_LOST_UNREACHABLE;
+                if (now >= s->due) reason = DLOCK_LOST_UNREACHABLE;
             }
             if (reason) {
                 atomic_store(&l->lost, 1);
@@ -245,9 +291,15 @@ static void *wd_main(void *arg) {
             continue;
         }
         int64_t now = dl_now_ms();
+        int64_t due = earliest_due(wd);
+        if (now >= due) {
+            /* between renewals: an item unconfirmed for its due time */
+            expire_due(wd, now);
+            continue;
+        }
         if (now < next) {
             struct timespec ts;
-            cond_deadline(&ts, next - now);
+            cond_deadline(&ts, (due < next ? due : next) - now);
             pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
             continue;
         }

@@ -2,10 +2,20 @@
  * kept for more than 4 lease periods (PTTL stays in (0, 600], another client
  * cannot take it), for both kinds; an explicit-lease lock expires on its own
  * and its release reports DLOCK_ELOST; dlock_extend turns a watchdog lock into
- * an explicit lease that then runs out. */
+ * an explicit lease that then runs out. A holder cut off from the server
+ * (its proxy killed, or frozen) gets the lost callback
+ * (DLOCK_LOST_UNREACHABLE) before another client can acquire the lock. */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define WD_LEASE 600
 #define HOLD_MS 2500
@@ -50,10 +60,144 @@ static void hold_with_watchdog(const th_server *s, dlock_client *c, dlock_client
     (void)s;
 }
 
+/* A TCP proxy to 127.0.0.1:to in a child process (start it before any
+ * client thread exists); *port receives its port. SIGKILL cuts the clients
+ * behind it off (closed, then refused), SIGSTOP leaves them unanswered. */
+#define PROXY_PAIRS 16
+static pid_t start_proxy(int to, int *port)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT(ls >= 0);
+    ASSERT(bind(ls, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(listen(ls, 16) == 0);
+    ASSERT(getsockname(ls, (struct sockaddr *)&a, &len) == 0);
+    *port = ntohs(a.sin_port);
+    pid_t pid = th_fork();
+    if (pid) {
+        close(ls);
+        return pid;
+    }
+    int fds[2 * PROXY_PAIRS], n = 0; /* fds[i] and fds[i ^ 1] are peers */
+    for (;;) {
+        struct pollfd p[1 + 2 * PROXY_PAIRS];
+        p[0].fd = ls;
+        p[0].events = POLLIN;
+        for (int i = 0; i < n; i++) p[1 + i].fd = fds[i], p[1 + i].events = POLLIN;
+        if (poll(p, 1 + n, -1) < 0) continue;
+        if ((p[0].revents & POLLIN) && n < 2 * PROXY_PAIRS) {
+            int c = accept(ls, NULL, NULL);
+            int u = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in t = a;
+            t.sin_port = htons((uint16_t)to);
+            if (c >= 0 && u >= 0 && connect(u, (struct sockaddr *)&t, sizeof t) == 0) {
+                fds[n++] = c;
+                fds[n++] = u;
+            } else {
+                if (c >= 0) close(c);
+                if (u >= 0) close(u);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            if (!p[1 + i].revents) continue;
+            char buf[16384];
+            ssize_t r = read(fds[i], buf, sizeof buf), w = 0;
+            while (r > 0 && w < r) {
+                ssize_t k = write(fds[i ^ 1], buf + w, (size_t)(r - w));
+                if (k <= 0) break;
+                w += k;
+            }
+            if (r <= 0 || w < r) { /* close the pair; the last pair takes its place */
+                int pair = i & ~1;
+                close(fds[pair]);
+                close(fds[pair + 1]);
+                fds[pair] = fds[n - 2];
+                fds[pair + 1] = fds[n - 1];
+                n -= 2;
+                break; /* poll again */
+            }
+        }
+    }
+}
+
+#define CUT_LEASE 1000
+static atomic_llong g_lost_at;
+static atomic_int g_lost_reason;
+
+static void on_cut_lost(dlock_lock *l, int reason, void *userdata)
+{
+    (void)l, (void)userdata;
+    atomic_store(&g_lost_reason, reason);
+    atomic_store(&g_lost_at, (long long)th_now_ms());
+}
+
+/* A holder reaching the server through the proxy proxy (port pport) is cut
+ * off by sig (SIGKILL: connections closed, then refused; SIGSTOP: no
+ * answers). Another client tries the lock every millisecond: the holder's
+ * lost callback (DLOCK_LOST_UNREACHABLE) must have run before it gets it. */
+static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport, int sig)
+{
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", pport);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = CUT_LEASE;
+    dlock_client *hc = NULL;
+    ASSERT_EQ(dlock_client_new(&o, &hc), DLOCK_OK);
+    dlock_client *other = th_client(s, CUT_LEASE);
+    dlock_lock *h = th_lock(hc, name, DLOCK_KIND_PLAIN);
+    dlock_lock *w = th_lock(other, name, DLOCK_KIND_PLAIN);
+    atomic_store(&g_lost_at, 0);
+    atomic_store(&g_lost_reason, 0);
+    dlock_lock_on_lost(h, on_cut_lost, NULL);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    th_sleep_ms(CUT_LEASE / 2); /* a renewal or so */
+    ASSERT_EQ(kill(proxy, sig), 0);
+    int64_t t_cut = th_now_ms(), got_at = -1;
+    while (th_now_ms() - t_cut < 3 * CUT_LEASE) {
+        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
+        if (rc == DLOCK_OK) {
+            got_at = th_now_ms();
+            break;
+        }
+        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
+        th_sleep_ms(1);
+    }
+    long long lost_at = atomic_load(&g_lost_at);
+    th_log("%s (proxy %s): lost callback %lld ms after the cut, another client acquired after "
+           "%lld ms (%lld ms later)",
+           name, sig == SIGKILL ? "killed" : "frozen", lost_at - (long long)t_cut,
+           (long long)(got_at - t_cut), (long long)got_at - lost_at);
+    ASSERT_GT(got_at, 0);
+    ASSERT_GT(lost_at, 0);
+    ASSERT_EQ(atomic_load(&g_lost_reason), DLOCK_LOST_UNREACHABLE);
+    ASSERT_LT(lost_at, got_at);
+    ASSERT_EQ(dlock_lock_valid_ms(h), 0);
+    ASSERT_EQ(dlock_lock_is_lost(h), 1);
+    ASSERT_LOK(w, dlock_release(w));
+    if (sig == SIGSTOP) kill(proxy, SIGKILL);
+    th_wait_child(proxy, 5000);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_free(other);
+    dlock_client_free(hc);
+}
+
 int main(void)
 {
     th_init("watchdog");
     th_server *s = th_server_start(NULL);
+    int kport = 0, sport = 0;
+    /* forked before any client thread exists */
+    pid_t killed = start_proxy(th_server_port(s), &kport);
+    pid_t frozen = start_proxy(th_server_port(s), &sport);
+    cut_off(s, "wd:cut:killed", killed, kport, SIGKILL);
+    cut_off(s, "wd:cut:frozen", frozen, sport, SIGSTOP);
     dlock_client *c = th_client(s, WD_LEASE);
     dlock_client *other = th_client(s, WD_LEASE);
     redisContext *rc = th_redis(s);
