@@ -166,11 +166,14 @@ typedef struct dlock_options {
      * across node failures. NULL: each acquire's token is the largest of the
      * majority's own counters, which is NOT linearizable (see docs). */
     const char *fence_url;
-    /* After each acquire, wait until this many replicas acknowledged it
+    /* After each lock acquire, wait until this many replicas acknowledged it
      * (Redis WAIT), for at most wait_replicas_timeout_ms (0: 1000 ms). Fewer
      * acknowledgements: the lock is released and DLOCK_EREPLICAS returned.
-     * With Sentinel this keeps an acquired lock across a failover to an
-     * acknowledging replica. 0: no waiting. Not for RedLock. */
+     * Every way of acquiring is covered, the fair lock's handoff by a
+     * release included (the new owner renews the lock on its own connection
+     * first, so that its WAIT covers the grant). With Sentinel this keeps an
+     * acquired lock across a failover to an acknowledging replica. 0: no
+     * waiting. Not for RedLock; semaphores and latches are not waited for. */
     int wait_replicas;
     int64_t wait_replicas_timeout_ms;
     /* TLS, for rediss:// (one server; not yet for redlock / sentinel / cluster

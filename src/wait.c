@@ -88,9 +88,32 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
-/* wait_replicas: WAIT until enough replicas have the acquire, or release it. */
-static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
+/* wait_replicas: WAIT until enough replicas have the acquire, or release it.
+ * WAIT counts the replicas that acknowledged this connection's own latest
+ * write. A lock handed over in a message (handed) was written by the
+ * releaser's connection, after this one's latest write (its queue entry):
+ * first the owner-checked extend with the same lease, a write of ours that
+ * follows the grant in the replication stream, so that a replica that
+ * acknowledges it has the grant too. (Restarting the lease there is safe:
+ * the handle counts it from an earlier moment.) */
+static int wait_acks(dlock_lock *l, dl_conn *conn, int handed, int64_t lease_ms, dl_err *err) {
     dlock_client *c = l->c;
+    char nm[80];
+    if (handed) {
+        long long held = 0;
+        int rc = l->ops->extend(l, conn, lease_ms, &held, err);
+        if (!rc && !held)
+            rc = dl_seterr(err, DLOCK_ELOST,
+                           "lock '%s' was handed over, but its lease ran out before the "
+                           "replicas were asked",
+                           dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+        if (rc) {
+            long long res;
+            dl_err ignored;
+            if (rc != DLOCK_ELOST && !conn->broken) l->ops->release(l, conn, &res, &ignored);
+            return rc;
+        }
+    }
     char n[24], ms[24];
     const char *argv[3] = {"WAIT", n, ms};
     size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas),
@@ -107,7 +130,6 @@ static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
     dl_err ignored;
     if (!conn->broken) l->ops->release(l, conn, &res, &ignored);
     if (rc) return rc;
-    char nm[80];
     return dl_seterr(err, DLOCK_EREPLICAS,
                      "lock '%s' acquired, but only %lld of %d replicas acknowledged within "
                      "%lld ms; released",
@@ -121,6 +143,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
+    int handed = 0; /* the lock came in a message (a handoff) */
     int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
     dl_node *node = conn->node;
@@ -184,7 +207,10 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                 until = dl_now_ms() + t->pttl + 1;
         } while (!rc && granted < 0);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
-        if (!rc && granted) break;
+        if (!rc && granted) {
+            handed = 1;
+            break;
+        }
     }
     if (rc && l->ops->abandon && conn && !conn->broken) l->ops->abandon(l, conn);
 done:
@@ -199,7 +225,7 @@ done:
     }
     sub = NULL;
     if (!rc && t->acquired && c->wait_replicas > 0) {
-        rc = wait_acks(l, conn, err);
+        rc = wait_acks(l, conn, handed, lease_ms, err);
         if (rc) t->acquired = 0;
     }
     dl_pool_put(c, conn);

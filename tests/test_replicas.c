@@ -1,0 +1,119 @@
+/* wait_replicas with a primary and one replica (no Sentinel): an acquisition
+ * that returns DLOCK_OK is on the replica, whichever path granted it. The
+ * fair lock's handoff is written by the releaser's connection, while WAIT
+ * counts the acknowledgements of the new owner's own connection, whose last
+ * write was its queue entry: the new owner must not return OK unless the
+ * replica has the grant.
+ *   1. replica live: the waiter handed the lock returns OK, and the replica
+ *      has the lock the moment it does;
+ *   2. replica paused (SIGSTOP) after it acknowledged the waiter's queue
+ *      entry: the handoff is not on it, so the waiter gets DLOCK_EREPLICAS
+ *      and the lock is given back (before the fix: DLOCK_OK). */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME "rep:fair"
+
+typedef struct {
+    dlock_lock *l;
+    int rc;
+    char msg[256];
+} waiter;
+
+static void *wait_fair(void *arg)
+{
+    waiter *w = arg;
+    w->rc = dlock_acquire(w->l, 15000, 10000, NULL);
+    snprintf(w->msg, sizeof w->msg, "%s", dlock_lock_errmsg(w->l));
+    return NULL;
+}
+
+static dlock_client *replicated_client(const th_server *s)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = th_server_url(s);
+    o.wait_replicas = 1;
+    o.wait_replicas_timeout_ms = 500;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    return c;
+}
+
+static int link_up(redisContext *rc)
+{
+    char *info = th_cmd_str(rc, "INFO replication");
+    int up = info && strstr(info, "master_link_status:up") != NULL;
+    free(info);
+    return up;
+}
+
+/* A holds; B waits in a thread until it is queued and subscribed (and its
+ * attempt after subscribing has run). */
+static void start_waiter(redisContext *rp, waiter *w, pthread_t *th)
+{
+    ASSERT_EQ(pthread_create(th, NULL, wait_fair, w), 0);
+    ASSERT_EVENTUALLY(th_cmd_int(rp, "LLEN redisson_lock_queue:{" NAME "}") == 1 &&
+                          th_subscribers(rp, NAME) >= 1,
+                      5000);
+    th_sleep_ms(100);
+}
+
+int main(void)
+{
+    th_init("replicas");
+    th_server *p = th_server_start(NULL);
+    th_server *r = th_server_start(NULL);
+    redisContext *rp = th_redis(p), *rr = th_redis(r);
+    th_cmd_ok(rp, "CONFIG SET repl-diskless-sync-delay 0");
+    th_cmd_ok(rr, "REPLICAOF 127.0.0.1 %d", th_server_port(p));
+    ASSERT_EVENTUALLY(link_up(rr), 15000);
+
+    dlock_client *ca = replicated_client(p), *cb = replicated_client(p);
+    dlock_lock *a = th_lock(ca, NAME, DLOCK_KIND_FAIR);
+    dlock_lock *b = th_lock(cb, NAME, DLOCK_KIND_FAIR);
+
+    /* 1. replica live: B is handed the lock and returns OK; the replica has it */
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 10000, NULL));
+    waiter w = {b, -1, ""};
+    pthread_t th;
+    start_waiter(rp, &w, &th);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_MSG(w.rc == DLOCK_OK, "handed over with the replica live: %d (%s)", w.rc, w.msg);
+    ASSERT_EQ(th_cmd_int(rr, "HLEN %s", NAME), 1);
+    ASSERT_LOK(b, dlock_release(b));
+
+    /* 2. the replica acknowledged everything up to B's queue entry, then
+     * stops: the handoff never reaches it */
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 10000, NULL));
+    w = (waiter){b, -1, ""};
+    start_waiter(rp, &w, &th);
+    th_cmd_ok(rp, "SET rep:marker 1");
+    ASSERT_EQ(th_cmd_int(rp, "WAIT 1 5000"), 1);
+    th_server_pause(r);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    th_log("handed over with the replica paused: %s", w.rc ? w.msg : "OK");
+    ASSERT_MSG(w.rc == DLOCK_EREPLICAS, "handed over with the replica paused: %d (%s)", w.rc,
+               w.msg);
+    ASSERT_EQ(dlock_lock_valid_ms(b), 0);
+    /* given back: free on the primary */
+    ASSERT_EQ(th_cmd_int(rp, "EXISTS %s", NAME), 0);
+    th_server_unpause(r);
+    ASSERT_EVENTUALLY(th_cmd_int(rr, "EXISTS %s", NAME) == 0, 5000);
+
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+    redisFree(rp);
+    redisFree(rr);
+    th_server_stop(r);
+    th_server_stop(p);
+    th_log("ok");
+    return 0;
+}
