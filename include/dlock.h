@@ -384,7 +384,11 @@ DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
  * holding, so a retry is possible; the lease runs out otherwise). RedLock:
  * DLOCK_ELOST when fewer than a majority still had the hold (counting the
  * nodes that did not answer); DLOCK_ENOQUORUM when fewer than a majority
- * answered (deleted on those that did; the handle still holds). */
+ * answered (deleted on those that did; the handle still holds). A release of
+ * one of a reentrant handle's holds leaves it holding only when a majority
+ * still has the hold after it; otherwise the hold is over and the handle
+ * holds nothing (DLOCK_OK; a count left on a minority of nodes runs out with
+ * its lease). */
 DLOCK_EXPORT int dlock_release(dlock_lock *l);
 
 /* Sets the lease of a held lock to lease_ms (> 0) from now, owner-checked.
@@ -396,8 +400,9 @@ DLOCK_EXPORT int dlock_extend(dlock_lock *l, int64_t lease_ms);
 DLOCK_EXPORT int dlock_lock_holding(const dlock_lock *l);
 /* How long the current hold is surely still valid, in ms, by this process's
  * monotonic clock: the lease counted from just before the request that
- * started it (acquire, extend, or the watchdog's last confirmed renewal).
- * 0 when not held, lost, or past it. No round trip. Use it to skip work that
+ * started it (acquire, extend, or the watchdog's last confirmed renewal);
+ * RedLock: the lease less its clock-drift allowance (lease / 100 + 2 ms) in
+ * every case. 0 when not held, lost, or past it. No round trip. Use it to skip work that
  * would not finish in time; fencing tokens are what make late writes safe. */
 DLOCK_EXPORT int64_t dlock_lock_valid_ms(const dlock_lock *l);
 /* 1 once the watchdog (or a release/extend) found the lease lost, else 0.

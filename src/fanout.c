@@ -12,7 +12,7 @@
 
 size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
                       const char **keys, const size_t *keylens, int nargs, const char **args,
-                      const size_t *arglens, redisReply **replies) {
+                      const size_t *arglens, redisReply **replies, unsigned char *unanswered) {
     struct pollfd pfd[DL_FANOUT_MAX];
     int pending[DL_FANOUT_MAX] = {0};
     int by_text[DL_FANOUT_MAX] = {0};
@@ -20,6 +20,7 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
     if (n > DL_FANOUT_MAX) n = DL_FANOUT_MAX;
     for (size_t i = 0; i < n; i++) {
         replies[i] = NULL;
+        if (unanswered) unanswered[i] = 0;
         if (!conns[i]) continue;
         dl_err err;
         if (dl_eval_append(conns[i], s, nkeys, keys, keylens, nargs, args, arglens, &err) ||
@@ -74,7 +75,29 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
         if (k < 0 && errno != EINTR) break;
     }
     /* a request without an answer leaves its connection out of step */
-    for (size_t i = 0; i < n; i++)
-        if (pending[i]) conns[i]->broken = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!pending[i]) continue;
+        conns[i]->broken = 1;
+        if (unanswered) unanswered[i] = 1;
+    }
     return answered;
+}
+
+void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                     const size_t *keylens, int nargs, const char **args, const size_t *arglens) {
+    dl_err err;
+    c->olen = 0; /* the request before went out whole */
+    if (dl_eval_append_text(c, s, nkeys, keys, keylens, nargs, args, arglens, &err)) return;
+    size_t off = 0;
+    while (off < c->olen) {
+        long k = c->ops->write(c, c->obuf + off, c->olen - off);
+        if (k > 0) {
+            off += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        break; /* a command cut short never runs: the server sees it end with the connection */
+    }
+    c->olen = 0;
+    c->broken = 1;
 }

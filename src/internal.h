@@ -250,10 +250,20 @@ int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
  * conns[i], then waits for all answers in one poll() loop until deadline
  * (NOSCRIPT answered by EVAL on that connection). replies[i] gets each answer
  * or NULL (no connection, no answer in time: that connection is marked
- * broken). Returns how many answered. */
+ * broken). unanswered (may be NULL): 1 where the request went out whole but
+ * no answer came in time (the server may still run it), else 0. Returns how
+ * many answered. */
 size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
                       const char **keys, const size_t *keylens, int nargs, const char **args,
-                      const size_t *arglens, redisReply **replies);
+                      const size_t *arglens, redisReply **replies, unsigned char *unanswered);
+/* Sends EVAL of s on c right behind the request dl_fanout_eval left
+ * unanswered there, without waiting (what the socket takes at once; c stays
+ * broken). A server runs one connection's commands in order, so s runs only
+ * right after that request, never without it, and it runs whenever both
+ * reached the server (a frozen server runs what it read once it thaws, even
+ * from a connection closed meanwhile; a command cut short never runs). */
+void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                     const size_t *keylens, int nargs, const char **args, const size_t *arglens);
 /* Queues EVAL (by text) of s. */
 int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
                         const size_t *keylens, int nargs, const char **args,
@@ -810,6 +820,10 @@ long long dl_call_release_result(const dl_call *call, long long v);
 /* RedLock versions of the generic lock steps (redlock.c). */
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
 int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err);
+/* RedLock's allowance for clock drift over a lease: lease / 100 + 2 ms. A
+ * RedLock hold is counted valid for the lease less this, from just before
+ * the request that started it (acquire, extend, watchdog renewal). */
+int64_t dl_redlock_drift_ms(int64_t lease_ms);
 int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
 int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
 

@@ -32,6 +32,11 @@ static int lock_ok(dlock_lock *l) {
     return DLOCK_OK;
 }
 
+/* What a hold's validity leaves out of its lease: RedLock's clock drift. */
+static int64_t lease_margin(const dlock_lock *l, int64_t lease_ms) {
+    return l->c->mode == DL_MODE_REDLOCK ? dl_redlock_drift_ms(lease_ms) : 0;
+}
+
 static void lease_lost(dl_lease *lease, int reason) {
     dlock_lock *l = (dlock_lock *)((char *)lease - offsetof(dlock_lock, lease));
     if (l->lost_fn) l->lost_fn(l, reason, l->lost_ud);
@@ -314,7 +319,7 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
         return lock_fail(l, &err);
     }
     l->lease_ms = lease_ms;
-    l->expires_at = t0 + lease_ms;
+    l->expires_at = t0 + lease_ms - lease_margin(l, lease_ms);
     return lock_ok(l);
 }
 
@@ -331,7 +336,7 @@ int dl_lock_reexpire(dlock_lock *l, dl_err *err) {
     int rc = l->c->backend->extend(l, l->lease_ms, &res, err);
     if (rc) return rc;
     if (res != 1) return mark_lost(l, "acquire", err);
-    l->expires_at = t0 + l->lease_ms;
+    l->expires_at = t0 + l->lease_ms - lease_margin(l, l->lease_ms);
     return DLOCK_OK;
 }
 
@@ -341,7 +346,8 @@ int64_t dlock_lock_valid_ms(const dlock_lock *l) {
     if (!l || l->holds <= 0 || atomic_load(&l->lease.lost)) return 0;
     int64_t until = l->expires_at;
     if (l->watchdog) {
-        int64_t renewed = (int64_t)atomic_load(&l->lease.last_ok) + l->lease_ms;
+        int64_t renewed = (int64_t)atomic_load(&l->lease.last_ok) + l->lease_ms -
+                          lease_margin(l, l->lease_ms);
         if (renewed > until) until = renewed;
     }
     int64_t left = until - dl_now_ms();

@@ -2,8 +2,8 @@
  * the same key and owner on every node, all contacted at once with a
  * per-node timeout much smaller than the lease; acquired when a majority
  * accepted and time is left: validity = lease - elapsed - drift, with
- * drift = lease / 100 + 2 ms. Otherwise the lock is released on every node
- * and tried again after a random delay. */
+ * drift = lease / 100 + 2 ms. Otherwise what the attempt did is undone,
+ * node by node, and it is tried again after a random delay. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +18,8 @@
 #define DL_RL_PROBE_MS 100
 
 static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+int64_t dl_redlock_drift_ms(int64_t lease_ms) { return drift_ms(lease_ms); }
 
 /* Borrows one connection per node (NULL where the node cannot be reached
  * before deadline). A node whose reconnect backoff runs (it failed to
@@ -61,25 +63,55 @@ static void put_all(dlock_client *c, dl_conn **conns, redisReply **replies) {
     }
 }
 
-/* Runs op's call on every node; returns the number of answers. */
+/* Runs op's call on every node; returns the number of answers. unanswered
+ * (may be NULL) as dl_fanout_eval's. */
 static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **replies,
-                      dl_conn **conns) {
+                      dl_conn **conns, unsigned char *unanswered) {
     dlock_client *c = l->c;
     int64_t deadline = dl_deadline(c->node_timeout_ms);
     dl_call call;
     l->ops->call(l, op, lease_ms, &call);
     get_all(c, deadline, conns);
     return dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys, call.keys,
-                          call.keylens, call.nargs, call.args, call.arglens, replies);
+                          call.keylens, call.nargs, call.args, call.arglens, replies,
+                          unanswered);
 }
 
-/* Releases on every node, whatever each answers: after a failed attempt,
- * the nodes that did not answer in time may still have set the key. */
-static void release_all(dlock_lock *l) {
+/* What a failed attempt left to undo on each node. */
+enum { UNDO_NONE = 0, UNDO_NOW, UNDO_CHASE };
+
+/* Undoes what a failed attempt did, node by node, and nothing else: the
+ * release script (one hold less; the key deleted at none) on the nodes that
+ * answered "acquired", and the same right behind the attempt's request, on
+ * its connection, where no answer came (dl_fanout_chase: it runs there only
+ * if the attempt's request did). A node that refused, answered an error, or
+ * never got the request is left alone. Releasing on every node instead took
+ * a reentrant hold's count down where a re-entry had not counted it up, and
+ * deleted the hold there. */
+static void undo_attempt(dlock_lock *l, int64_t lease_ms, dl_conn **conns,
+                         const unsigned char *what) {
+    dlock_client *c = l->c;
+    dl_call call;
+    /* a re-entry's undo leaves the hold with the lease it had */
+    l->ops->call(l, DL_OP_RELEASE, l->holds > 0 ? l->lease_ms : lease_ms, &call);
+    dl_conn *now[DL_RL_MAX];
     redisReply *replies[DL_RL_MAX];
-    dl_conn *conns[DL_RL_MAX];
-    run_all(l, DL_OP_RELEASE, l->c->watchdog_lease_ms, replies, conns);
-    put_all(l->c, conns, replies);
+    size_t nnow = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        now[i] = NULL;
+        if (what[i] == UNDO_NOW) {
+            now[i] = conns[i];
+            nnow++;
+        } else if (what[i] == UNDO_CHASE) {
+            dl_fanout_chase(conns[i], call.script, call.nkeys, call.keys, call.keylens,
+                            call.nargs, call.args, call.arglens);
+        }
+    }
+    if (!nnow) return;
+    dl_fanout_eval(now, c->nnodes, dl_deadline(c->node_timeout_ms), call.script, call.nkeys,
+                   call.keys, call.keylens, call.nargs, call.args, call.arglens, replies, NULL);
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (replies[i]) freeReplyObject(replies[i]);
 }
 
 static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
@@ -114,42 +146,56 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
     dlock_client *c = l->c;
     redisReply *replies[DL_RL_MAX];
     dl_conn *conns[DL_RL_MAX];
+    unsigned char unanswered[DL_RL_MAX];
+    unsigned char what[DL_RL_MAX];
     memset(t, 0, sizeof *t);
     int64_t t0 = dl_now_ms();
-    *answered = run_all(l, DL_OP_ACQUIRE, lease_ms, replies, conns);
-    size_t ok = 0;
+    *answered = run_all(l, DL_OP_ACQUIRE, lease_ms, replies, conns, unanswered);
+    size_t ok = 0, undo = 0;
     uint64_t fence = 0;
     int64_t count = 1, pttl = -2;
     int server_rc = DLOCK_OK;
     size_t errors = 0;
     dl_err server_err = {0};
     for (size_t i = 0; i < c->nnodes; i++) {
+        what[i] = unanswered[i] ? UNDO_CHASE : UNDO_NONE;
+        undo += unanswered[i];
         if (!replies[i]) continue;
         dl_try one;
         dl_err e = {0};
         int rc = dl_parse_attempt(l, replies[i], t0, lease_ms, &one, &e);
         if (rc) {
+            /* left alone: a script that fails stops before its writes (the
+             * one write that could come before an error, on a fence key of
+             * the wrong type, is at worst a hold of ours until its lease) */
             if (!server_rc) server_rc = rc, server_err = e;
             errors++;
             continue;
         }
         if (one.acquired) {
             ok++;
+            what[i] = UNDO_NOW;
+            undo++;
             if (one.fence > fence) fence = one.fence;
             if (one.count > count) count = one.count;
         } else if (one.pttl >= 0 && (pttl < 0 || one.pttl < pttl)) {
             pttl = one.pttl;
         }
     }
-    put_all(c, conns, replies);
+    for (size_t i = 0; i < c->nnodes; i++) {
+        if (replies[i]) freeReplyObject(replies[i]);
+        replies[i] = NULL;
+    }
     int64_t elapsed = dl_now_ms() - t0;
     int64_t validity = lease_ms - elapsed - drift_ms(lease_ms);
     if (ok >= c->quorum && validity > 0) {
         int rc = c->fence_node ? fence_from_node(l, &fence, err) : DLOCK_OK;
         if (rc) {
-            release_all(l);
+            undo_attempt(l, lease_ms, conns, what);
+            put_all(c, conns, NULL);
             return rc;
         }
+        put_all(c, conns, NULL);
         t->acquired = 1;
         t->fence = fence;
         t->count = count;
@@ -157,7 +203,8 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         atomic_store(&l->lease.last_ok, (long long)t0);
         return DLOCK_OK;
     }
-    if (ok > 0 || *answered < c->nnodes) release_all(l);
+    if (undo) undo_attempt(l, lease_ms, conns, what);
+    put_all(c, conns, NULL);
     t->pttl = pttl;
     if (errors >= c->quorum) {
         /* a majority refused with an error (WRONGTYPE...): not worth waiting */
@@ -226,7 +273,7 @@ int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
     dl_conn *conns[DL_RL_MAX];
     dl_call call;
     l->ops->call(l, DL_OP_RELEASE, l->lease_ms, &call);
-    size_t answered = run_all(l, DL_OP_RELEASE, l->lease_ms, replies, conns);
+    size_t answered = run_all(l, DL_OP_RELEASE, l->lease_ms, replies, conns, NULL);
     size_t released = 0, still = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         long long v;
@@ -239,15 +286,20 @@ int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
     /* too few answered to tell: what they had is deleted, the handle still
      * holds (a retry deletes the rest; the lease ends it otherwise) */
     if (answered < c->quorum) return no_quorum(c, answered, err);
-    if (released + still == 0) {
+    size_t unanswered = c->nnodes - answered;
+    if (still >= c->quorum) {
+        *res = 0; /* a re-entered hold, still a majority's */
+    } else if (released + still + unanswered < c->quorum) {
+        /* fewer than a majority had the hold, even counting the nodes that
+         * did not answer: it was not a majority's until now (its keys left
+         * are deleted all the same) */
         *res = -1;
-    } else if (released < still) {
-        *res = 0; /* a re-entered hold: still held */
     } else {
-        /* lost when fewer than a quorum still had it, even counting the
-         * nodes that did not answer: the hold was not a majority's until
-         * now (its keys left are deleted all the same) */
-        *res = released + (c->nnodes - answered) < c->quorum ? -1 : 1;
+        /* a majority had it, and no majority has it any more: the hold is
+         * over, even where a count is left (on a minority, until its lease
+         * runs out): "still held" would keep a handle holding what another
+         * owner can now take */
+        *res = 1;
     }
     return DLOCK_OK;
 }
@@ -257,7 +309,7 @@ int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *e
     redisReply *replies[DL_RL_MAX];
     dl_conn *conns[DL_RL_MAX];
     int64_t t0 = dl_now_ms();
-    size_t answered = run_all(l, DL_OP_EXTEND, lease_ms, replies, conns);
+    size_t answered = run_all(l, DL_OP_EXTEND, lease_ms, replies, conns, NULL);
     size_t ok = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         long long v;

@@ -64,6 +64,136 @@ static int on_every_node(const char *key)
     return n;
 }
 
+/* The hold count of owner field tok of the hash key on node i ("" if none). */
+static long long count_on(int i, const char *key, const char *tok)
+{
+    redisContext *rc = th_redis(srv[i]);
+    char *v = th_cmd_str(rc, "HGET %s %s", key, tok);
+    long long n = v ? atoll(v) : 0;
+    free(v);
+    redisFree(rc);
+    return n;
+}
+
+/* Normal clients connected to the server of rc (rc's own included). */
+static long long clients_on(redisContext *rc)
+{
+    char *v = th_cmd_str(rc, "CLIENT LIST TYPE normal");
+    long long n = 0;
+    for (char *p = v; p && *p; p++) n += *p == '\n';
+    free(v);
+    return n;
+}
+
+/* Issue 19, item 2: a re-entry that reaches fewer than a majority undoes
+ * only what it did, node by node. Three masters stop answering during the
+ * re-entry, two answer it. Rounds 0-2: the three are frozen (SIGSTOP); they
+ * run what they read once they thaw. Rounds 3-5: they postpone scripts
+ * (CLIENT PAUSE WRITE, 400 ms) and drop a postponed request whose connection
+ * closes: the re-entry, given up on at the node timeout (250 ms), never runs
+ * there, but a clean-up sent afterwards on another connection did (it used
+ * to delete the hold there: released on every node). Either way the original
+ * hold (count 1) must be left on every node, so that no one else can take
+ * the lock while the handle says it holds. */
+static void failed_reentry(void)
+{
+    dlock_client *c = rl_client(0, NULL);
+    dlock_lock *r = th_lock(c, "rl:re", DLOCK_KIND_REENTRANT);
+    for (int round = 0; round < 6; round++) {
+        int freeze = round < 3;
+        ASSERT_LOK(r, dlock_acquire(r, DLOCK_NOWAIT, 8000, NULL));
+        char tok[128];
+        snprintf(tok, sizeof tok, "%s", dlock_lock_token(r));
+        for (int i = 0; i < NODES; i++) ASSERT_EQ(count_on(i, "rl:re", tok), 1);
+        redisContext *paused[NODES] = {0};
+        for (int i = 2; i < NODES; i++) {
+            if (freeze) {
+                th_server_pause(srv[i]);
+            } else {
+                paused[i] = th_redis(srv[i]);
+                th_cmd_ok(paused[i], "CLIENT PAUSE 400 WRITE");
+            }
+        }
+        ASSERT_LCODE(r, dlock_acquire(r, DLOCK_NOWAIT, 8000, NULL), DLOCK_ENOQUORUM);
+        if (freeze)
+            for (int i = 2; i < NODES; i++) th_server_unpause(srv[i]);
+        ASSERT_EQ(dlock_lock_holding(r), 1);
+        ASSERT_GT(dlock_lock_valid_ms(r), 5000);
+        /* what the three nodes got has run (or been dropped): a thawed
+         * node, once the client's connections to it (all given up on) are
+         * gone; a paused one, once a write of ours postponed after them
+         * has run */
+        for (int i = 2; i < NODES; i++) {
+            redisContext *rc = paused[i] ? paused[i] : th_redis(srv[i]);
+            if (freeze) ASSERT_EVENTUALLY(clients_on(rc) == 1, 3000);
+            else th_cmd_ok(rc, "SET rl:after-pause 1");
+            redisFree(rc);
+        }
+        int counts[NODES];
+        for (int i = 0; i < NODES; i++) counts[i] = (int)count_on(i, "rl:re", tok);
+        th_log("failed re-entry, round %d (%s): counts %d %d %d %d %d", round,
+               freeze ? "SIGSTOP" : "CLIENT PAUSE", counts[0], counts[1], counts[2], counts[3],
+               counts[4]);
+        /* another client (made now: its pool's connections would count
+         * above) cannot take the lock */
+        dlock_client *c2 = rl_client(0, NULL);
+        dlock_lock *o = th_lock(c2, "rl:re", DLOCK_KIND_REENTRANT);
+        ASSERT_LCODE(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
+        for (int i = 0; i < NODES; i++) ASSERT_EQ(counts[i], 1);
+        /* one release ends the hold everywhere */
+        ASSERT_LOK(r, dlock_release(r));
+        ASSERT_EQ(dlock_lock_holding(r), 0);
+        ASSERT_EQ(on_every_node("rl:re"), 0);
+        ASSERT_LOK(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL));
+        ASSERT_LOK(o, dlock_release(o));
+        dlock_lock_free(o);
+        dlock_client_free(c2);
+    }
+    dlock_lock_free(r);
+    dlock_client_free(c);
+}
+
+/* A release that leaves the hold on a minority says "still held" only when
+ * a majority still holds: a reentrant hold counted twice, then by hand once
+ * on node 2 and gone from nodes 3 and 4. The release leaves it (count 1) on
+ * nodes 0 and 1 only: the hold is over (another client takes the lock), and
+ * the handle must not say it still holds (it did: more "still" answers than
+ * "released" ones). */
+static void release_without_majority(void)
+{
+    dlock_client *c = rl_client(0, NULL);
+    dlock_client *c2 = rl_client(0, NULL);
+    dlock_lock *r = th_lock(c, "rl:maj", DLOCK_KIND_REENTRANT);
+    dlock_lock *o = th_lock(c2, "rl:maj", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(r, dlock_acquire(r, DLOCK_NOWAIT, 8000, NULL));
+    ASSERT_LOK(r, dlock_acquire(r, DLOCK_NOWAIT, 8000, NULL));
+    char tok[128];
+    snprintf(tok, sizeof tok, "%s", dlock_lock_token(r));
+    for (int i = 0; i < NODES; i++) ASSERT_EQ(count_on(i, "rl:maj", tok), 2);
+    redisContext *rc = th_redis(srv[2]);
+    th_cmd_int(rc, "HSET rl:maj %s 1", tok);
+    redisFree(rc);
+    for (int i = 3; i < NODES; i++) {
+        rc = th_redis(srv[i]);
+        th_cmd_int(rc, "DEL rl:maj");
+        redisFree(rc);
+    }
+    ASSERT_LOK(r, dlock_release(r));
+    ASSERT_EQ(dlock_lock_holding(r), 0);
+    ASSERT_EQ(dlock_lock_valid_ms(r), 0);
+    ASSERT_LOK(o, dlock_acquire(o, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(o, dlock_release(o));
+    for (int i = 0; i < 2; i++) {
+        rc = th_redis(srv[i]);
+        th_cmd_int(rc, "DEL rl:maj");
+        redisFree(rc);
+    }
+    dlock_lock_free(r);
+    dlock_lock_free(o);
+    dlock_client_free(c);
+    dlock_client_free(c2);
+}
+
 int main(void)
 {
     th_init("redlock");
@@ -91,6 +221,9 @@ int main(void)
     free(v);
     th_log("mutual exclusion: %d x %d rounds exact", NPROC, ROUNDS);
 
+    failed_reentry();
+    release_without_majority();
+
     dlock_client *c = rl_client(600, NULL);
     dlock_lock *a = th_lock(c, "rl:a", DLOCK_KIND_PLAIN);
     dlock_lock *b = th_lock(c, "rl:a", DLOCK_KIND_PLAIN);
@@ -102,6 +235,9 @@ int main(void)
     ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
     ASSERT_LCODE(b, dlock_acquire(b, 200, 5000, NULL), DLOCK_ETIMEDOUT);
     ASSERT_LOK(a, dlock_extend(a, 8000));
+    /* valid for the lease less RedLock's drift, as after an acquire */
+    ASSERT_LE(dlock_lock_valid_ms(a), 8000 - (8000 / 100 + 2));
+    ASSERT_GT(dlock_lock_valid_ms(a), 7000);
     ASSERT_LOK(a, dlock_release(a));
     ASSERT_EQ(on_every_node("rl:a"), 0);
 
@@ -142,13 +278,21 @@ int main(void)
     ASSERT_EQ(on_every_node("rl:a"), 3);
     for (int i = 0; i < 3; i++) th_cmd_int(i == 0 ? r0 : i == 1 ? r1 : r2, "DEL rl:a");
 
-    /* the watchdog renews on a majority: held for 3 lease periods */
+    /* the watchdog renews on a majority: held for 3 lease periods, each
+     * renewal valid for the lease less the drift (600 - 8 ms), never more */
     ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
-    int64_t t0 = th_now_ms();
+    int64_t t0 = th_now_ms(), most = 0;
     while (th_now_ms() - t0 < 2000) {
         ASSERT_LCODE(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL), DLOCK_EBUSY);
-        th_sleep_ms(100);
+        for (int i = 0; i < 50; i++) {
+            int64_t valid = dlock_lock_valid_ms(a);
+            if (valid > most) most = valid;
+            th_sleep_ms(2);
+        }
     }
+    th_log("watchdog on RedLock: most validity seen %lld ms (lease 600)", (long long)most);
+    ASSERT_LE(most, 600 - (600 / 100 + 2));
+    ASSERT_GT(most, 400);
     ASSERT_EQ(dlock_lock_is_lost(a), 0);
     ASSERT_LOK(a, dlock_release(a));
 
