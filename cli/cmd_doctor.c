@@ -16,7 +16,8 @@ const char help_doctor[] =
     "  version      the server's version; EVAL (scripts) are needed\n"
     "  scripts      acquires and releases the test lock 'dlock:doctor'\n"
     "  eviction     maxmemory-policy: noeviction PASS; volatile-* WARN (leases\n"
-    "               carry a TTL, so they can be evicted); allkeys-* FAIL\n"
+    "               carry a TTL, so they can be evicted); allkeys-* FAIL, but\n"
+    "               WARN with maxmemory 0 (no limit: nothing is evicted yet)\n"
     "  persistence  AOF with appendfsync always PASS; anything else WARN (a\n"
     "               restart forgets locks held or written in the last second)\n"
     "  replication  a master without replicas PASS; replicas WARN (asynchronous\n"
@@ -127,6 +128,12 @@ static void check_eviction(doctor *d, dlock_client *c)
         snprintf(maxmem, sizeof maxmem, "?");
     if (strcmp(policy, "noeviction") == 0)
         finding(d, PASS, "eviction", "maxmemory-policy noeviction: held locks are never evicted");
+    else if (strcmp(maxmem, "0") == 0 &&
+             (strncmp(policy, "volatile-", 9) == 0 || strncmp(policy, "allkeys-", 8) == 0))
+        /* no memory limit: the policy evicts nothing until one is set */
+        finding(d, WARN, "eviction", "maxmemory-policy %s with maxmemory 0: nothing is "
+                "evicted now, but held locks will be once a maxmemory is set; use noeviction",
+                policy);
     else if (strncmp(policy, "volatile-", 9) == 0)
         finding(d, WARN, "eviction", "maxmemory-policy %s (maxmemory %s): locks have a TTL, "
                 "so they can be evicted while held; use noeviction", policy, maxmem);

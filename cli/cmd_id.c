@@ -7,7 +7,7 @@
 #include "cmds.h"
 
 const char help_id[] =
-    "Usage: dlock id next [-n COUNT] [PREFIX]\n"
+    "Usage: dlock id next [-c COUNT] [PREFIX]\n"
     "\n"
     "Prints COUNT (default 1) unique ids, one per line. An id is\n"
     "(seconds since 2022-01-01 UTC) << 32 | n, where n comes from the Redis\n"
@@ -16,31 +16,37 @@ const char help_id[] =
     "strings (ids exceed 2^53, the integers JavaScript keeps exact).\n"
     "\n"
     "Options:\n"
-    "  -n, --count COUNT    how many ids (1 to 1000000)\n";
+    "  -c, --count COUNT    how many ids (1 to 1000000); -n COUNT, the old\n"
+    "                       spelling, still works with a warning\n";
 
 int cmd_id(int argc, char **argv, cli_global *g)
 {
     static const char *const cmd = "id";
     static const struct option longopts[] = {
-        CLI_GLOBAL_LONGOPTS, {"count", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0}};
+        CLI_GLOBAL_LONGOPTS, {"count", required_argument, NULL, 'c'}, {NULL, 0, NULL, 0}};
     dlock_idworker_options wo;
     dlock_idworker *w = NULL;
     dlock_client *c = NULL;
     const char *prefix = "id";
     long count = 1, i;
-    int opt, rc, code = 0;
+    int opt, rc, code = 0, old_n = 0;
     uint64_t id;
 
     optind = 0;
-    while ((opt = getopt_long(argc, argv, ":n:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) != -1) {
-        if (opt == 'n') {
+    /* -n COUNT is the old spelling: everywhere else -n means "do not wait" */
+    while ((opt = getopt_long(argc, argv, ":c:n:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) != -1) {
+        if (opt == 'c' || opt == 'n') {
             if ((rc = cli_integer(cmd, "--count", optarg, 1, 1000000, &count)))
                 return rc;
+            old_n |= opt == 'n';
             continue;
         }
         if (!cli_default_opt(g, cmd, opt, argv, &code))
             return code;
     }
+    if (old_n)
+        cli_info(g, cmd, "-n COUNT is deprecated (-n means \"do not wait\" in the other "
+                 "commands): use -c COUNT or --count COUNT");
     if (optind >= argc)
         return cli_usage(cmd, "missing subcommand (dlock id next [PREFIX])");
     if (strcmp(argv[optind], "next") != 0)

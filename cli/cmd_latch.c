@@ -11,7 +11,7 @@
 const char help_latch[] =
     "Usage: dlock latch NAME set N\n"
     "       dlock latch NAME down [K]\n"
-    "       dlock latch NAME await [-w DUR] [-E N]\n"
+    "       dlock latch NAME await [-n | -w DUR] [-E N]\n"
     "       dlock latch NAME count\n"
     "\n"
     "A countdown latch (the Redisson RCountDownLatch layout): `set` sets the\n"
@@ -19,10 +19,13 @@ const char help_latch[] =
     "(default 1, never below zero), `await` waits until the count is zero\n"
     "(exit 0; the conflict code, 1, when -w runs out), `count` prints the\n"
     "count (0 when the latch is open or was never set). Waiters wake on the\n"
-    "latch's pub/sub message, without polling.\n"
+    "latch's pub/sub message, without polling. A latch whose key does not\n"
+    "exist (never set, or counted down to zero: its key is deleted then) is\n"
+    "open: `await` returns at once and says so on stderr (not with -q).\n"
     "With --json, `count` prints {\"name\",\"count\"}.\n"
     "\n"
     "Options:\n"
+    "  -n, --nowait         await: look once (as -w 0)\n"
     "  -w, --wait DUR       await: wait at most DUR (0: look once; default: forever)\n"
     "  -E, --conflict-exit-code N\n"
     "                       await: exit code when -w runs out (default 1)\n";
@@ -58,12 +61,15 @@ int cmd_latch(int argc, char **argv, cli_global *g)
     static const struct option longopts[] = {
         CLI_GLOBAL_LONGOPTS,
         {"wait", required_argument, NULL, 'w'},
+        {"nowait", no_argument, NULL, 'n'},
         {"conflict-exit-code", required_argument, NULL, 'E'},
         {NULL, 0, NULL, 0}};
     enum { SET, DOWN, AWAIT, COUNT } op;
     static const char *const ops[] = {"set", "down", "await", "count"};
     int64_t wait_ms = DLOCK_WAIT_FOREVER, arg = 1, count = 0, t0;
     int opt, rc, code = 0, conflict = EXIT_CONFLICT_DEFAULT, wait_given = 0, e_given = 0;
+    int absent = 0;
+    dlock_info info;
     const char *name, *sub;
     dlock_client *c = NULL;
     dlock_latch *l = NULL;
@@ -71,7 +77,12 @@ int cmd_latch(int argc, char **argv, cli_global *g)
 
     optind = 0;
     /* no "+": options may follow the subcommand (dlock latch L await -w 5s) */
-    while ((opt = getopt_long(argc, argv, ":w:E:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":nw:E:" CLI_GLOBAL_SHORTOPTS, longopts, NULL)) != -1) {
+        if (opt == 'n') { /* as everywhere: do not wait */
+            wait_ms = 0;
+            wait_given = 1;
+            continue;
+        }
         if (opt == 'w') {
             if ((rc = cli_duration(CMD, "--wait", optarg, 0, &wait_ms)))
                 return rc;
@@ -113,7 +124,7 @@ int cmd_latch(int argc, char **argv, cli_global *g)
     if (optind < argc)
         return cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
     if (op != AWAIT && (wait_given || e_given))
-        return cli_usage(CMD, "%s takes no -w or -E (only await does)", sub);
+        return cli_usage(CMD, "%s takes no -n, -w or -E (only await does)", sub);
 
     if (cli_is_redlock(g))
         return cli_usage(CMD, "latches do not work with RedLock (several --url)");
@@ -134,7 +145,14 @@ int cmd_latch(int argc, char **argv, cli_global *g)
         rc = dlock_latch_count_down(l, arg);
         break;
     case AWAIT:
+        /* a latch's key exists only while its count is above zero: an
+         * absent one opens at once, which a mistyped name would too */
+        memset(&info, 0, sizeof info);
+        absent = dlock_inspect(c, name, DLOCK_CSTR, &info) == DLOCK_OK && !info.exists;
         rc = dlock_latch_await(l, wait_ms);
+        if (rc == DLOCK_OK && absent)
+            cli_info(g, CMD, "latch '%s' does not exist (never set, or already counted down "
+                     "to zero): open at once", name);
         break;
     case COUNT:
         rc = dlock_latch_count(l, &count);

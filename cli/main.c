@@ -53,7 +53,7 @@ static const char help_overview[] =
     "  list [PATTERN]               list the locks on the server\n"
     "  force-unlock NAME            delete a lock whoever holds it (dangerous)\n"
     "  doctor                       check that the server is safe for locks\n"
-    "  id next [PREFIX] [-n COUNT]  print unique ids from the global id worker\n"
+    "  id next [PREFIX] [-c COUNT]  print unique ids from the global id worker\n"
     "  latch NAME set N | down [K] | await [-w DUR] | count\n"
     "                               a countdown latch\n"
     "  version                      print the version\n"

@@ -121,8 +121,12 @@ rcli config set maxmemory-policy volatile-lru >/dev/null
 expect 0 "doctor: volatile-lru is a WARN" doctor
 check "doctor: eviction WARN, persistence PASS" "grep -q '^WARN  eviction' '$TMP/out' && grep -q '^PASS  persistence' '$TMP/out'"
 rcli config set maxmemory-policy allkeys-lru >/dev/null
-expect 78 "doctor: allkeys-lru is a FAIL" doctor
+expect 0 "doctor: allkeys-lru with maxmemory 0 (nothing evicted) is not a FAIL" doctor
+check "doctor: eviction WARN with maxmemory 0" "grep -q '^WARN  eviction.*maxmemory 0' '$TMP/out'"
+rcli config set maxmemory 1gb >/dev/null
+expect 78 "doctor: allkeys-lru with a maxmemory is a FAIL" doctor
 check "doctor: eviction FAIL" "grep -q '^FAIL  eviction' '$TMP/out'"
+rcli config set maxmemory 0 >/dev/null
 rcli config set maxmemory-policy noeviction >/dev/null
 run_dlock doctor --ttl 1ms
 check "doctor --ttl: latency compared with the given lease" "grep -Eq '^(PASS|WARN|FAIL)  latency .* 1 ms lease' '$TMP/out'"
@@ -132,11 +136,15 @@ expect 69 "doctor: unreachable server" --url redis://127.0.0.1:1 doctor
 expect 0 "id next" id next
 check "one id" "[[ '$OUT' =~ ^[0-9]+$ ]]"
 first=$OUT
-expect 0 "id next -n 5 orders" id next -n 5 orders
+expect 0 "id next -c 5 orders" id next -c 5 orders
+check "-c gives no warning" "[ ! -s '$TMP/err' ]"
 check "five ids" "[ \$(wc -l <'$TMP/out') = 5 ]"
 check "ids are unique" "[ \$(sort -u '$TMP/out' | wc -l) = 5 ]"
 check "ids increase" "sort -n -c '$TMP/out'"
-expect 0 "id next --json -n 3" id next --json -n 3
+expect 0 "id next -n 2 (the old spelling)" id next -n 2 orders
+check "-n COUNT still gives two ids" "[ \$(wc -l <'$TMP/out') = 2 ]"
+check "-n COUNT warns that it is deprecated" "grep -q 'deprecated' '$TMP/err' && grep -q -- '-c COUNT' '$TMP/err'"
+expect 0 "id next --json --count 3" id next --json --count 3
 json_check "id --json: three distinct decimal strings" 'len(d) == 3 and len(set(d)) == 3 and all(x.isdigit() for x in d)' "$TMP/out"
 ids=$("$PY" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$TMP/out")
 check "json ids follow the earlier ones" "[ \$(echo $ids | tr ' ' '\n' | sort -n | head -1) -gt $first ]"

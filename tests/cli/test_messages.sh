@@ -47,6 +47,19 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 check "it says the server speaks plaintext" "grep -q 'plaintext' '$TMP/err'"
 check "it fails well before the 10 s timeout (${ms} ms)" "[ $ms -lt 5000 ]"
 
+# await on a latch that was never set says so (it opens at once).
+expect 0 "await on a latch never set" latch nosuchlatch await -w 1s
+check "await says the latch does not exist" "grep -q 'does not exist' '$TMP/err'"
+"$DLOCK" latch reallatch set 1
+expect 1 "-n on await means do not wait (as everywhere)" latch reallatch await -n
+"$DLOCK" latch reallatch await -w 20s 2>"$TMP/await.err" &
+awaiter=$!
+BG_PIDS+=("$awaiter")
+wait_until "[ \"\$(rcli pubsub numsub 'redisson_countdownlatch__channel__{reallatch}' | tail -1)\" -ge 1 ]"
+"$DLOCK" latch reallatch down
+wait "$awaiter"; rc=$?
+check "await on a set latch opens at zero, without the warning ($rc)" "[ $rc = 0 ] && ! grep -q 'does not exist' '$TMP/await.err'"
+
 # --json: one JSON object on stdout also on failure.
 expect 64 "--json with a usage error" --json status
 json_check "usage error as JSON" 'd["code"] == 64 and "NAME" in d["error"]' "$TMP/out"
