@@ -43,4 +43,16 @@ check "one ^C, pipeline: exit 130, cat killed by the ^C ($rc)" "[ $rc = 130 ]"
 check "one ^C, pipeline: the counter got exactly one SIGINT ($(cat "$TMP/pipe" 2>/dev/null))" \
     "[ \"\$(cat '$TMP/pipe' 2>/dev/null)\" = 1 ]"
 
+# ^Z: the command stops, then dlock too (its shell would get the terminal
+# back); continued (fg), dlock gives the terminal to the command again and
+# continues it, and the command reads the line typed then.
+"$PY" "$here/pty_stop.py" "$TMP/stop.ready" 20 \
+    "$DLOCK" run ttylock -c "touch '$TMP/stop.ready'; read line; echo \"got:\$line\" >'$TMP/stop'" \
+    >"$TMP/pty.out" 2>&1
+rc=$?
+check "^Z: dlock stopped with the command, and went on after fg (exit $rc)" \
+    "[ $rc = 0 ] && grep -q 'stopped' '$TMP/pty.out'"
+check "^Z: after fg the command read the line ($(cat "$TMP/stop" 2>/dev/null))" \
+    "[ \"\$(cat '$TMP/stop' 2>/dev/null)\" = got:hello ]"
+
 finish
