@@ -134,6 +134,9 @@ typedef struct dlock_options {
      *                           sentinels to ask for the master MASTER_NAME; the
      *                           password is the master's (sentinels may use none)
      * redis-cluster://host:port,host:port   any reachable nodes of a Redis Cluster
+     *                           of Redis 7 or later (sharded pub/sub): the first
+     *                           node that answers INFO server at connect must say
+     *                           redis_version 7 or more, else DLOCK_ENOTSUP
      * postgres://user:password@host:port/db  PostgreSQL advisory locks
      * mysql://user:password@host:port/db     MySQL/MariaDB GET_LOCK
      *                           (built when libpq / libmariadb were found). Their

@@ -532,6 +532,7 @@ int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_e
     if (c->mode == DL_MODE_CLUSTER) {
         rc = dl_cluster_new(&c->cluster, err);
         if (!rc) rc = dl_cluster_refresh(c, err);
+        if (!rc) rc = dl_cluster_check_server(c, err);
         if (rc) return rc;
     }
     if (c->wait_replicas && c->mode == DL_MODE_REDLOCK)

@@ -126,6 +126,51 @@ int dl_cluster_refresh(dlock_client *c, dl_err *err) {
                      last.msg[0] ? last.msg : "no node reachable");
 }
 
+int dl_cluster_version_check(const char *info, dl_err *err) {
+    static const char field[] = "redis_version:";
+    const char *v = info ? strstr(info, field) : NULL;
+    if (!v) return DLOCK_OK;
+    v += sizeof field - 1;
+    size_t n = strcspn(v, "\r\n");
+    unsigned long major = 0;
+    size_t i = 0;
+    for (; i < n && v[i] >= '0' && v[i] <= '9' && major < 1000; i++)
+        major = major * 10 + (unsigned long)(v[i] - '0');
+    if (i == 0) return DLOCK_OK; /* not a number: cannot be judged */
+    if (major >= 7) return DLOCK_OK;
+    return dl_seterr(err, DLOCK_ENOTSUP,
+                     "Redis Cluster needs Redis 7 or later (sharded pub/sub: SSUBSCRIBE, "
+                     "SPUBLISH); the server runs %.*s",
+                     (int)(n > 40 ? 40 : n), v);
+}
+
+int dl_cluster_check_server(dlock_client *c, dl_err *err) {
+    dl_err last = {0};
+    size_t nn = dl_node_count(c);
+    for (size_t i = 0; i < nn; i++) {
+        dl_conn *conn = NULL;
+        redisReply *r = NULL;
+        int64_t deadline = dl_cmd_deadline(c);
+        const char *argv[2] = {"INFO", "server"};
+        size_t lens[2] = {4, 6};
+        if (dl_node_get(c->nodes[i], deadline, &conn, &last) != DLOCK_OK) continue;
+        int rc = dl_conn_command(conn, deadline, 2, argv, lens, &r, &last);
+        dl_node_put(conn);
+        if (rc) continue;
+        if (r->type == REDIS_REPLY_ERROR) {
+            rc = dl_reply_error(r, "INFO server", err);
+            freeReplyObject(r);
+            return rc;
+        }
+        rc = dl_cluster_version_check(r->type == REDIS_REPLY_STRING ? r->str : NULL, err);
+        freeReplyObject(r);
+        return rc;
+    }
+    return dl_seterr(err, last.code ? last.code : DLOCK_EIO,
+                     "no cluster node answered INFO server (%s)",
+                     last.msg[0] ? last.msg : "no node reachable");
+}
+
 size_t dl_node_count(dlock_client *c) {
     if (!c->cluster) return c->nnodes;
     pthread_mutex_lock(&c->cluster->mu);

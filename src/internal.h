@@ -343,6 +343,14 @@ int dl_cluster_new(dl_cluster **out, dl_err *err);
 void dl_cluster_free(dl_cluster *k);
 /* Rebuilds the slot map from CLUSTER SLOTS. */
 int dl_cluster_refresh(dlock_client *c, dl_err *err);
+/* Whether the server whose INFO server text is info can run cluster mode:
+ * it needs Redis 7 (SSUBSCRIBE / SPUBLISH, sharded pub/sub). DLOCK_OK for a
+ * redis_version of 7 or later, or when info names no redis_version (a
+ * server that does not say cannot be judged: its first SSUBSCRIBE tells);
+ * DLOCK_ENOTSUP, with a message naming the version, for an older one. */
+int dl_cluster_version_check(const char *info, dl_err *err);
+/* dl_cluster_version_check on the first node that answers INFO server. */
+int dl_cluster_check_server(dlock_client *c, dl_err *err);
 /* How many nodes the client knows (a cluster's list grows). */
 size_t dl_node_count(dlock_client *c);
 /* The master owning slot (the map is refreshed when unknown or stale). */
