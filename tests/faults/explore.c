@@ -26,7 +26,10 @@
  * Topologies: one Redis without persistence, with RDB (the parent SAVEs at
  * drawn times; a restart loads the last snapshot), with AOF (appendfsync
  * always), each worker through a TCP proxy of its own (faultlib.h);
- * RedLock over 5 masters, with or without a fence server and passwords.
+ * RedLock over 5 masters, with or without a fence server and passwords; a
+ * primary with a replica (one seed in six, drawn from a stream of its own),
+ * with or without wait_replicas, whose "restart" fault kills the primary
+ * and promotes the replica (REPLICAOF NO ONE, every proxy switched to it).
  * Workloads (one per seed, on one name "x:0", or "x:0".."x:2" for multi):
  *   plain (plus a foreign client: raw SET NX PX, a DEL-if-equal release, no
  *   PUBLISH, as redis-py's Lock), reentrant (re-entry), fair, read/write
@@ -71,7 +74,8 @@
  *     fine; a semaphore allows its permits), except when the earlier one was
  *     past its validity when the later began (paused or cut off past its
  *     lease), or a restart without persistence, or from a snapshot older
- *     than the hold, came between them; those are counted as exempt;
+ *     than the hold, or a promotion without wait_replicas, came between
+ *     them; those are counted as exempt;
  *   stale writes: a write accepted by the fenced resource with a token not
  *     above every token it accepted before (never exempt);
  *   tokens: strictly increasing per name across the history (exclusive
@@ -136,8 +140,8 @@ static int64_t rr(uint64_t *s, int64_t lo, int64_t hi)
 enum { K_PLAIN, K_REENTRANT, K_FAIR, K_RW, K_SEM, K_PERMITS, K_MULTI, K_N };
 static const char *KIND_NAME[K_N] = {"plain", "reentrant", "fair", "rw",
                                      "semaphore", "permits", "multi"};
-enum { T_NONE, T_RDB, T_AOF, T_REDLOCK, T_N };
-static const char *TOPO_NAME[T_N] = {"redis", "redis-rdb", "redis-aof", "redlock"};
+enum { T_NONE, T_RDB, T_AOF, T_REDLOCK, T_REPLICA, T_N };
+static const char *TOPO_NAME[T_N] = {"redis", "redis-rdb", "redis-aof", "redlock", "replica"};
 #define NODES 5
 enum { F_PAUSE, F_KILL, F_RESTART, F_PSUB, F_CANCEL, F_SAVE, F_SRVPAUSE, F_CUT, F_FREEZE, F_N };
 static const char *FAULT_NAME[F_N] = {"pause", "kill", "restart", "psubscribe", "cancel",
@@ -167,6 +171,7 @@ typedef struct plan {
     uint64_t seed;
     int topo, kind, nw, permits, mkind;
     int fence, pass; /* RedLock: a fence server; passwords on the masters */
+    int wr;          /* replica: wait_replicas 1 */
     int64_t run_ms, wd_ms;
     wspec w[MAX_W];
     int nf;
@@ -180,7 +185,7 @@ static void make_plan(uint64_t seed, plan *p)
     memset(p, 0, sizeof *p);
     uint64_t s = seed;
     p->seed = seed;
-    p->topo = (int)rr(&s, 0, T_N - 1);
+    p->topo = (int)rr(&s, 0, T_REPLICA - 1);
     p->kind = (int)rr(&s, 0, K_N - 1);
     p->fence = (int)rr(&s, 0, 1);
     p->pass = (int)rr(&s, 0, 1);
@@ -211,6 +216,16 @@ static void make_plan(uint64_t seed, plan *p)
         w->forever_pct = (int)rr(&s, 0, 40);
         if (p->kind == K_SEM || p->kind == K_PERMITS) w->forever_pct = 0;
         w->long_pct = (int)rr(&s, 0, 30);
+    }
+    /* a primary with a replica: drawn from a stream of its own, so that the
+     * other seeds keep their schedules */
+    uint64_t s2 = seed ^ 0x5851f42d4c957f2dULL;
+    if (rr(&s2, 0, 5) == 0) {
+        p->topo = T_REPLICA;
+        p->wr = (int)rr(&s2, 0, 1);
+        if (p->kind == K_SEM || p->kind == K_PERMITS) p->kind = K_PLAIN;
+        for (int i = 0; i < p->nw; i++)
+            if (p->w[i].role == R_FOREIGN) p->w[i].role = R_DLOCK;
     }
     p->nf = (int)rr(&s, 1, 5);
     for (int i = 0; i < p->nf; i++) {
@@ -248,6 +263,7 @@ static void print_plan(const plan *p)
     if (p->topo == T_REDLOCK)
         printf(", %s, %s", p->fence ? "fence server" : "no fence server",
                p->pass ? "passwords" : "no passwords");
+    if (p->topo == T_REPLICA) printf(", wait_replicas %d", p->wr);
     printf("\n");
     static const char *role[] = {"dlock", "foreign", "reader", "writer"};
     for (int i = 0; i < p->nw; i++) {
@@ -278,6 +294,7 @@ typedef struct wctx {
     int port;
     int64_t end; /* no new acquire after this */
     const char *fence_url, *password;
+    int wait_replicas;
 } wctx;
 
 /* the lost-lease callback logs "L w t" on a resource connection of its own
@@ -453,6 +470,7 @@ static int run_worker(const wctx *x)
     o.watchdog_lease_ms = p->wd_ms;
     o.fence_url = x->fence_url;
     o.password = x->password;
+    o.wait_replicas = x->wait_replicas;
     /* a node's answer under a loaded machine: more than the 50 ms default */
     o.node_timeout_ms = 250;
     dlock_client *c = NULL;
@@ -762,6 +780,8 @@ static int server_fault_in(int nf, int64_t from, int64_t to)
 /* the server forgot a hold taken at position a before position b: a
  * restart (from its kill Z to its answering again Y) after a and before b,
  * without persistence, or from a snapshot taken before a */
+static int g_wr; /* the seed's wait_replicas */
+
 static int forgot_between(int nf, int topo, long a, long b)
 {
     for (int i = 0; i < nf; i++) {
@@ -774,6 +794,7 @@ static int forgot_between(int nf, int topo, long a, long b)
             }
         if (up < a) continue;
         if (topo == T_NONE || topo == T_REDLOCK) return 1;
+        if (topo == T_REPLICA && !g_wr) return 1; /* a promotion, not waited for */
         if (topo == T_RDB) {
             long save = -1;
             for (int j = 0; j < i; j++)
@@ -1359,6 +1380,24 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
         th_server_opts so = {p.topo == T_AOF, NULL};
         ls = th_server_start(&so);
     }
+    th_server *replica = NULL;
+    g_wr = p.wr;
+    if (p.topo == T_REPLICA) {
+        replica = th_server_start(NULL);
+        redisContext *rc = th_redis(replica);
+        th_cmd_ok(rc, "REPLICAOF 127.0.0.1 %d", th_server_port(ls));
+        int64_t dl = th_now_ms() + 10000;
+        for (;;) {
+            char *info = th_cmd_str(rc, "INFO replication");
+            int up = info && strstr(info, "master_link_status:up");
+            free(info);
+            if (up) break;
+            ASSERT_MSG(th_now_ms() < dl, "the replica did not sync in 10 s");
+            th_sleep_ms(20);
+        }
+        redisFree(rc);
+    }
+    th_server *primary0 = ls;
     th_server *res = th_server_start(NULL);
     redisContext *rrc = th_redis(res);
     redisContext *lrc = th_redis(ls);
@@ -1380,13 +1419,14 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     for (int i = 0; i < p.nw; i++) {
         int id = nids++;
         if (!rl) {
-            px[id] = fl_proxy_start(th_server_port(ls));
+            px[id] = fl_proxy_start_alt(th_server_port(ls),
+                                        th_server_port(replica ? replica : ls));
             snprintf(urls[id], sizeof urls[id], "redis://127.0.0.1:%d", px[id].port);
         }
         cx[id] = (wctx){&p, i, id, rl ? rlurl : urls[id], th_server_sock(res),
                         rl ? 0 : px[id].port, t0 + p.run_ms,
                         fence ? th_server_url(fence) : NULL,
-                        rl && p.pass ? "explore-secret" : NULL};
+                        rl && p.pass ? "explore-secret" : NULL, p.wr};
         roles[id] = (wrole){p.w[i].role, p.w[i].lease};
         slot_id[i] = id;
         pid[id] = th_fork();
@@ -1456,7 +1496,8 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                 cx[nid] = cx[id];
                 cx[nid].id = nid;
                 if (!rl) {
-                    px[nid] = fl_proxy_start(th_server_port(ls));
+                    /* after a promotion ls is the new primary */
+                    px[nid] = fl_proxy_start_alt(th_server_port(ls), th_server_port(ls));
                     snprintf(urls[nid], sizeof urls[nid], "redis://127.0.0.1:%d", px[nid].port);
                     cx[nid].url = urls[nid];
                     cx[nid].port = px[nid].port;
@@ -1488,6 +1529,25 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                 th_server_unpause(ls);
                 srv_paused = 0;
                 fl_ev(rrc, "J %lld 0", (long long)th_now_ms());
+            }
+            if (replica) { /* the primary dies; its replica is promoted */
+                if (ls == replica) break;
+                fl_ev(rrc, "Z 3 %lld 0", (long long)now);
+                redisFree(lrc);
+                th_server_halt(ls, SIGKILL);
+                ls = replica;
+                lrc = th_redis(ls);
+                th_cmd_ok(lrc, "REPLICAOF NO ONE");
+                for (int j = 0; j < nids; j++)
+                    if (px[j].pid > 0) fl_proxy_cmd(&px[j], 'S');
+                fl_ev(rrc, "Y %lld 0", (long long)th_now_ms());
+                if (psub) {
+                    redisFree(psub);
+                    psub = th_redis(ls);
+                    redisReply *rp = redisCommand(psub, "PSUBSCRIBE *");
+                    if (rp) freeReplyObject(rp);
+                }
+                break;
             }
             redisFree(lrc);
             fl_ev(rrc, "Z %d %lld 0", p.topo == T_NONE ? 0 : p.topo == T_RDB ? 1 : 2,
@@ -1633,7 +1693,8 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
         for (int nd = 0; nd < NODES; nd++) th_server_stop(node[nd]);
         th_server_stop(fence);
     } else {
-        th_server_stop(ls);
+        th_server_stop(primary0);
+        th_server_stop(replica);
     }
     th_server_stop(res);
     return fail;

@@ -97,7 +97,7 @@ static int tcp_connect(int port)
 
 #define PROXY_MAX 64
 
-static void proxy_loop(int lfd, int upstream, int cmd_r, int ack_w)
+static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
 {
     int cl[PROXY_MAX], up[PROXY_MAX];
     int np = 0, frozen = 0;
@@ -119,7 +119,8 @@ static void proxy_loop(int lfd, int upstream, int cmd_r, int ack_w)
         if (pf[0].revents) {
             char c;
             if (read(cmd_r, &c, 1) != 1 || c == 'Q') _exit(0);
-            if (c == 'D') { /* cut: every connection reset */
+            if (c == 'S') upstream = alt; /* then cut, as 'D' */
+            if (c == 'D' || c == 'S') { /* cut: every connection reset */
                 for (int i = 0; i < np; i++) {
                     struct linger lg = {1, 0};
                     setsockopt(cl[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -174,7 +175,9 @@ static void proxy_loop(int lfd, int upstream, int cmd_r, int ack_w)
     }
 }
 
-fl_proxy fl_proxy_start(int upstream)
+fl_proxy fl_proxy_start(int upstream) { return fl_proxy_start_alt(upstream, upstream); }
+
+fl_proxy fl_proxy_start_alt(int upstream, int alt)
 {
     fl_proxy px;
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -195,7 +198,7 @@ fl_proxy fl_proxy_start(int upstream)
     if (px.pid == 0) {
         close(cmd[1]);
         close(ack[0]);
-        proxy_loop(lfd, upstream, cmd[0], ack[1]);
+        proxy_loop(lfd, upstream, alt, cmd[0], ack[1]);
         _exit(0);
     }
     close(lfd);

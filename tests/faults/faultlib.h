@@ -13,7 +13,8 @@
  *
  * The proxy forwards 127.0.0.1:<port> to an upstream port from a child
  * process, driven by one-byte commands: 'D' cut (reset) every connection,
- * 'F' freeze (forward and accept nothing), 'U' unfreeze, 'Q' quit.
+ * 'F' freeze (forward and accept nothing), 'U' unfreeze, 'S' switch to the
+ * alternate upstream (and cut every connection), 'Q' quit.
  */
 #ifndef DLOCK_FAULTLIB_H
 #define DLOCK_FAULTLIB_H
@@ -37,6 +38,8 @@ typedef struct fl_proxy {
 } fl_proxy;
 
 fl_proxy fl_proxy_start(int upstream);
+/* With an alternate upstream for 'S' (a promoted replica). */
+fl_proxy fl_proxy_start_alt(int upstream, int alt);
 /* Sends one command and waits for its acknowledgement. */
 void fl_proxy_cmd(fl_proxy *px, char c);
 void fl_proxy_stop(fl_proxy *px);
