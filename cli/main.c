@@ -114,7 +114,9 @@ int cli_print_help(FILE *f, const char *cmd)
         if (strcmp(commands[i].name, cmd) == 0) {
             fputs(commands[i].help, f);
             if (commands[i].fn != cmd_help && commands[i].fn != cmd_version)
-                fputs("\n" GLOBAL_OPTIONS_HELP, f);
+                fputs("\nGlobal options (--url, --password-file, --timeout, -v, -q, --json,\n"
+                      "--tls-*, ...) go before or after the command: see 'dlock help'.\n",
+                      f);
             return 0;
         }
     }

@@ -94,6 +94,10 @@ check "overview lists the commands" "grep -q 'force-unlock' '$TMP/out'"
 expect 0 "dlock help" help
 expect 0 "dlock help run" help run
 check "help run shows its usage" "grep -q '^Usage: dlock run' '$TMP/out'"
+expect 0 "dlock help status" help status
+check "help status points to the global options in one line, not the list" "[ \$(grep -c -- '--url' '$TMP/out') = 1 ] && ! grep -q -- '--tls-ca-file' '$TMP/out' && grep -q \"dlock help'\" '$TMP/out'"
+expect 0 "dlock help (the overview) lists the global options" help
+check "the overview has the global options" "grep -q -- '--tls-ca-file' '$TMP/out'"
 for c in run acquire release extend status list force-unlock doctor id version help; do
     expect 0 "dlock $c --help" "$c" --help
     check "dlock $c --help prints Usage" "grep -q '^Usage: dlock $c' '$TMP/out'"
