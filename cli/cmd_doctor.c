@@ -151,7 +151,8 @@ static void check_persistence(doctor *d, dlock_client *c)
         return;
     if (strcmp(aof, "yes") != 0) {
         finding(d, WARN, "persistence", "appendonly %s: a restart forgets every held lock "
-                "(and resets fencing counters); set appendonly yes, appendfsync always", aof);
+                "(fencing tokens still grow: a lost counter starts again at the server's "
+                "clock); set appendonly yes, appendfsync always", aof);
         return;
     }
     if (fact(d, c, "persistence", "appendfsync", fsync, sizeof fsync))

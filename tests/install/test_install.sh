@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the built tree into a temporary prefix (with DESTDIR), then builds a
-# program against it with pkg-config, statically and dynamically, and runs it
-# against a private redis-server.
+# program against it with pkg-config, statically and dynamically, and the
+# README's C quick start (examples/quickstart.c, which must match the README's
+# copy), and runs them against a private redis-server.
 # usage: test_install.sh BUILD_DIR SOURCE_DIR VERSION
 set -euo pipefail
 build=$1 src=$2 version=$3
@@ -23,6 +24,19 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 cc -Wall -Werror "$src/tests/install/hello.c" -o "$tmp/hello-shared" $(pkg-config --cflags --libs dlock)
 cc -Wall -Werror "$src/tests/install/hello.c" -o "$tmp/hello-static" $(pkg-config --cflags dlock) \
    "$libdir/libdlock.a" $(pkg-config --libs-only-l --static dlock | sed 's/-ldlock//')
+# the README's C quick start is examples/quickstart.c, built as the README says,
+# with the rpath it gives for a prefix the system does not search
+cc -Wall -Wextra -Werror "$src/examples/quickstart.c" -o "$tmp/quickstart" \
+   $(pkg-config --cflags --libs dlock) -Wl,-rpath,"$(pkg-config --variable=libdir dlock)"
+python3 - "$src/README.md" "$src/examples/quickstart.c" <<'PYEOF'
+import sys
+readme, prog = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+sec = readme[readme.index("## Quick start: C"):]
+block = sec[sec.index("```c\n") + 5:]
+block = block[:block.index("```")]
+if block != prog:
+    sys.exit("FAIL: the README's C quick start differs from examples/quickstart.c")
+PYEOF
 # only the public API is exported from the shared library
 bad=$(nm -D --defined-only "$libdir"/libdlock.so.* | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^dlock_' || true)
 [ -z "$bad" ] || { echo "FAIL: non-API symbols exported: $bad"; exit 1; }
@@ -32,6 +46,8 @@ redis-server --port "$port" --bind 127.0.0.1 --dir "$tmp" --save '' --logfile "$
 for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
 LD_LIBRARY_PATH=$libdir "$tmp/hello-shared" "$version" "redis://127.0.0.1:$port"
 "$tmp/hello-static" "$version" "redis://127.0.0.1:$port"
+DLOCK_URL="redis://127.0.0.1:$port" "$tmp/quickstart" | grep -q '^holding the lock, fencing token [0-9]'
+[ "$(redis-cli -p "$port" exists order:voucher:42)" = 0 ]   # released
 # the CLI and its man page are installed too
 if [ -x "$root/bin/dlock" ]; then
   test -f "$root/share/man/man1/dlock.1"
