@@ -15,8 +15,15 @@
  *   failures (I/O, protocol, out of memory, bad argument, ...).
  * - The library never prints, exits or aborts. Functions that free accept
  *   NULL and do nothing.
- * - Durations are int64_t milliseconds. Lease arithmetic uses the monotonic
- *   clock (CLOCK_MONOTONIC).
+ * - Durations are int64_t milliseconds. Clocks: leases, validity
+ *   (dlock_lock_valid_ms, dlock_permits_valid_ms), the watchdog's schedule,
+ *   wait deadlines and command timeouts count on CLOCK_BOOTTIME, which
+ *   never steps and also counts a system suspend (the server's lease runs on
+ *   meanwhile, so a hold does not look valid after a resume). Condition
+ *   variables inside the library run on CLOCK_MONOTONIC with timeouts
+ *   relative to now, re-checked on CLOCK_BOOTTIME when they wake. Only the
+ *   ID worker reads the wall clock (CLOCK_REALTIME). The servers' own
+ *   clocks expire keys and give fencing tokens (dlock_acquire).
  * - Lock names are binary-safe: (pointer, length) pairs; pass
  *   DLOCK_CSTR as the length for a NUL-terminated name. A name is 1 to
  *   DLOCK_NAME_MAX bytes.
@@ -402,7 +409,7 @@ DLOCK_EXPORT int dlock_extend(dlock_lock *l, int64_t lease_ms);
 /* 1 if the handle believes it holds the lock (no round trip), else 0. */
 DLOCK_EXPORT int dlock_lock_holding(const dlock_lock *l);
 /* How long the current hold is surely still valid, in ms, by this process's
- * monotonic clock: the lease counted from just before the request that
+ * CLOCK_BOOTTIME (it counts a system suspend): the lease counted from just before the request that
  * started it (acquire, extend, or the watchdog's last confirmed renewal);
  * RedLock: the lease less its clock-drift allowance (lease / 100 + 2 ms) in
  * every case. 0 when not held, lost, or past it. No round trip. Use it to skip work that
@@ -619,7 +626,7 @@ DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
 /* Sets the lease of permit id to lease_ms from now; DLOCK_ENOTOWNER if gone. */
 DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms);
 /* How long permit id, held through p, is surely still valid, in ms, by this
- * process's monotonic clock: as dlock_lock_valid_ms, its lease counted from
+ * process's CLOCK_BOOTTIME: as dlock_lock_valid_ms, its lease counted from
  * just before the request that started it (the acquire, a
  * dlock_permits_renew through p, or the watchdog's last confirmed renewal).
  * 0 when p holds no such permit (never taken or renewed through p,

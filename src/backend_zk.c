@@ -198,13 +198,24 @@ static int zk_fail(int zrc, const char *what, dl_err *err) {
     return dl_seterr(err, DLOCK_ESERVER, "zookeeper: %s: %s (%d)", what, zerror(zrc), zrc);
 }
 
-/* Waits on cv until deadline (monotonic ms; DL_INF_DEADLINE forever). */
+/* Waits on cv until deadline (dl_now_ms; DL_INF_DEADLINE forever). The
+ * condition variable runs on CLOCK_MONOTONIC, the deadline on the library's
+ * clock (clock.c): the wait is given as the time left from now. */
 static void cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline) {
     if (deadline == DL_INF_DEADLINE) {
         pthread_cond_wait(cv, mu);
         return;
     }
-    struct timespec ts = {(time_t)(deadline / 1000), (long)(deadline % 1000) * 1000000L};
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
     pthread_cond_timedwait(cv, mu, &ts);
 }
 

@@ -1,4 +1,13 @@
-/* Monotonic time: every lease computation uses CLOCK_MONOTONIC. */
+/* The library's clock: CLOCK_BOOTTIME for every lease, deadline and
+ * timeout. It is monotonic, like CLOCK_MONOTONIC, and it also counts the time
+ * the system spends suspended: the server's lease runs on during a suspend,
+ * so a lease counted on CLOCK_MONOTONIC would still look valid after a
+ * resume (dlock_lock_valid_ms over-reporting). Condition variables cannot use
+ * it (pthread_condattr_setclock takes CLOCK_MONOTONIC or CLOCK_REALTIME): the
+ * library's timed waits give them CLOCK_MONOTONIC timeouts relative to now
+ * and re-check the time on this clock when they wake; poll(2) timeouts are
+ * relative too. A kernel without CLOCK_BOOTTIME (before 2.6.39) gets
+ * CLOCK_MONOTONIC. */
 #include <errno.h>
 #include <time.h>
 
@@ -6,7 +15,7 @@
 
 int64_t dl_now_us(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0) clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 

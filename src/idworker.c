@@ -6,7 +6,7 @@
  * n comes from the per-day counter "icr:<prefix>:<yyyy:mm:dd>" (UTC date),
  * INCR (batch 1) or INCRBY batch (a block of ids reserved in one round trip).
  *
- * WALL CLOCK ON PURPOSE. The rest of the library uses only CLOCK_MONOTONIC.
+ * WALL CLOCK ON PURPOSE. The rest of the library uses CLOCK_BOOTTIME (clock.c).
  * Here the seconds part of an id and the day in the counter key must mean the
  * same thing on every machine that shares the prefix, so they come from the
  * wall clock (CLOCK_REALTIME). Uniqueness does not depend on the clocks

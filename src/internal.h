@@ -31,8 +31,8 @@ int dl_client_fail(const dlock_client *c, const dl_err *err);
 void dl_client_ok(const dlock_client *c);
 
 /* ---- clock and randomness (clock.c, random.c) ---- */
-int64_t dl_now_ms(void);      /* CLOCK_MONOTONIC, milliseconds */
-int64_t dl_now_us(void);      /* CLOCK_MONOTONIC, microseconds */
+int64_t dl_now_ms(void);      /* CLOCK_BOOTTIME (clock.c), milliseconds */
+int64_t dl_now_us(void);      /* CLOCK_BOOTTIME (clock.c), microseconds */
 void dl_sleep_ms(int64_t ms);
 /* deadline from now + ms, saturating; ms < 0 gives DL_INF_DEADLINE */
 int64_t dl_deadline(int64_t ms);
