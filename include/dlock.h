@@ -454,7 +454,9 @@ typedef struct dlock_info {
     int64_t hold_count;  /* reentrant: the holder's count; plain: 1 when held */
     int64_t waiters;     /* blocked waiters: subscribers of the unlock channel
                           * (reentrant, Redisson), plus the plain lock's
-                          * registered and the fair lock's queued waiters */
+                          * registered and the fair lock's queued waiters;
+                          * read and write: subscribers of the read-write
+                          * channel redisson_rwlock:{name} */
     char holder[160];    /* plain: the token; reentrant: the first field; "" */
     int holders;         /* number of holder fields (reentrant), 1 or 0 (plain) */
     /* read-write lock: readers holding, 1 if a writer holds */

@@ -274,7 +274,8 @@ static void inspect_hash(const redisReply *h, long long queued, dlock_info *info
 /* One pipelined round trip: TYPE, PTTL, GET fence, PUBSUB NUMSUB, GET, HGETALL,
  * LLEN of a fair lock's queue, ZCARD of an expirable semaphore's leases,
  * ZCARD of the plain lock's waiter registry (its waiters listen on channels
- * of their own, as the fair lock's do, so NUMSUB does not count them).
+ * of their own, as the fair lock's do, so NUMSUB does not count them), and
+ * PUBSUB NUMSUB of the read-write lock's channel (its waiters').
  * The reads of the wrong type answer WRONGTYPE, which is ignored. */
 static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_t name_len,
                         dlock_info *info, dl_err *err) {
@@ -286,21 +287,22 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     char *tkey = dl_derive_key("", name, name_len, ":timeout", &tkl);
     char *schan = dl_derive_key("redisson_sc:", name, name_len, "", &scl);
     char *lchan = dl_latch_channel(name, name_len, &lcl);
-    size_t wkl;
+    size_t wkl, rwl;
     char *wkey = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &wkl);
-    int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan || !wkey)
+    char *rwchan = dl_derive_key("redisson_rwlock:", name, name_len, "", &rwl);
+    int rc = (!fkey || !chan || !qkey || !tkey || !schan || !lchan || !wkey || !rwchan)
                  ? dl_seterr(err, DLOCK_ENOMEM, "out of memory")
                  : DLOCK_OK;
-    enum { N = 10 };
+    enum { N = 11 };
     /* the waiters of a semaphore or a latch listen on their own channels */
     const char *cmds[N][4] = {{"TYPE", name}, {"PTTL", name}, {"GET", fkey},
                               {"PUBSUB", "NUMSUB", chan}, {"GET", name}, {"HGETALL", name},
                               {"LLEN", qkey}, {"ZCARD", tkey}, {"PUBSUB", "NUMSUB", schan, lchan},
-                              {"ZCARD", wkey}};
+                              {"ZCARD", wkey}, {"PUBSUB", "NUMSUB", rwchan}};
     size_t lens[N][4] = {{4, name_len}, {4, name_len}, {3, fkl}, {6, 6, chl},
                          {3, name_len}, {7, name_len}, {4, qkl}, {5, tkl}, {6, 6, scl, lcl},
-                         {5, wkl}};
-    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2, 4, 2};
+                         {5, wkl}, {6, 6, rwl}};
+    int argc[N] = {2, 2, 2, 3, 2, 2, 2, 2, 4, 2, 3};
     for (int i = 0; i < N && !rc; i++) rc = dl_conn_append(conn, argc[i], cmds[i], lens[i], err);
     if (!rc) rc = dl_conn_flush(conn, deadline, err);
     redisReply *r[N] = {0};
@@ -345,6 +347,11 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
                    lock_hash(r[5])) {
             inspect_hash(r[5], queued, info);
             if (info->kind == DLOCK_KIND_FAIR) info->waiters += queued;
+            /* read-write waiters listen on the read-write channel */
+            if ((info->kind == DLOCK_KIND_READ || info->kind == DLOCK_KIND_WRITE) &&
+                r[10]->type == REDIS_REPLY_ARRAY && r[10]->elements == 2 &&
+                !dl_reply_int(r[10]->element[1], &v))
+                info->waiters = v;
         }
     }
     for (int i = 0; i < N; i++)
@@ -356,6 +363,7 @@ static int inspect_conn(dl_conn *conn, int64_t deadline, const char *name, size_
     free(schan);
     free(lchan);
     free(wkey);
+    free(rwchan);
     return rc;
 }
 

@@ -83,6 +83,22 @@ expect 0 "force-unlock of a SimpleRedisLock" force-unlock lock:order
 check "the SimpleRedisLock is gone" "[ \"\$(rcli exists lock:order)\" = 0 ]"
 rcli del user:2 user:3 counter redsynclock >/dev/null
 
+# waiters of a read-write lock are counted (they listen on its channel).
+"$DLOCK" run -x --ttl 10s rwlock sh -c "touch '$TMP/rw-ready'; while [ ! -e '$TMP/rw-go' ]; do sleep 0.02; done" &
+rwholder=$!
+BG_PIDS+=("$rwholder")
+wait_until "[ -e '$TMP/rw-ready' ]"
+"$DLOCK" run -s -w 20s rwlock true &
+rwwaiter=$!
+BG_PIDS+=("$rwwaiter")
+wait_until "[ \"\$(rcli pubsub numsub 'redisson_rwlock:{rwlock}' | tail -1)\" -ge 1 ]"
+expect 0 "status of a write-held lock with a waiting reader" status --json rwlock
+json_check "read-write lock waiter counted" 'd["kind"] == "write" and d["writer"] is True and d["waiters"] == 1' "$TMP/out"
+touch "$TMP/rw-go"
+wait "$rwholder"; rc1=$?
+wait "$rwwaiter"; rc2=$?
+check "read-write holder and waiter both ran ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc2 = 0 ]"
+
 # force-unlock wakes a waiter; the old token no longer owns anything.
 "$DLOCK" run -w 20s plainlock touch "$TMP/woken" &
 waiter=$!
