@@ -750,6 +750,8 @@ struct dlock_lock {
     char *channel;             /* the channel a waiter subscribes to */
     size_t channel_len;
     void *kdata;               /* the kind's own state (extra keys...) */
+    int listening;             /* the attempt under way is made while subscribed
+                                * to l->channel (wait.c sets it) */
 
     char token[96];            /* owner: plain 32 hex; others uuid:tid */
     size_t token_len;

@@ -140,7 +140,11 @@
  * the lock (it is the head by then). A dlock head that does not listen is
  * dead (its connection is gone) and dropped, unless it is joining (its lease
  * is stored negative: its first attempt, made before it subscribed), which
- * stays the head while its deadline lasts (its next attempt takes the lock).
+ * stays the head once: its next attempt, right after it subscribed, takes the
+ * lock; its lease is stored positive, so that a joining head that died is
+ * dropped by the next look at the head (an attempt, FAIR_LUA_LIVE, or a
+ * release), not kept for its whole deadline, which Redisson's stacked
+ * arithmetic can put many seconds ahead.
  * A head without a registered lease (a Redisson waiter) stays the head while
  * its deadline lasts and gets Redisson's plain wake-up "0". The clock is read
  * only for heads that are not granted. Each call saved counts: the handoff
@@ -167,7 +171,8 @@
     "if keep then local now = 0 " FAIR_LUA_CLOCK("now")                                \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
     "if d and d > now then redis.call('lpush', KEYS[3], " h ") "                       \
-    "if not lease then redis.call('publish', ch, '0') end break end end "              \
+    "if lease then redis.call('hset', KEYS[5], " h ", lease) "                         \
+    "else redis.call('publish', ch, '0') end break end end "                           \
     "redis.call('zrem', KEYS[4], " h "); redis.call('hdel', KEYS[5], " h ") "          \
     h " = redis.call('lpop', KEYS[3]) end "                                            \
     "if not " h " then redis.call('del', KEYS[5]) end "
@@ -286,9 +291,7 @@ static dl_script renew_script = DL_SCRIPT("fair_renew",
 typedef struct fair_data {
     char *queue, *timeouts, *leases, *chan; /* chan: redisson_lock__channel:{name} */
     size_t queue_len, timeouts_len, leases_len, chan_len;
-    int queued;        /* this acquire call joined the queue (and has
-                        * subscribed since: every attempt after the first
-                        * comes after the subscription, wait.c) */
+    int queued;        /* this acquire call joined the queue */
 } fair_data;
 
 static void fair_destroy(dlock_lock *l) {
@@ -351,10 +354,10 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
-    /* the first attempt of a call may come before the subscription: it joins
-     * as "joining", which a release does not take for dead */
+    /* an attempt made before the subscription joins as "joining", which a
+     * release does not take for dead */
     const char *args[8] = {lease, l->token, mode, queue ? "1" : "0", life, ka,
-                           d->queued ? "0" : "1", d->chan};
+                           l->listening ? "0" : "1", d->chan};
     size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;

@@ -152,6 +152,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
      * after subscribing */
     if (l->ops->own_channel && wait_ms != 0)
         sub = dl_node_take_linger(node, l->channel, l->channel_len);
+    l->listening = sub != NULL;
     rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto done;
     if (wait_ms == 0) {
@@ -168,6 +169,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
         if (!rc && !already) rc = subscribe(l, sub, "SUBSCRIBE", err);
     }
     int64_t recheck = DL_NOTTL_RECHECK_MIN_MS;
+    l->listening = 1; /* every attempt from here on comes after subscribing */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         if (!tried) rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);

@@ -15,6 +15,10 @@
  *            runs out unused after DL_FAIR_GRANT_MS and the next waiter has
  *            the lock then, not after the head's lease; the paused head,
  *            continued, queues again and gets the lock after the others
+ *   joining_dead  a head that joined and died before it subscribed (its lease
+ *            stored negative, a deadline 60 s ahead) is kept by one release,
+ *            then dropped: the waiter behind has the lock within a keep-alive
+ *            period, not at that deadline
  *   handoff  the release makes the stopped (SIGSTOP) head waiter the owner
  *            provisionally (PTTL <= DL_FAIR_GRANT_MS) before it runs again;
  *            on SIGCONT it takes the grant up with one attempt, with the
@@ -38,6 +42,7 @@
 #define CHAN_PATTERN "redisson_lock__channel:{" NAME "}:*"
 #define FENCE_KEY "redisson_lock_token:{" NAME "}"
 #define GRANT_MS 500 /* DL_FAIR_GRANT_MS */
+#define KEEPALIVE_MS (5000 / 3) /* DL_FAIR_WAIT_MS / 3 */
 
 static long long llen(redisContext *rc) { return th_cmd_int(rc, "LLEN %s", QUEUE); }
 
@@ -447,6 +452,46 @@ static void part_paused(th_server *s)
     redisFree(rc);
 }
 
+/* ---- joining_dead ---- */
+
+static void part_joining_dead(th_server *s)
+{
+    int go = -1;
+    pid_t pid = fork_gated(s, 0, 20, &go);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    redisReply *tm = th_cmd(rc, "TIME");
+    long long now_ms = atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
+    freeReplyObject(tm);
+    /* a dlock waiter that made its first attempt (joining: lease stored
+     * negative) and died before it subscribed */
+    th_cmd_int(rc, "RPUSH %s died:1", QUEUE);
+    th_cmd_int(rc, "ZADD %s %lld died:1", TIMEOUTS, now_ms + 60000);
+    th_cmd_int(rc, "HSET %s died:1 -7000", LEASES);
+    start(go);
+    ASSERT_EVENTUALLY(llen(rc) == 2 && waiter_channels(rc) == 1, 5000);
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EQ(th_wait_child(pid, 20000), 0);
+    char *at = th_cmd_str(rc, "GET fair:at:0");
+    ASSERT_NOT_NULL(at);
+    long long took = atoll(at) - t_rel;
+    free(at);
+    th_log("behind a dead joining head: the waiter had the lock %lld ms after the release "
+           "(keep-alive %d ms, the dead head's deadline 60000 ms)", took, KEEPALIVE_MS);
+    /* the waiter comes back within its keep-alive period and drops the dead
+     * head (now stored as listening, with no subscriber); the margin is for a
+     * loaded host's scheduler */
+    ASSERT_LT(took, KEEPALIVE_MS + 1500);
+    ASSERT_EQ(llen(rc), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s %s %s", NAME, TIMEOUTS, LEASES), 0);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 /* ---- handoff ---- */
 
 /* Per round: waits for the parent's start (it holds the lock then), waits
@@ -672,6 +717,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "kill")) part_kill(s, 0);
     else if (!strcmp(part, "kill_psub")) part_kill(s, 1);
     else if (!strcmp(part, "paused")) part_paused(s);
+    else if (!strcmp(part, "joining_dead")) part_joining_dead(s);
     else if (!strcmp(part, "handoff")) part_handoff(s);
     else if (!strcmp(part, "mutex")) part_mutex(s);
     else if (!strcmp(part, "giveup")) part_giveup(s);

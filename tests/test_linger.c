@@ -206,11 +206,13 @@ static void part_reuse(th_server *s)
          * attempt and tries again; the later ones were subscribed all along:
          * one attempt and the take-up, plus one keep-alive attempt per
          * KEEPALIVE_MS the wait lasted (none in a wait shorter than that; a
-         * slow scheduler can stretch it). A wait that tried again after
-         * finding its channel subscribed makes 6 in a short wait. */
+         * slow scheduler can stretch it). One more when the previous
+         * round's grant message was left unread on the lingering connection
+         * (W's own attempt had taken that grant up before it read the
+         * message): this wait reads it first and tries once for nothing. */
         if (round > 0) {
             ASSERT_GE(scripts, 5);
-            ASSERT_LE(scripts, 5 + waited / KEEPALIVE_MS);
+            ASSERT_LE(scripts, 6 + waited / KEEPALIVE_MS);
         }
     }
     ASSERT_EQ(stat_calls(rc, "subscribe") - sub0, 1);
