@@ -109,6 +109,39 @@ int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe) {
 
 static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl_err *err);
 
+int dl_node_take_idle(dl_node *n, int64_t deadline, dl_conn **out) {
+    for (;;) {
+        dl_conn *conn = take_idle(n);
+        if (!conn) return 0;
+        /* checked outside the mutex: draining reads from the network. A
+         * connection back in the pool for less than DL_FRESH_MS is taken as
+         * is: a server does not close and restart that fast, and a failure
+         * would be reported anyway (never retried blindly). A lingering
+         * subscription is ended first (its messages are dropped) */
+        int ok = conn->linger ? unlinger(conn, 1, deadline) && drain(conn, deadline)
+                              : (!conn->draining || drain(conn, deadline)) &&
+                                    (fresh(conn) || !dl_conn_stale(conn));
+        if (ok) {
+            *out = conn;
+            return 1;
+        }
+        dl_conn_close(conn); /* the server closed it (restart, timeout...) */
+    }
+}
+
+void dl_node_opened(dl_node *n, int rc) {
+    pthread_mutex_lock(&n->mu);
+    if (rc == DLOCK_EIO) {
+        n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : DL_BACKOFF_MIN_MS;
+        if (n->backoff_ms > DL_BACKOFF_MAX_MS) n->backoff_ms = DL_BACKOFF_MAX_MS;
+        n->next_attempt_ms = dl_now_ms() + n->backoff_ms;
+    } else if (rc == DLOCK_OK) {
+        n->backoff_ms = 0;
+        n->next_attempt_ms = 0;
+    }
+    pthread_mutex_unlock(&n->mu);
+}
+
 int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err) {
     return node_get(n, deadline, 1, out, err);
 }
@@ -124,23 +157,7 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
         dl_err ignored;
         dl_sentinel_refresh(n, 0, &ignored);
     }
-    for (;;) {
-        dl_conn *conn = take_idle(n);
-        if (!conn) break;
-        /* checked outside the mutex: draining reads from the network. A
-         * connection back in the pool for less than DL_FRESH_MS is taken as
-         * is: a server does not close and restart that fast, and a failure
-         * would be reported anyway (never retried blindly). A lingering
-         * subscription is ended first (its messages are dropped) */
-        int ok = conn->linger ? unlinger(conn, 1, deadline) && drain(conn, deadline)
-                              : (!conn->draining || drain(conn, deadline)) &&
-                                    (fresh(conn) || !dl_conn_stale(conn));
-        if (ok) {
-            *out = conn;
-            return DLOCK_OK;
-        }
-        dl_conn_close(conn); /* the server closed it (restart, timeout...) */
-    }
+    if (dl_node_take_idle(n, deadline, out)) return DLOCK_OK;
     pthread_mutex_lock(&n->mu);
     int64_t now = dl_now_ms();
     int64_t next = backoff ? n->next_attempt_ms : 0;
@@ -179,17 +196,8 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
     } else {
         rc = dl_conn_open(&n->ep, cdl, out, err);
     }
-    pthread_mutex_lock(&n->mu);
-    if (rc == DLOCK_EIO) {
-        n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : DL_BACKOFF_MIN_MS;
-        if (n->backoff_ms > DL_BACKOFF_MAX_MS) n->backoff_ms = DL_BACKOFF_MAX_MS;
-        n->next_attempt_ms = dl_now_ms() + n->backoff_ms;
-    } else if (rc == DLOCK_OK) {
-        n->backoff_ms = 0;
-        n->next_attempt_ms = 0;
-        (*out)->node = n;
-    }
-    pthread_mutex_unlock(&n->mu);
+    dl_node_opened(n, rc);
+    if (rc == DLOCK_OK) (*out)->node = n;
     return rc;
 }
 

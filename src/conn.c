@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -270,5 +271,53 @@ int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err 
         return rc;
     }
     *out = c;
+    return DLOCK_OK;
+}
+
+int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err) {
+    *out = NULL;
+    if (ep->tls) return dl_seterr(err, DLOCK_ENOTSUP, "TLS connections are opened one by one");
+    dl_conn *c = calloc(1, sizeof *c);
+    if (!c) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    c->fd = -1;
+    c->reader = redisReaderCreate();
+    if (!c->reader) {
+        free(c);
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    }
+    int rc = dl_transport_connect_start(ep, &c->fd, &c->connecting, err);
+    c->ops = &dl_plain_transport;
+    if (rc) c->fd = -1;
+    if (!rc && ep->password) {
+        const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
+        size_t lens[3] = {4, strlen(argv[1]), strlen(ep->password)};
+        rc = dl_conn_append(c, ep->user ? 3 : 2, argv, lens, err);
+        c->handshake++;
+    }
+    if (!rc && ep->db) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", ep->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)n};
+        rc = dl_conn_append(c, 2, argv, lens, err);
+        c->handshake++;
+    }
+    if (rc) {
+        dl_conn_close(c);
+        return rc;
+    }
+    *out = c;
+    return DLOCK_OK;
+}
+
+int dl_conn_connected(dl_conn *c, dl_err *err) {
+    int so = 0;
+    socklen_t sl = sizeof so;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so, &sl) < 0) so = errno;
+    if (so) {
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "connect: %s", strerror(so));
+    }
+    c->connecting = 0;
     return DLOCK_OK;
 }

@@ -96,6 +96,8 @@ struct dl_conn {
     char *obuf;                /* pending output (pipelined commands) */
     size_t olen, ocap;
     int broken;                /* I/O failed: never reuse */
+    int connecting;            /* dl_conn_open_start: the connect goes on */
+    int handshake;             /* replies to AUTH / SELECT still to come first */
     int answered;              /* a whole RESP reply was read on it */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
@@ -120,11 +122,26 @@ int dl_conn_has_pending(dl_conn *c);
 
 /* Opens a non-blocking socket to ep and connects before deadline. */
 int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, dl_err *err);
+/* Starts a non-blocking connect to ep: *in_progress 1 while it goes on.
+ * DLOCK_ENOTSUP when ep's name has several addresses (dl_transport_connect
+ * tries them one by one). */
+int dl_transport_connect_start(const dl_endpoint *ep, int *fd_out, int *in_progress,
+                               dl_err *err);
 extern const dl_transport_ops dl_plain_transport;
 
 /* Connects, authenticates and selects the db before deadline. */
 int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err);
 void dl_conn_close(dl_conn *c);
+/* Opens without waiting (not TLS, nor a name with several addresses:
+ * DLOCK_ENOTSUP, open those with dl_conn_open): starts the connect and
+ * queues AUTH and SELECT. While c->connecting, poll c->fd for POLLOUT, then
+ * dl_conn_connected; the queued commands go out with the first flush, and
+ * their c->handshake replies come before any other. dl_fanout_eval drives
+ * such connections itself. */
+int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err);
+/* The connect of a c->connecting connection finished (POLLOUT): DLOCK_OK, or
+ * DLOCK_EIO (c broken) when it failed. */
+int dl_conn_connected(dl_conn *c, dl_err *err);
 /* Queues one command (binary-safe argv). */
 int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err);
 /* Writes all queued output before deadline. */
@@ -376,6 +393,12 @@ int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
 /* dl_node_get that connects at once, backoff or not (RedLock: a node the
  * quorum needs). */
 int dl_node_get_now(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* Takes an idle connection of n that is still good (no connect): 1 and
+ * *out set, or 0 when there is none. */
+int dl_node_take_idle(dl_node *n, int64_t deadline, dl_conn **out);
+/* Records how a connect to n ended (DLOCK_EIO starts or doubles its
+ * reconnect backoff, DLOCK_OK ends it). */
+void dl_node_opened(dl_node *n, int rc);
 /* 1 while n's reconnect backoff runs and n has no idle connection;
  * *may_probe = 1 when its last connect attempt is probe_ms old or older. */
 int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe);

@@ -21,35 +21,59 @@ static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
 
 int64_t dl_redlock_drift_ms(int64_t lease_ms) { return drift_ms(lease_ms); }
 
-/* Borrows one connection per node (NULL where the node cannot be reached
- * before deadline). A node whose reconnect backoff runs (it failed to
- * connect lately: 50 ms doubling to 2 s) is left out, unless the others are
- * short of a majority: then it is tried again if its last attempt is
+/* One connection to node n for a fan-out: an idle one, else a new one whose
+ * connect is only started (dl_conn_open_start: the fan-out finishes it,
+ * *opened = 1), else (TLS, a name with several addresses) one opened
+ * before deadline. 1 if there is one. */
+static int take_or_start(dl_node *n, int64_t deadline, int backoff, dl_conn **conn,
+                         unsigned char *opened) {
+    dl_err err;
+    *conn = NULL;
+    if (dl_node_take_idle(n, deadline, conn)) return 1;
+    int rc = dl_conn_open_start(&n->ep, conn, &err);
+    if (rc == DLOCK_OK) {
+        (*conn)->node = n;
+        *opened = 1;
+        return 1;
+    }
+    if (rc == DLOCK_ENOTSUP) {
+        rc = backoff ? dl_node_get(n, deadline, conn, &err) : dl_node_get_now(n, deadline, conn, &err);
+        if (rc == DLOCK_OK) return 1;
+        *conn = NULL;
+        return 0;
+    }
+    dl_node_opened(n, rc);
+    return 0;
+}
+
+/* Borrows one connection per node (NULL where the node cannot be reached),
+ * opening the missing ones all at once (finished by the fan-out, each
+ * request sent as soon as its connection is up: a node slow to connect or
+ * authenticate costs the others nothing; they used to be opened one after
+ * another under the request's deadline, so that a frozen master's AUTH used
+ * it all up). A node whose reconnect backoff runs (it failed to connect
+ * lately: 50 ms doubling to 2 s) is left out, unless the others are short
+ * of a majority: then it is tried again if its last attempt is
  * DL_RL_PROBE_MS old. Before, a master restarted after an outage counted as
  * down for up to the whole 2 s, and every acquire of that time failed with
  * DLOCK_ENOQUORUM; a dead master now costs at most one connect attempt per
  * DL_RL_PROBE_MS, and only while the quorum needs it. */
-static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns) {
+static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns, unsigned char *opened) {
     int later[DL_RL_MAX];
     size_t got = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
-        dl_err ignored;
         int probe = 0;
         conns[i] = NULL;
+        opened[i] = 0;
         later[i] = 0;
         if (dl_node_backoff(c->nodes[i], DL_RL_PROBE_MS, &probe)) {
             later[i] = probe;
             continue;
         }
-        if (dl_node_get(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK) got++;
-        else conns[i] = NULL;
+        got += (size_t)take_or_start(c->nodes[i], deadline, 1, &conns[i], &opened[i]);
     }
-    for (size_t i = 0; i < c->nnodes && got < c->quorum; i++) {
-        dl_err ignored;
-        if (!later[i]) continue;
-        if (dl_node_get_now(c->nodes[i], deadline, &conns[i], &ignored) == DLOCK_OK) got++;
-        else conns[i] = NULL;
-    }
+    for (size_t i = 0; i < c->nnodes && got < c->quorum; i++)
+        if (later[i]) got += (size_t)take_or_start(c->nodes[i], deadline, 0, &conns[i], &opened[i]);
 }
 
 static void put_all(dlock_client *c, dl_conn **conns, redisReply **replies) {
@@ -71,10 +95,18 @@ static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **repl
     int64_t deadline = dl_deadline(c->node_timeout_ms);
     dl_call call;
     l->ops->call(l, op, lease_ms, &call);
-    get_all(c, deadline, conns);
-    return dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys, call.keys,
-                          call.keylens, call.nargs, call.args, call.arglens, replies,
-                          unanswered);
+    unsigned char opened[DL_RL_MAX];
+    get_all(c, deadline, conns, opened);
+    size_t answered = dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys,
+                                     call.keys, call.keylens, call.nargs, call.args,
+                                     call.arglens, replies, unanswered);
+    /* a new connection that did not get through its connect and AUTH in
+     * time counts as a failed connect (the node's backoff) */
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (opened[i])
+            dl_node_opened(c->nodes[i], conns[i]->connecting || conns[i]->handshake > 0 ? DLOCK_EIO
+                                                                                        : DLOCK_OK);
+    return answered;
 }
 
 /* What a failed attempt left to undo on each node. */

@@ -101,3 +101,60 @@ int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, d
     freeaddrinfo(res);
     return rc;
 }
+
+/* Starts a non-blocking connect to one address: DLOCK_OK with *fd_out set
+ * and *in_progress 1 while it goes on (poll for POLLOUT, then SO_ERROR). */
+static int start_addr(int family, const struct sockaddr *sa, socklen_t salen, const char *where,
+                      int *fd_out, int *in_progress, dl_err *err) {
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return dl_seterr(err, DLOCK_ESYS, "socket: %s", strerror(errno));
+    if (family != AF_UNIX) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    }
+    *in_progress = 0;
+    if (connect(fd, sa, salen) < 0) {
+        if (errno != EINPROGRESS) {
+            int e = errno;
+            close(fd);
+            return dl_seterr(err, DLOCK_EIO, "connect to %s: %s", where, strerror(e));
+        }
+        *in_progress = 1;
+    }
+    *fd_out = fd;
+    return DLOCK_OK;
+}
+
+int dl_transport_connect_start(const dl_endpoint *ep, int *fd_out, int *in_progress,
+                               dl_err *err) {
+    char where[300];
+    dl_endpoint_describe(ep, where, sizeof where);
+    if (ep->path) {
+        struct sockaddr_un sun;
+        memset(&sun, 0, sizeof sun);
+        sun.sun_family = AF_UNIX;
+        if (strlen(ep->path) >= sizeof sun.sun_path)
+            return dl_seterr(err, DLOCK_EINVAL, "unix socket path too long");
+        strcpy(sun.sun_path, ep->path);
+        return start_addr(AF_UNIX, (struct sockaddr *)&sun, sizeof sun, where, fd_out,
+                          in_progress, err);
+    }
+    char port[16];
+    snprintf(port, sizeof port, "%d", ep->port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int g = getaddrinfo(ep->host, port, &hints, &res);
+    if (g != 0)
+        return dl_seterr(err, g == EAI_MEMORY ? DLOCK_ENOMEM : DLOCK_EIO, "cannot resolve %s: %s",
+                         where, gai_strerror(g));
+    /* a connect that fails later cannot go on to the next address here:
+     * a name with several is connected the blocking way, address by address */
+    int rc = res->ai_next ? dl_seterr(err, DLOCK_ENOTSUP, "%s has several addresses", where)
+                          : start_addr(res->ai_family, res->ai_addr, res->ai_addrlen, where,
+                                       fd_out, in_progress, err);
+    freeaddrinfo(res);
+    return rc;
+}
