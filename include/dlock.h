@@ -227,15 +227,16 @@ DLOCK_EXPORT const char *dlock_errmsg(const dlock_client *c);
 
 /* The fair lock's thread wait time W in ms (Redisson's
  * Config.fairLockWaitTimeout), used by this client's fair-lock waiters from
- * their next acquire on. A waiter joins the queue
+ * their next attempt on. A waiter joins the queue
  * "redisson_lock_timeout:{name}" with the deadline of the entry ahead of it
  * plus W (the first: the lock's remaining lease plus W), and every acquire
  * of the lock lowers the queued deadlines by W, as Redisson's do; a waiter
  * whose deadline passed is dropped from the head of the queue. A live dlock
  * waiter also keeps its deadline at least W ahead of the server's clock (it
  * comes back at least every min(W, 5000) / 3 ms), so it never expires while
- * it waits; W bounds how long a waiter that stopped coming back keeps its
- * place. Default DLOCK_DEFAULT_FAIR_WAIT_MS. A queue shared with Redisson
+ * it waits; one that stopped coming back (and kept its subscription: a
+ * waiter whose connection is gone is dropped at once) keeps its place until
+ * its deadline. Default DLOCK_DEFAULT_FAIR_WAIT_MS. A queue shared with Redisson
  * clients needs W equal to theirs on every client (Redisson's default is
  * DLOCK_REDISSON_FAIR_WAIT_MS): with a smaller W, each Redisson acquire
  * lowers dlock's entries below the clock and they lose their place. Safe to
