@@ -11,18 +11,18 @@ expect 0 "status --json of a free lock" status --json nolock
 json_check "free lock json" 'd["name"] == "nolock" and d["held"] is False and d["kind"] is None and d["ttl_ms"] == -2 and d["holders"] == 0' "$TMP/out"
 
 # status of a plain lock held by a token.
-tok=$("$DLOCK" acquire --ttl 20s plainlock)
+tok=$("$DLOCK" acquire --ttl 10m plainlock)  # held until force-unlock below, however slow the run
 expect 0 "status of a plain lock" status plainlock
 check "status shows held, kind and holder" "grep -q '^state: *held' '$TMP/out' && grep -q '^kind: *plain' '$TMP/out' && grep -q \"^holder: *$tok\" '$TMP/out'"
 expect 0 "status --json of a plain lock" --json status plainlock
-json_check "plain lock json" "d['held'] is True and d['kind'] == 'plain' and d['holder'] == '$tok' and d['holders'] == 1 and d['hold_count'] == 1 and 15000 < d['ttl_ms'] <= 20000 and d['fence'] >= 1 and d['waiters'] == 0" "$TMP/out"
+json_check "plain lock json" "d['held'] is True and d['kind'] == 'plain' and d['holder'] == '$tok' and d['holders'] == 1 and d['hold_count'] == 1 and 60000 < d['ttl_ms'] <= 600000 and d['fence'] >= 1 and d['waiters'] == 0" "$TMP/out"
 
 # status of a reentrant lock held by a running `dlock run`, with a waiter.
 "$DLOCK" run --kind reentrant --ttl 10s relock sh -c "touch '$TMP/re-ready'; while [ ! -e '$TMP/re-go' ]; do sleep 0.02; done" &
 holder=$!
 BG_PIDS+=("$holder")
 wait_until "[ -e '$TMP/re-ready' ]"
-"$DLOCK" run -w 20s --kind reentrant relock true &
+"$DLOCK" run -w 5m --kind reentrant relock true &  # waits through every check below, however slow the run
 waiter=$!
 BG_PIDS+=("$waiter")
 wait_until '[ "$(waiters relock)" -ge 1 ]'
@@ -115,7 +115,7 @@ expect 81 "old token after force-unlock" release plainlock "$tok"
 expect 0 "force-unlock --json of a free lock" force-unlock --yes --json plainlock
 json_check "force-unlock --json existed false" 'd["name"] == "plainlock" and d["existed"] is False' "$TMP/out"
 if command -v script >/dev/null 2>&1; then
-    "$DLOCK" acquire --ttl 20s ttylock >/dev/null
+    "$DLOCK" acquire --ttl 10m ttylock >/dev/null
     script -qec "$DLOCK force-unlock ttylock" /dev/null >"$TMP/tty.out" 2>&1
     rc=$?
     check "force-unlock on a terminal refuses without --yes ($rc)" "[ $rc = 64 ] && [ \"\$(rcli exists ttylock)\" = 1 ]"

@@ -8,12 +8,14 @@ start_redis
 pttl() { rcli pttl "$1"; }
 
 # acquire prints the token; the key holds it with the lease.
-expect 0 "acquire --ttl 10s" acquire --ttl 10s job
+expect 0 "acquire --ttl 40s" acquire --ttl 40s job
 tok=$OUT
 check "token is 32 hex characters ($tok)" "[[ '$tok' =~ ^[0-9a-f]{32}$ ]]"
 check "the key holds the token" "[ \"\$(rcli get job)\" = '$tok' ]"
 p=$(pttl job)
-check "lease is 10s (pttl $p)" "[ $p -gt 8000 ] && [ $p -le 10000 ]"
+# 40 s, not the default 30 s, and no more than asked; the slack is for a slow
+# run (valgrind on a loaded machine)
+check "lease is 40s (pttl $p)" "[ $p -gt 30000 ] && [ $p -le 40000 ]"
 
 # Conflicts.
 expect 1 "acquire -n on a held lock" acquire -n job
@@ -25,14 +27,14 @@ check "holder untouched by failed acquires" "[ \"\$(rcli get job)\" = '$tok' ]"
 # Wrong tokens change nothing and exit 81.
 expect_one_line 81 "extend with a wrong token" extend job 0123456789abcdef0123456789abcdef --ttl 60s
 p=$(pttl job)
-check "wrong extend left the lease alone (pttl $p)" "[ $p -le 10000 ]"
+check "wrong extend left the lease alone (pttl $p)" "[ $p -le 40000 ]"
 expect_one_line 81 "release with a wrong token" release job 0123456789abcdef0123456789abcdef
 check "wrong release left the key" "[ \"\$(rcli get job)\" = '$tok' ]"
 
 # The right token.
 expect 0 "extend with the token" extend job "$tok" --ttl 60s
 p=$(pttl job)
-check "extend set the lease to 60s (pttl $p)" "[ $p -gt 50000 ] && [ $p -le 60000 ]"
+check "extend set the lease to 60s (pttl $p)" "[ $p -gt 40000 ] && [ $p -le 60000 ]"
 expect 0 "extend --ttl=1m (option first)" extend --ttl=1m job "$tok"
 expect 0 "release with the token" release job "$tok"
 check "release deleted the key" "[ \"\$(rcli exists job)\" = 0 ]"
