@@ -37,7 +37,7 @@ static dlock_client *replicated_client(const th_server *s)
     dlock_options_init(&o);
     o.url = th_server_url(s);
     o.wait_replicas = 1;
-    o.wait_replicas_timeout_ms = 500;
+    o.wait_replicas_timeout_ms = 1000;
     dlock_client *c = NULL;
     ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
     return c;
@@ -71,6 +71,9 @@ int main(void)
     th_cmd_ok(rp, "CONFIG SET repl-diskless-sync-delay 0");
     th_cmd_ok(rr, "REPLICAOF 127.0.0.1 %d", th_server_port(p));
     ASSERT_EVENTUALLY(link_up(rr), 15000);
+    /* the primary counts the replica for WAIT once it is online there */
+    th_cmd_ok(rp, "SET rep:marker 0");
+    ASSERT_EVENTUALLY(th_cmd_int(rp, "WAIT 1 100") == 1, 15000);
 
     dlock_client *ca = replicated_client(p), *cb = replicated_client(p);
     dlock_lock *a = th_lock(ca, NAME, DLOCK_KIND_FAIR);
