@@ -11,6 +11,8 @@
 
 #include "internal.h"
 
+_Thread_local dl_err dl_fanout_refused;
+
 #define DL_FANOUT_MAX 64
 
 size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
@@ -54,6 +56,8 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
                  * does not count */
                 conns[i]->handshake--;
                 int refused = r->type == REDIS_REPLY_ERROR;
+                dl_err e = {0};
+                if (refused && dl_reply_error(r, "AUTH", &e) == DLOCK_EAUTH) dl_fanout_refused = e;
                 freeReplyObject(r);
                 if (refused) {
                     conns[i]->broken = 1;

@@ -270,6 +270,10 @@ int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
  * broken). unanswered (may be NULL): 1 where the request went out whole but
  * no answer came in time (the server may still run it), else 0. Returns how
  * many answered. */
+/* The last refusal of a new connection's AUTH that dl_fanout_eval met on
+ * this thread (code DLOCK_EAUTH), for RedLock to tell a quorum missed for
+ * it; its caller clears code before a fan-out. */
+extern _Thread_local dl_err dl_fanout_refused;
 size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
                       const char **keys, const size_t *keylens, int nargs, const char **args,
                       const size_t *arglens, redisReply **replies, unsigned char *unanswered);

@@ -97,6 +97,7 @@ static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **repl
     l->ops->call(l, op, lease_ms, &call);
     unsigned char opened[DL_RL_MAX];
     get_all(c, deadline, conns, opened);
+    dl_fanout_refused.code = DLOCK_OK;
     size_t answered = dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys,
                                      call.keys, call.keylens, call.nargs, call.args,
                                      call.arglens, replies, unanswered);
@@ -147,6 +148,11 @@ static void undo_attempt(dlock_lock *l, int64_t lease_ms, dl_conn **conns,
 }
 
 static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
+    if (dl_fanout_refused.code == DLOCK_EAUTH)
+        return dl_seterr(err, DLOCK_EAUTH,
+                         "no quorum: %zu of %zu nodes answered (%zu needed); a node refused "
+                         "the credentials: %.200s",
+                         answered, c->nnodes, c->quorum, dl_fanout_refused.msg);
     return dl_seterr(err, DLOCK_ENOQUORUM, "no quorum: %zu of %zu nodes answered (%zu needed)",
                      answered, c->nnodes, c->quorum);
 }
