@@ -6,7 +6,6 @@
 
 #include <signal.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #define NODES 5
@@ -195,6 +194,50 @@ static void release_without_majority(void)
     dlock_client_free(c2);
 }
 
+/* Issue 19, item 7: one frozen master (SIGSTOP) behind a password. Its
+ * connect succeeds (the kernel accepts for it) and its AUTH is never
+ * answered; connections used to be opened one after another under the
+ * deadline the requests then used, so that AUTH used it all up and the
+ * others were never asked ("0 of 5 nodes answered"). Opened at once, each
+ * request sent when its own connection is up, every acquire of a free lock
+ * succeeds, and within one fan-out: NODE_TIMEOUT for the frozen node's
+ * answer or connect, plus scheduling slack. */
+static void frozen_master_with_password(void)
+{
+    th_server_opts so = {.requirepass = "s3cret"};
+    th_server *ps[NODES];
+    char purl[1024];
+    size_t off = (size_t)snprintf(purl, sizeof purl, "redlock://");
+    for (int i = 0; i < NODES; i++) {
+        ps[i] = th_server_start(&so);
+        off += (size_t)snprintf(purl + off, sizeof purl - off, "%s:s3cret@127.0.0.1:%d",
+                                i ? "," : "", th_server_port(ps[i]));
+    }
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = purl;
+    o.node_timeout_ms = NODE_TIMEOUT;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_lock *l = th_lock(c, "rl:frozen", DLOCK_KIND_PLAIN);
+    th_server_pause(ps[0]);
+    int64_t worst = 0;
+    for (int i = 0; i < 40; i++) {
+        int64_t t0 = th_now_ms();
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, 5000, NULL));
+        int64_t took = th_now_ms() - t0;
+        if (took > worst) worst = took;
+        ASSERT_LT(took, NODE_TIMEOUT + 150);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    th_log("40 acquires with a frozen master behind a password: all held, worst %lld ms",
+           (long long)worst);
+    th_server_unpause(ps[0]);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    for (int i = 0; i < NODES; i++) th_server_stop(ps[i]);
+}
+
 /* A majority of nodes that refuse the client's credentials (their password
  * changed after the client opened) is an authentication failure, not "did
  * not answer". */
@@ -260,6 +303,7 @@ int main(void)
     th_log("mutual exclusion: %d x %d rounds exact", NPROC, ROUNDS);
 
     failed_reentry();
+    frozen_master_with_password();
     release_without_majority();
     majority_refuses_auth();
 
