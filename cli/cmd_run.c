@@ -1095,8 +1095,9 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000),
                 lk.permits ? lk.permit_id : "held by the session");
     else if (g->verbose)
-        cli_err(CMD, "getting %s took %lld.%06lld seconds (fence %" PRIu64 ")", what,
-                (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence);
+        cli_err(CMD, "getting %s took %lld.%06lld seconds (fence %" PRIu64 ", token %s)", what,
+                (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence,
+                lk.nlocks ? dlock_lock_token(lk.locks[0]) : "");
 
     code = supervise(g, &o, &lk, sigfd, lostpipe[0], &oldmask, &oldpipe);
 

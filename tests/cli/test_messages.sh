@@ -60,6 +60,10 @@ wait_until "[ \"\$(rcli pubsub numsub 'redisson_countdownlatch__channel__{realla
 wait "$awaiter"; rc=$?
 check "await on a set latch opens at zero, without the warning ($rc)" "[ $rc = 0 ] && ! grep -q 'does not exist' '$TMP/await.err'"
 
+# run -v prints the token it holds (the holder `status` shows).
+expect 0 "run -v" -v run vlock sh -c "redis-cli -p $PORT get vlock"
+check "run -v prints the token it holds" "grep -q \"token $OUT\" '$TMP/err'"
+
 # --json: one JSON object on stdout also on failure.
 expect 64 "--json with a usage error" --json status
 json_check "usage error as JSON" 'd["code"] == 64 and "NAME" in d["error"]' "$TMP/out"
