@@ -116,6 +116,7 @@
 /* the library's named constants the checks derive from (src/lock_plain.c,
  * src/lock_fair.c): not public, mirrored here */
 #define DL_PLAIN_RECHECK_MS 2000
+#define DL_BACKOFF_MAX_MS 2000 /* src/client.c: a client's reconnect backoff after a failure */
 
 /* ------------------------------------------------------------------------ */
 /* the PRNG                                                                 */
@@ -302,13 +303,15 @@ typedef struct wctx {
 static redisContext *g_cbrc;
 static int g_cbid;
 static volatile sig_atomic_t g_lost;
+static volatile sig_atomic_t g_wd_hold; /* the hold is the watchdog's (not extended) */
 
 static void on_lost(dlock_lock *l, int reason, void *ud)
 {
     (void)l;
     (void)ud;
     g_lost = 1;
-    fl_ev(g_cbrc, "L %d %d %lld", g_cbid, reason, (long long)th_now_ms());
+    /* the contract checked (item 9 of issue 19) is the watchdog's */
+    if (g_wd_hold) fl_ev(g_cbrc, "L %d %d %lld", g_cbid, reason, (long long)th_now_ms());
 }
 
 static dlock_lock *volatile g_cl[NAMES];
@@ -585,6 +588,7 @@ static int run_worker(const wctx *x)
             if (r != DLOCK_EBUSY && r != DLOCK_ETIMEDOUT && r != DLOCK_ECANCELED) th_sleep_ms(30);
             continue;
         }
+        g_wd_hold = lease == 0;
         for (int i = 0; i < ns; i++)
             fl_ev(rc, "B %d %d %llu %lld %lld", x->id, idx[i], (unsigned long long)toks[i],
                   (long long)dlock_lock_valid_ms(set[i]), (long long)now);
@@ -611,7 +615,10 @@ static int run_worker(const wctx *x)
                       (long long)th_now_ms());
             else
                 fl_ev(rc, "R %d 0 %d extend", x->id, r2);
-            if (r2 == DLOCK_OK && !lease) lease = nl; /* no longer a watchdog lock */
+            if (r2 == DLOCK_OK && !lease) {
+                lease = nl; /* no longer a watchdog lock */
+                g_wd_hold = 0;
+            }
         }
         g_lost = 0;
         int long_work = lease == 0 && ns == 1 && rr(&s, 0, 99) < w->long_pct;
@@ -745,7 +752,7 @@ static int paused_in(int nf, int w, int64_t from, int64_t to, long *pos_from)
         if ((c != 'P' && c != 'G' && c != 'D') || g_f[i].w != w) continue;
         int64_t p0 = g_f[i].t, p1 = INT64_MAX;
         if (c == 'D') {
-            p1 = p0 + 1000;
+            p1 = p0;
         } else {
             for (int j = i + 1; j < nf; j++)
                 if ((g_f[j].c == (c == 'P' ? 'C' : 'I') || g_f[j].c == 'K') && g_f[j].w == w) {
@@ -753,6 +760,8 @@ static int paused_in(int nf, int w, int64_t from, int64_t to, long *pos_from)
                     break;
                 }
         }
+        /* a link cut or frozen: then the client's reconnect backoff */
+        if (c != 'P' && p1 != INT64_MAX) p1 += DL_BACKOFF_MAX_MS;
         if (p0 <= to && p1 >= from) return 1;
     }
     return 0;
@@ -772,6 +781,8 @@ static int server_fault_in(int nf, int64_t from, int64_t to)
                     break;
                 }
         }
+        /* a restart or a stop: then the clients' reconnect backoff */
+        if (c != 'F' && p1 != INT64_MAX) p1 += DL_BACKOFF_MAX_MS;
         if (g_f[i].t <= to && p1 >= from - 200) return 1;
     }
     return 0;
