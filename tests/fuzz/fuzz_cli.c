@@ -17,7 +17,8 @@
  * library refuses them before connecting.
  *
  * Checks: the exit code is one that can happen without a server (0, 64, 66,
- * 69 or 76: see allowed_code()), no file descriptor leaks, no crash, no
+ * 69, 76, or `run`'s 126 and 127 for a command it cannot run, found before
+ * it connects: see allowed_code()), no file descriptor leaks, no crash, no
  * leak. The target restores the signal mask after each input (`run` blocks
  * its signals on purpose and leaves them blocked until the process exits).
  *
@@ -139,7 +140,7 @@ void cli_fuzz_redirect(dlock_options *o)
  * 81 and 126/127 all need an answer from a server or a started child. */
 static int allowed_code(int rc)
 {
-    return rc == 0 || rc == 64 || rc == 66 || rc == 69 || rc == 76;
+    return rc == 0 || rc == 64 || rc == 66 || rc == 69 || rc == 76 || rc == 126 || rc == 127;
 }
 
 static int risky_path(const char *a)
