@@ -220,16 +220,46 @@ int dl_reply_int(const redisReply *r, long long *v) {
     return -1;
 }
 
-int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err) {
-    *out = NULL;
+/* A connection with its reader and no socket yet. */
+static dl_conn *conn_new(void) {
     dl_conn *c = calloc(1, sizeof *c);
-    if (!c) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    if (!c) return NULL;
     c->fd = -1;
     c->reader = redisReaderCreate();
     if (!c->reader) {
         free(c);
-        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        return NULL;
     }
+    return c;
+}
+
+/* Appends ep's AUTH and SELECT (each when it has one) to c's output, so that
+ * they go out in one write with what follows; *count: how many replies they
+ * will take. */
+static int queue_handshake(dl_conn *c, const dl_endpoint *ep, int *count, dl_err *err) {
+    int rc = DLOCK_OK;
+    *count = 0;
+    if (ep->password) {
+        const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
+        size_t lens[3] = {4, strlen(argv[1]), strlen(ep->password)};
+        rc = dl_conn_append(c, ep->user ? 3 : 2, argv, lens, err);
+        (*count)++;
+    }
+    if (!rc && ep->db) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", ep->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, (size_t)n};
+        rc = dl_conn_append(c, 2, argv, lens, err);
+        (*count)++;
+    }
+    return rc;
+}
+
+int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err) {
+    *out = NULL;
+    dl_conn *c = conn_new();
+    if (!c) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     int rc = dl_transport_connect(ep, deadline, &c->fd, err);
     if (rc) {
         dl_conn_close(c);
@@ -242,21 +272,8 @@ int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err 
     }
 
     /* AUTH and SELECT, pipelined: one round trip */
-    int expect = 0;
-    if (ep->password) {
-        const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
-        size_t lens[3] = {4, strlen(argv[1]), strlen(ep->password)};
-        rc = dl_conn_append(c, ep->user ? 3 : 2, argv, lens, err);
-        expect++;
-    }
-    if (!rc && ep->db) {
-        char db[16];
-        int n = snprintf(db, sizeof db, "%d", ep->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, (size_t)n};
-        rc = dl_conn_append(c, 2, argv, lens, err);
-        expect++;
-    }
+    int expect;
+    rc = queue_handshake(c, ep, &expect, err);
     if (!rc && expect) rc = dl_conn_flush(c, deadline, err);
     for (int i = 0; !rc && i < expect; i++) {
         redisReply *r;
@@ -277,31 +294,12 @@ int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err 
 int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err) {
     *out = NULL;
     if (ep->tls) return dl_seterr(err, DLOCK_ENOTSUP, "TLS connections are opened one by one");
-    dl_conn *c = calloc(1, sizeof *c);
+    dl_conn *c = conn_new();
     if (!c) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    c->fd = -1;
-    c->reader = redisReaderCreate();
-    if (!c->reader) {
-        free(c);
-        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    }
     int rc = dl_transport_connect_start(ep, &c->fd, &c->connecting, err);
     c->ops = &dl_plain_transport;
     if (rc) c->fd = -1;
-    if (!rc && ep->password) {
-        const char *argv[3] = {"AUTH", ep->user ? ep->user : ep->password, ep->password};
-        size_t lens[3] = {4, strlen(argv[1]), strlen(ep->password)};
-        rc = dl_conn_append(c, ep->user ? 3 : 2, argv, lens, err);
-        c->handshake++;
-    }
-    if (!rc && ep->db) {
-        char db[16];
-        int n = snprintf(db, sizeof db, "%d", ep->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, (size_t)n};
-        rc = dl_conn_append(c, 2, argv, lens, err);
-        c->handshake++;
-    }
+    if (!rc) rc = queue_handshake(c, ep, &c->handshake, err);
     if (rc) {
         dl_conn_close(c);
         return rc;

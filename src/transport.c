@@ -48,8 +48,9 @@ static int finish_connect(int fd, int64_t deadline, const char *where, dl_err *e
     }
 }
 
-static int connect_addr(int family, const struct sockaddr *sa, socklen_t salen, int64_t deadline,
-                        const char *where, int *fd_out, dl_err *err) {
+/* A non-blocking stream socket for family in *fd_out (TCP: no Nagle,
+ * keep-alives). */
+static int new_socket(int family, int *fd_out, dl_err *err) {
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return dl_seterr(err, DLOCK_ESYS, "socket: %s", strerror(errno));
     if (family != AF_UNIX) {
@@ -57,7 +58,41 @@ static int connect_addr(int family, const struct sockaddr *sa, socklen_t salen, 
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     }
-    int rc = DLOCK_OK;
+    *fd_out = fd;
+    return DLOCK_OK;
+}
+
+/* The addresses of ep: a unix socket in *sun (*res NULL), or the TCP
+ * addresses getaddrinfo gives in *res (freed by the caller). */
+static int resolve(const dl_endpoint *ep, const char *where, struct sockaddr_un *sun,
+                   struct addrinfo **res, dl_err *err) {
+    *res = NULL;
+    if (ep->path) {
+        memset(sun, 0, sizeof *sun);
+        sun->sun_family = AF_UNIX;
+        if (strlen(ep->path) >= sizeof sun->sun_path)
+            return dl_seterr(err, DLOCK_EINVAL, "unix socket path too long");
+        strcpy(sun->sun_path, ep->path);
+        return DLOCK_OK;
+    }
+    char port[16];
+    snprintf(port, sizeof port, "%d", ep->port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int g = getaddrinfo(ep->host, port, &hints, res);
+    if (g != 0)
+        return dl_seterr(err, g == EAI_MEMORY ? DLOCK_ENOMEM : DLOCK_EIO, "cannot resolve %s: %s",
+                         where, gai_strerror(g));
+    return DLOCK_OK;
+}
+
+static int connect_addr(int family, const struct sockaddr *sa, socklen_t salen, int64_t deadline,
+                        const char *where, int *fd_out, dl_err *err) {
+    int fd;
+    int rc = new_socket(family, &fd, err);
+    if (rc) return rc;
     if (connect(fd, sa, salen) < 0) {
         if (errno == EINPROGRESS || errno == EAGAIN) rc = finish_connect(fd, deadline, where, err);
         else rc = dl_seterr(err, DLOCK_EIO, "connect to %s: %s", where, strerror(errno));
@@ -73,27 +108,14 @@ static int connect_addr(int family, const struct sockaddr *sa, socklen_t salen, 
 int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, dl_err *err) {
     char where[300];
     dl_endpoint_describe(ep, where, sizeof where);
-    if (ep->path) {
-        struct sockaddr_un sun;
-        memset(&sun, 0, sizeof sun);
-        sun.sun_family = AF_UNIX;
-        if (strlen(ep->path) >= sizeof sun.sun_path)
-            return dl_seterr(err, DLOCK_EINVAL, "unix socket path too long");
-        strcpy(sun.sun_path, ep->path);
+    struct sockaddr_un sun;
+    struct addrinfo *res;
+    int rc = resolve(ep, where, &sun, &res, err);
+    if (rc) return rc;
+    if (!res)
         return connect_addr(AF_UNIX, (struct sockaddr *)&sun, sizeof sun, deadline, where, fd_out,
                             err);
-    }
-    char port[16];
-    snprintf(port, sizeof port, "%d", ep->port);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int g = getaddrinfo(ep->host, port, &hints, &res);
-    if (g != 0)
-        return dl_seterr(err, g == EAI_MEMORY ? DLOCK_ENOMEM : DLOCK_EIO, "cannot resolve %s: %s",
-                         where, gai_strerror(g));
-    int rc = DLOCK_EIO;
+    rc = DLOCK_EIO;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         rc = connect_addr(ai->ai_family, ai->ai_addr, ai->ai_addrlen, deadline, where, fd_out, err);
         if (rc == DLOCK_OK) break;
@@ -106,13 +128,9 @@ int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, d
  * and *in_progress 1 while it goes on (poll for POLLOUT, then SO_ERROR). */
 static int start_addr(int family, const struct sockaddr *sa, socklen_t salen, const char *where,
                       int *fd_out, int *in_progress, dl_err *err) {
-    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return dl_seterr(err, DLOCK_ESYS, "socket: %s", strerror(errno));
-    if (family != AF_UNIX) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    }
+    int fd;
+    int rc = new_socket(family, &fd, err);
+    if (rc) return rc;
     *in_progress = 0;
     if (connect(fd, sa, salen) < 0) {
         if (errno != EINPROGRESS) {
@@ -130,31 +148,18 @@ int dl_transport_connect_start(const dl_endpoint *ep, int *fd_out, int *in_progr
                                dl_err *err) {
     char where[300];
     dl_endpoint_describe(ep, where, sizeof where);
-    if (ep->path) {
-        struct sockaddr_un sun;
-        memset(&sun, 0, sizeof sun);
-        sun.sun_family = AF_UNIX;
-        if (strlen(ep->path) >= sizeof sun.sun_path)
-            return dl_seterr(err, DLOCK_EINVAL, "unix socket path too long");
-        strcpy(sun.sun_path, ep->path);
+    struct sockaddr_un sun;
+    struct addrinfo *res;
+    int rc = resolve(ep, where, &sun, &res, err);
+    if (rc) return rc;
+    if (!res)
         return start_addr(AF_UNIX, (struct sockaddr *)&sun, sizeof sun, where, fd_out,
                           in_progress, err);
-    }
-    char port[16];
-    snprintf(port, sizeof port, "%d", ep->port);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int g = getaddrinfo(ep->host, port, &hints, &res);
-    if (g != 0)
-        return dl_seterr(err, g == EAI_MEMORY ? DLOCK_ENOMEM : DLOCK_EIO, "cannot resolve %s: %s",
-                         where, gai_strerror(g));
     /* a connect that fails later cannot go on to the next address here:
      * a name with several is connected the blocking way, address by address */
-    int rc = res->ai_next ? dl_seterr(err, DLOCK_ENOTSUP, "%s has several addresses", where)
-                          : start_addr(res->ai_family, res->ai_addr, res->ai_addrlen, where,
-                                       fd_out, in_progress, err);
+    rc = res->ai_next ? dl_seterr(err, DLOCK_ENOTSUP, "%s has several addresses", where)
+                        : start_addr(res->ai_family, res->ai_addr, res->ai_addrlen, where, fd_out,
+                                     in_progress, err);
     freeaddrinfo(res);
     return rc;
 }
