@@ -29,6 +29,9 @@
     "  --wait-replicas N    after each acquire, wait until N replicas have it, else\n"  \
     "                       release it and fail (exit 75); not with RedLock\n"         \
     "  --wait-replicas-timeout DUR  how long to wait for them (default 1s)\n"          \
+    "  --fair-wait DUR      fair lock: how long a queued waiter keeps its place\n"    \
+    "                       (default 5s); a queue shared with Redisson clients\n"     \
+    "                       needs their fairLockWaitTimeout (Redisson's default 5m)\n" \
     "  --tls-ca-file FILE, --tls-ca-dir DIR  CAs to verify a rediss:// server with\n"  \
     "                       (default: the system's)\n"                                 \
     "  --tls-cert FILE --tls-key FILE  client certificate and its key\n"               \

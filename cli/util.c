@@ -112,6 +112,8 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
             g->wait_replicas = (int)n;
         return rc;
     }
+    case OPT_FAIR_WAIT:
+        return cli_duration(cmd, "--fair-wait", optarg, 1, &g->fair_wait_ms);
     case OPT_WAIT_REPLICAS_TIMEOUT:
         return cli_duration(cmd, "--wait-replicas-timeout", optarg, 1,
                             &g->wait_replicas_timeout_ms);
@@ -515,6 +517,12 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
             cli_err(cmd, "cannot connect: %s", msg);
         dlock_client_free(c);
         return cli_exit_code(rc, EXIT_INTERNAL);
+    }
+    /* the library checks the range and that the backend has fair locks */
+    if (g->fair_wait_ms && (rc = dlock_client_set_fair_wait(c, g->fair_wait_ms)) != DLOCK_OK) {
+        cli_err(cmd, "--fair-wait: %s", dlock_errmsg(c));
+        dlock_client_free(c);
+        return rc == DLOCK_EINVAL ? EXIT_USAGE : cli_exit_code(rc, EXIT_INTERNAL);
     }
     *out = c;
     return 0;

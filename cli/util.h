@@ -38,6 +38,7 @@ typedef struct cli_global {
     const char *fence_url;     /* --fence-url (RedLock) */
     int wait_replicas;         /* --wait-replicas N */
     int64_t wait_replicas_timeout_ms; /* --wait-replicas-timeout, 0: library default */
+    int64_t fair_wait_ms;      /* --fair-wait, 0: library default */
     const char *tls_ca_file, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name;
     int tls_insecure;
     int tls_any;               /* 1 if any --tls-* option was given */
@@ -64,6 +65,7 @@ enum {
     OPT_TLS_KEY,
     OPT_TLS_SERVER_NAME,
     OPT_TLS_INSECURE,
+    OPT_FAIR_WAIT,
     OPT_FIRST_LOCAL_ = 1100 /* commands number their own long options from here */
 };
 
@@ -84,6 +86,7 @@ enum {
     {"tls-key", required_argument, NULL, OPT_TLS_KEY},        \
     {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME}, \
     {"tls-insecure", no_argument, NULL, OPT_TLS_INSECURE},    \
+    {"fair-wait", required_argument, NULL, OPT_FAIR_WAIT},    \
     {"help", no_argument, NULL, 'h'}
 #define CLI_GLOBAL_SHORTOPTS "vqh"
 

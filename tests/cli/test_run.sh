@@ -139,4 +139,32 @@ wait "$first"; rc1=$?
 wait "$second"; rc2=$?
 check "second run started only after the first ended ($rc1, $rc2)" "[ $rc1 = 0 ] && [ $rc2 = 0 ]"
 
+# --fair-wait: Redisson's queue arithmetic with the given wait time W. A new
+# waiter's deadline is the tail's + W, so a waiter with --fair-wait 5m queued
+# behind one with the default (5 s) stands exactly 300,000 ms after it; with
+# the default it would stand 5,000 after (what a shared Redisson queue, whose
+# W is 5 min by default, takes for a stale entry).
+"$DLOCK" run --kind fair fw sh -c "touch '$TMP/fw-held'; while [ ! -e '$TMP/fw-go' ]; do sleep 0.02; done" &
+fwh=$!
+BG_PIDS+=("$fwh")
+wait_until "[ -e '$TMP/fw-held' ]"
+"$DLOCK" run --kind fair -w 5m fw true &
+fw1=$!
+BG_PIDS+=("$fw1")
+wait_until '[ "$(rcli zcard "redisson_lock_timeout:{fw}")" = 1 ]'
+"$DLOCK" --fair-wait 5m run --kind fair -w 5m fw true &
+fw2=$!
+BG_PIDS+=("$fw2")
+wait_until '[ "$(rcli zcard "redisson_lock_timeout:{fw}")" = 2 ]'
+scores=($(rcli zrange "redisson_lock_timeout:{fw}" 0 -1 withscores | sed -n '2p;4p'))
+check "--fair-wait 5m: queued 300000 ms after the default waiter (${scores[*]})" \
+    "[ \$(( ${scores[1]:-0} - ${scores[0]:-0} )) = 300000 ]"
+touch "$TMP/fw-go"
+wait "$fwh"; rc1=$?
+wait "$fw1"; rc2=$?
+wait "$fw2"; rc3=$?
+check "the fair holder and both waiters ran ($rc1, $rc2, $rc3)" "[ $rc1 = 0 ] && [ $rc2 = 0 ] && [ $rc3 = 0 ]"
+expect 64 "--fair-wait 0 is a usage error" --fair-wait 0 run fw true
+expect 64 "--fair-wait beyond the library's range is a usage error" --fair-wait 100000000d run fw true
+
 finish
