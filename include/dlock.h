@@ -180,8 +180,8 @@ typedef struct dlock_options {
      * (Redis WAIT), for at most wait_replicas_timeout_ms (0: 1000 ms). Fewer
      * acknowledgements: the lock is released and DLOCK_EREPLICAS returned.
      * Every way of acquiring is covered, the fair lock's handoff by a
-     * release included (the new owner renews the lock on its own connection
-     * first, so that its WAIT covers the grant). With Sentinel this keeps an
+     * release included (the new owner takes the grant up with an attempt on
+     * its own connection, a write after the grant, so its WAIT covers it). With Sentinel this keeps an
      * acquired lock across a failover to an acknowledging replica. 0: no
      * waiting. Not for RedLock; semaphores and latches are not waited for. */
     int wait_replicas;

@@ -828,9 +828,10 @@ struct dl_kind_ops {
      * -1 forever) for kinds that queue */
     int (*attempt)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
                    dl_err *err);
-    /* a message on l->channel: returns 1 when it hands the lock over (t
-     * filled), 0 to try again now, -1 to try again in t->pttl ms (or when
-     * the next message comes) */
+    /* a message on l->channel: returns 0 to try again now, -1 to try again
+     * in t->pttl ms (or when the next message comes). A message never hands
+     * the lock over by itself: the attempt that follows takes it (and, being
+     * a write on the waiter's own connection, lets WAIT cover it) */
     int (*message)(dlock_lock *l, const redisReply *msg, dl_try *t);
     /* stops waiting (leave a queue); best effort, may be NULL */
     void (*abandon)(dlock_lock *l, dl_conn *conn);

@@ -1,6 +1,6 @@
 /* Acquire attempts and waiting. A waiter subscribes to its kind's channel,
- * retries when a release is announced (or takes a lock handed to it in the
- * message, for kinds that hand over), and otherwise sleeps until the
+ * retries when a release is announced (or when a release granted it the
+ * lock, for kinds that hand over), and otherwise sleeps until the
  * holder's lease would run out, bounded by the wait deadline: releases by
  * clients that publish nothing (redis-py, redsync) are noticed too. As a
  * backstop it never sleeps longer than DL_WAIT_RECHECK_MS between attempts
@@ -44,8 +44,7 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
 
 /* Waits until the subscriber connection has a message, or until deadline,
  * or until the wait is cancelled (dlock_lock_cancel).
- * Returns DLOCK_OK (*granted: the kind's message op said 1, the message
- * handed the lock over; -1, try again in t->pttl ms, not now),
+ * Returns DLOCK_OK (*granted -1: try again in t->pttl ms, not now; 0: now),
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or a failure. */
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
@@ -90,30 +89,14 @@ static int64_t wait_left(int64_t deadline) {
 
 /* wait_replicas: WAIT until enough replicas have the acquire, or release it.
  * WAIT counts the replicas that acknowledged this connection's own latest
- * write. A lock handed over in a message (handed) was written by the
- * releaser's connection, after this one's latest write (its queue entry):
- * first the owner-checked extend with the same lease, a write of ours that
- * follows the grant in the replication stream, so that a replica that
- * acknowledges it has the grant too. (Restarting the lease there is safe:
- * the handle counts it from an earlier moment.) */
-static int wait_acks(dlock_lock *l, dl_conn *conn, int handed, int64_t lease_ms, dl_err *err) {
+ * write. That covers a fair lock handed over by a release too: the grant is
+ * written by the releaser's connection, but the new owner takes it up with
+ * an attempt on this connection (lock_fair.c), a write that follows the
+ * grant in the replication stream, so a replica that acknowledges it has
+ * the grant (test_replicas). */
+static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];
-    if (handed) {
-        long long held = 0;
-        int rc = l->ops->extend(l, conn, lease_ms, &held, err);
-        if (!rc && !held)
-            rc = dl_seterr(err, DLOCK_ELOST,
-                           "lock '%s' was handed over, but its lease ran out before the "
-                           "replicas were asked",
-                           dl_name_msg(l->name, l->name_len, nm, sizeof nm));
-        if (rc) {
-            long long res;
-            dl_err ignored;
-            if (rc != DLOCK_ELOST && !conn->broken) l->ops->release(l, conn, &res, &ignored);
-            return rc;
-        }
-    }
     char n[24], ms[24];
     const char *argv[3] = {"WAIT", n, ms};
     size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas),
@@ -143,7 +126,6 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
-    int handed = 0; /* the lock came in a message (a handoff) */
     int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
     dl_node *node = conn->node;
@@ -209,10 +191,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
                 until = dl_now_ms() + t->pttl + 1;
         } while (!rc && granted < 0);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
-        if (!rc && granted) {
-            handed = 1;
-            break;
-        }
+
     }
     if (rc && l->ops->abandon && conn && !conn->broken) l->ops->abandon(l, conn);
 done:
@@ -227,7 +206,7 @@ done:
     }
     sub = NULL;
     if (!rc && t->acquired && c->wait_replicas > 0) {
-        rc = wait_acks(l, conn, handed, lease_ms, err);
+        rc = wait_acks(l, conn, err);
         if (rc) t->acquired = 0;
     }
     dl_pool_put(c, conn);
