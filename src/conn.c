@@ -3,6 +3,7 @@
  * fan-out can sit under the same code. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -97,6 +98,10 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
  * this connection, something else listens there (MariaDB, HTTP...), which
  * is the server being unavailable for locks; later, a protocol error. */
 static int bad_reply(const dl_conn *c, dl_err *err) {
+    if (c->reply_too_big)
+        return dl_seterr(err, DLOCK_EPROTO,
+                         "bad reply from server: its arrays hold over %d elements in all",
+                         DL_REPLY_MAX_ELEMENTS);
     if (!c->answered)
         return dl_seterr(err, DLOCK_EIO, "not a Redis server? its first reply is not RESP: %s",
                          c->reader->errstr);
@@ -110,7 +115,7 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
         void *reply = NULL;
         if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
             c->broken = 1;
-            if (c->reader->err == REDIS_ERR_OOM)
+            if (c->reader->err == REDIS_ERR_OOM && !c->reply_too_big)
                 return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
             return bad_reply(c, err);
         }
@@ -149,7 +154,7 @@ int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err) {
         void *reply = NULL;
         if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
             c->broken = 1;
-            if (c->reader->err == REDIS_ERR_OOM)
+            if (c->reader->err == REDIS_ERR_OOM && !c->reply_too_big)
                 return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
             return bad_reply(c, err);
         }
@@ -220,16 +225,57 @@ int dl_reply_int(const redisReply *r, long long *v) {
     return -1;
 }
 
+/* hiredis' reader allocates an array's element pointers as soon as its
+ * header arrives, before any element: "*1000000000" alone would cost 8 GB,
+ * and a run of such headers nested one in the other as much again each.
+ * The reader's functions are hiredis' own but for createArray, which counts
+ * the elements of every array of a reply and refuses the reply once they
+ * pass DL_REPLY_MAX_ELEMENTS (the reader then fails, and the connection is
+ * dropped with a protocol error). The count starts again at each reply. */
+#if HIREDIS_MAJOR >= 1
+typedef size_t array_count; /* createArray's element count */
+#else
+typedef int array_count;
+#endif
+static redisReplyObjectFunctions bounded_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, array_count);
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_create_array(const redisReadTask *task, array_count elements) {
+    dl_conn *c = task->privdata;
+    if (!task->parent) c->reply_elements = 0;
+    if (elements > 0) {
+        if ((size_t)elements > DL_REPLY_MAX_ELEMENTS - c->reply_elements) {
+            c->reply_too_big = 1;
+            return NULL;
+        }
+        c->reply_elements += (size_t)elements;
+    }
+    return hiredis_create_array(task, elements);
+}
+
+static void bounded_init(void) {
+    redisReader *r = redisReaderCreate();
+    if (!r) return;
+    bounded_fns = *r->fn;
+    hiredis_create_array = bounded_fns.createArray;
+    bounded_fns.createArray = bounded_create_array;
+    redisReaderFree(r);
+}
+
 /* A connection with its reader and no socket yet. */
 static dl_conn *conn_new(void) {
+    pthread_once(&bounded_once, bounded_init);
+    if (!hiredis_create_array) return NULL;
     dl_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->fd = -1;
-    c->reader = redisReaderCreate();
+    c->reader = redisReaderCreateWithFunctions(&bounded_fns);
     if (!c->reader) {
         free(c);
         return NULL;
     }
+    c->reader->privdata = c;
     return c;
 }
 

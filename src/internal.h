@@ -88,6 +88,10 @@ typedef struct dl_transport_ops {
     size_t (*pending)(dl_conn *c);
 } dl_transport_ops;
 
+/* The array elements one reply may hold in all (nested arrays included):
+ * the reader allocates their pointers before they arrive (conn.c). */
+#define DL_REPLY_MAX_ELEMENTS (1 << 22)
+
 struct dl_conn {
     int fd;
     const dl_transport_ops *ops;
@@ -99,6 +103,8 @@ struct dl_conn {
     int connecting;            /* dl_conn_open_start: the connect goes on */
     int handshake;             /* replies to AUTH / SELECT still to come first */
     int answered;              /* a whole RESP reply was read on it */
+    size_t reply_elements;     /* array elements of the reply being read */
+    int reply_too_big;         /* a reply went past DL_REPLY_MAX_ELEMENTS */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     char *linger;              /* idle in its pool but still subscribed to this

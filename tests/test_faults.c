@@ -3,7 +3,9 @@
  * are held (data lost) gives reported errors (ELOST, lost callback), no crash,
  * and the client is usable afterwards; with AOF the lock survives a crash; a
  * server going away under a blocked waiter ends the wait in bounded time;
- * connections killed by the server and a flushed script cache are survived. */
+ * connections killed by the server and a flushed script cache are survived;
+ * a server announcing arrays too large to hold is refused with DLOCK_EPROTO
+ * before the client allocates for them. */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -91,6 +93,77 @@ static void no_server(void)
     ASSERT_LE(took, 400 + 400 + 1200);
     dlock_client_free(c);
     close(fd);
+}
+
+/* A fake server: answers the first command it reads with reply, then reads
+ * until the client hangs up. */
+typedef struct {
+    int lfd;
+    const char *reply;
+} huge_server;
+
+static void *huge_serve(void *arg)
+{
+    huge_server *h = arg;
+    int fd = accept(h->lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    char buf[4096];
+    if (read(fd, buf, sizeof buf) > 0) {
+        size_t n = strlen(h->reply);
+        if (write(fd, h->reply, n) != (ssize_t)n) {
+            close(fd);
+            return NULL;
+        }
+        while (read(fd, buf, sizeof buf) > 0) {}
+    }
+    close(fd);
+    return NULL;
+}
+
+/* hiredis 0.14's reader callocs an array's element pointers when its
+ * header arrives: without a bound, "*1000000000" costs 8 GB (an allocator
+ * failure under ASan, a wait for elements that never come otherwise), and
+ * arrays nested in one reply add up. The reply is refused as a protocol
+ * error, at once. */
+static void huge_arrays(void)
+{
+    static const char *replies[] = {
+        "*1000000000\r\n",                 /* one header: 8 GB */
+        "*3000000\r\n*3000000\r\n",       /* each allowed, not both */
+        "*2\r\n*2147483647\r\n",          /* the largest count, nested */
+    };
+    for (size_t i = 0; i < sizeof replies / sizeof *replies; i++) {
+        int port;
+        huge_server h = {blackhole(&port), replies[i]};
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, huge_serve, &h), 0);
+        char url[64];
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = url;
+        o.connect_timeout_ms = 2000;
+        o.command_timeout_ms = 2000;
+        dlock_client *c = NULL;
+        int64_t t0 = th_now_ms();
+        int rc = dlock_client_new(&o, &c);
+        if (rc == DLOCK_OK) {
+            /* the client connects lazily: the first command reads the reply */
+            dlock_lock *l = NULL;
+            ASSERT_CCODE(c, dlock_lock_new(c, "huge", 4, DLOCK_KIND_PLAIN, &l), DLOCK_OK);
+            rc = dlock_acquire(l, 0, 1000, NULL);
+            dlock_lock_free(l);
+        }
+        int64_t took = th_now_ms() - t0;
+        ASSERT_NOT_NULL(c);
+        ASSERT_CCODE(c, rc, DLOCK_EPROTO);
+        ASSERT(strstr(dlock_errmsg(c), "elements") != NULL);
+        ASSERT_LE(took, 1500);
+        th_log("huge array %zu: EPROTO in %lld ms: %s", i, (long long)took, dlock_errmsg(c));
+        dlock_client_free(c);
+        pthread_join(t, NULL);
+        close(h.lfd);
+    }
 }
 
 static dlock_client *fast_client(const th_server *s, int64_t wd)
@@ -323,6 +396,7 @@ int main(void)
 {
     th_init("faults");
     no_server();
+    huge_arrays();
     restart_data_lost();
     crash_with_aof();
     server_gone_under_waiter();
