@@ -246,6 +246,36 @@ DLOCK_EXPORT const char *dlock_errmsg(const dlock_client *c);
 #define DLOCK_REDISSON_FAIR_WAIT_MS 300000
 DLOCK_EXPORT int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms);
 
+/* Holder identity: from this call on, every lock that c acquires records
+ * who holds it, for dlock_inspect_holder and `dlock status`: the host name,
+ * the process id, command (NULL: this process's command line), the time the
+ * hold began and label (NULL: none). The record lives in a key of its own
+ * beside the lock, "dlock_holder:{name}:<owner>" (the layouts other clients
+ * share are unchanged), written with the acquire, renewed with the lease
+ * (extend and the watchdog) and deleted with the release; a holder that
+ * crashed leaves it until its lease ends, and it is shown only while its
+ * owner holds the lock. Plain, reentrant, fair, read and write locks (and
+ * multi-locks of them). It costs no round trip: a short script goes in the
+ * same write as each acquire attempt, release and extend, and one per
+ * watchdog renewal batch. Tabs and line breaks in command and label become
+ * spaces, and each is cut to 255 bytes. Call it again to change them; not
+ * concurrently with other calls on c or its locks. Off by default.
+ * Returns DLOCK_OK, DLOCK_EINVAL (NULL c), DLOCK_ENOMEM, DLOCK_ENOTSUP
+ * (RedLock and the backends other than Redis). */
+DLOCK_EXPORT int dlock_client_set_identity(dlock_client *c, const char *command,
+                                           const char *label);
+
+/* The identity recorded by holder `owner` of lock name (as dlock_inspect's
+ * info.holder names it), written into buf (len bytes, NUL-terminated, cut
+ * to fit) as tab-separated fields: host, pid, since (Unix ms), label,
+ * command; later versions may add fields at the end. buf is "" when there is
+ * none: the holder's client records no identity, or its hold ended. The
+ * record says who took the hold; whether it still holds is the lock's to
+ * say (dlock_inspect). Returns DLOCK_OK, DLOCK_EINVAL, DLOCK_ENAMETOOLONG,
+ * DLOCK_ENOTSUP (as dlock_client_set_identity), or a failure code. */
+DLOCK_EXPORT int dlock_inspect_holder(dlock_client *c, const char *name, size_t name_len,
+                                      const char *owner, char *buf, size_t len);
+
 /* This client's owner identity (a random 128-bit UUID-shaped string, as a
  * Redisson client's), used in reentrant lock fields "<uuid>:<thread id>". */
 DLOCK_EXPORT const char *dlock_client_id(const dlock_client *c);

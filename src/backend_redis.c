@@ -33,7 +33,9 @@ static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
     dl_conn *conn = NULL;
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
+    conn->post = dl_who_post(l, 'd', l->lease_ms);
     rc = l->ops->release(l, conn, res, err);
+    conn->post = NULL;
     dl_pool_put(l->c, conn);
     return rc;
 }
@@ -43,7 +45,9 @@ static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err 
     dl_conn *conn = NULL;
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
+    conn->post = dl_who_post(l, 'e', lease_ms);
     rc = l->ops->extend(l, conn, lease_ms, res, err);
+    conn->post = NULL;
     dl_pool_put(l->c, conn);
     return rc;
 }

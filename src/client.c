@@ -606,5 +606,6 @@ void dlock_client_free(dlock_client *c) {
     client_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
     dl_client_ok(c);
+    free(c->who);
     free(c);
 }

@@ -88,6 +88,18 @@ typedef struct dl_transport_ops {
     size_t (*pending)(dl_conn *c);
 } dl_transport_ops;
 
+/* A script run right after the next script call on a connection, in the
+ * same write, its reply read and dropped (holder.c's identity records). */
+typedef struct dl_script dl_script;
+typedef struct dl_post {
+    dl_script *script;
+    int nkeys, nargs;
+    const char *keys[2];
+    size_t keylens[2];
+    const char *args[4];
+    size_t arglens[4];
+} dl_post;
+
 /* The array elements one reply may hold in all (nested arrays included):
  * the reader allocates their pointers before they arrive (conn.c). */
 #define DL_REPLY_MAX_ELEMENTS (1 << 22)
@@ -105,6 +117,7 @@ struct dl_conn {
     int answered;              /* a whole RESP reply was read on it */
     size_t reply_elements;     /* array elements of the reply being read */
     int reply_too_big;         /* a reply went past DL_REPLY_MAX_ELEMENTS */
+    dl_post *post;             /* run after the next script call (dl_eval), then cleared */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     char *linger;              /* idle in its pool but still subscribed to this
@@ -167,7 +180,7 @@ int dl_conn_stale(dl_conn *c);
 int dl_reply_error(const redisReply *r, const char *what, dl_err *err);
 
 /* ---- scripts (scripts.c) ---- */
-typedef struct dl_script {
+struct dl_script {
     const char *name;
     const char *text;
     char sha[41];              /* computed on first use */
@@ -177,7 +190,7 @@ typedef struct dl_script {
     char *stext;
     char ssha[41];
     atomic_int sready;
-} dl_script;
+};
 
 #define DL_SCRIPT(name, text) {name, text, "", 0}
 
@@ -336,6 +349,9 @@ struct dlock_client {
     int64_t command_timeout_ms;
     int64_t watchdog_lease_ms;
     int64_t node_timeout_ms;
+    char *who;                 /* holder identity "host\tlabel\tcommand", or NULL
+                                * (dlock_client_set_identity; holder.c) */
+    size_t who_host_len;
     atomic_llong fair_wait_ms; /* the fair lock's thread wait time
                                 * (dlock_client_set_fair_wait) */
     int wait_replicas;
@@ -731,6 +747,7 @@ struct dl_lease {
     size_t owner_len;
     atomic_int lost;
     atomic_llong last_ok;      /* monotonic ms of the last confirmed lease start */
+    int who;                   /* its holder identity key is renewed with it (holder.c) */
     /* called on the watchdog thread, under its mutex, when found lost */
     void (*on_lost)(dl_lease *lease, int reason);
     size_t wd_slot;            /* guarded by the watchdog's mutex */
@@ -795,6 +812,14 @@ struct dlock_lock {
     uint64_t fence;
     dlock_lost_fn lost_fn;
     void *lost_ud;
+    /* holder identity (holder.c): "dlock_holder:{name}:<owner>" and its value */
+    char *who_key;
+    size_t who_key_len, who_prefix_len;
+    char *who_val;
+    size_t who_val_cap;
+    dl_post who_post;
+    char who_mode[2];
+    char who_lease[24];
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
     void *bdata;               /* another backend's per-lock state */
@@ -853,6 +878,18 @@ struct dl_kind_ops {
      * attempt / release / extend. NULL: single server only. */
     void (*call)(dlock_lock *l, int op, int64_t lease_ms, dl_call *call);
 };
+
+/* ---- holder identity (holder.c) ---- */
+/* The identity script to run after l's next script call (conn->post), or
+ * NULL when the client records no identity. mode: 'a' acquire (first hold),
+ * 'r' re-entry, 'e' extend, 'd' release. */
+dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms);
+/* Queues on conn (EVALSHA, or EVAL when by_text) the renewal of the
+ * identity keys of n holds (lock key and owner each) to lease_ms, for those
+ * still held; one reply. */
+int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks,
+                        const size_t *locklens, const char *const *owners,
+                        const size_t *ownerlens, size_t n, int64_t lease_ms, dl_err *err);
 
 int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
                     dl_err *err);

@@ -107,6 +107,7 @@ static void wd_off(dlock_lock *l) {
 static int wd_on(dlock_lock *l, dl_err *err) {
     l->lease.owner_len = l->token_len;
     l->lease.lease_ms = l->lease_ms;
+    l->lease.who = l->c->who != NULL;
     int rc = dl_watchdog_register(l->c, &l->lease, err);
     if (!rc) l->watchdog = 1;
     return rc;
@@ -123,6 +124,8 @@ void dlock_lock_free(dlock_lock *l) {
     free(l->name);
     free(l->fence_key);
     free(l->channel);
+    free(l->who_key);
+    free(l->who_val);
     free(l);
 }
 

@@ -143,12 +143,35 @@ int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
     return eval_append(c, s, 1, nkeys, keys, keylens, nargs, args, arglens, err);
 }
 
+/* Reads and drops the reply to c's post script; one that was not in the
+ * server's script cache is sent again as EVAL (which loads it) unless
+ * no_resend. */
+static int post_read(dl_conn *c, dl_post *p, int no_resend, int64_t deadline,
+                     dl_err *err) {
+    redisReply *r = NULL;
+    int rc = dl_conn_read(c, deadline, &r, err);
+    if (rc) return rc;
+    int again = !no_resend && dl_is_noscript(r);
+    freeReplyObject(r);
+    if (!again) return DLOCK_OK;
+    rc = eval_append(c, p->script, 1, p->nkeys, p->keys, p->keylens, p->nargs, p->args,
+                     p->arglens, err);
+    if (!rc) rc = dl_conn_flush(c, deadline, err);
+    r = NULL;
+    if (!rc) rc = dl_conn_read(c, deadline, &r, err);
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
 /* One EVALSHA (EVAL on NOSCRIPT) on c, in the same write after pre (ASKING,
- * PING) when pre is not NULL. */
+ * PING) when pre is not NULL, and before c->post when there is one (which
+ * is then cleared: it goes with one call). */
 static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, int nkeys,
                    const char **keys, const size_t *keylens, int nargs, const char **args,
                    const size_t *arglens, redisReply **out, dl_err *err) {
     *out = NULL;
+    dl_post *post = c->post;
+    c->post = NULL;
     for (int by_text = 0; by_text < 2; by_text++) {
         int rc = DLOCK_OK;
         if (pre) {
@@ -156,6 +179,9 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
             rc = dl_conn_append(c, 1, &pre, &len, err);
         }
         if (!rc) rc = eval_append(c, s, by_text, nkeys, keys, keylens, nargs, args, arglens, err);
+        if (!rc && post)
+            rc = eval_append(c, post->script, by_text, post->nkeys, post->keys, post->keylens,
+                             post->nargs, post->args, post->arglens, err);
         if (!rc) rc = dl_conn_flush(c, deadline, err);
         if (!rc && pre) {
             redisReply *ok = NULL;
@@ -163,7 +189,14 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
             if (ok) freeReplyObject(ok);
         }
         if (!rc) rc = dl_conn_read(c, deadline, out, err);
-        if (rc) return rc;
+        /* a main script not in the cache is sent again below, the post
+         * script with it: no resend of its own then */
+        if (!rc && post) rc = post_read(c, post, by_text || dl_is_noscript(*out), deadline, err);
+        if (rc) {
+            if (*out) freeReplyObject(*out);
+            *out = NULL;
+            return rc;
+        }
         if (!by_text && dl_is_noscript(*out)) {
             freeReplyObject(*out);
             *out = NULL;

@@ -120,6 +120,16 @@ static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
                      (long long)c->wait_replicas_timeout_ms);
 }
 
+/* One attempt; the holder identity goes in the same write when the client
+ * records it (holder.c). */
+static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+                   dl_err *err) {
+    conn->post = dl_who_post(l, l->holds > 0 ? 'r' : 'a', lease_ms);
+    int rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
+    conn->post = NULL;
+    return rc;
+}
+
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
     if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
@@ -135,7 +145,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     if (l->ops->own_channel && wait_ms != 0)
         sub = dl_node_take_linger(node, l->channel, l->channel_len);
     l->listening = sub != NULL;
-    rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
+    rc = attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto done;
     if (wait_ms == 0) {
         rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
@@ -154,7 +164,7 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
     l->listening = 1; /* every attempt from here on comes after subscribing */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
-        if (!tried) rc = l->ops->attempt(l, conn, lease_ms, wait_left(deadline), t, err);
+        if (!tried) rc = attempt(l, conn, lease_ms, wait_left(deadline), t, err);
         tried = 0;
         if (rc || t->acquired) break;
         if (dl_canceled(&l->cancel)) {

@@ -53,6 +53,7 @@ typedef struct wd_snap {
     unsigned hslot; /* Redis Cluster: the key's hash slot (0 elsewhere) */
     int64_t due;    /* when it is lost unless renewed (lease_due) */
     int result;     /* 1 renewed, 0 lost, -1 no answer */
+    int who;        /* its holder identity key is renewed with it */
     int yes, no;    /* per-node answers (RedLock: a majority decides) */
 } wd_snap;
 
@@ -104,7 +105,33 @@ static int batch_here(dl_node *node, const wd_snap *first) {
     return !c->cluster || dl_cluster_route(c, first->hslot) == node;
 }
 
-/* Sends the batches to one node and counts its answers in snap[i].yes/no. */
+/* 1 when an item of the batch snap[0..m) keeps a holder identity key. */
+static int batch_who(const wd_snap *snap, size_t m) {
+    for (size_t i = 0; i < m; i++)
+        if (snap[i].who) return 1;
+    return 0;
+}
+
+/* Queues the renewal of the holder identity keys of the batch snap[0..m)
+ * (those that keep one); *queued: 1 when a call went out (one reply). */
+static int who_append(dl_conn *conn, int by_text, const wd_snap *snap, size_t m, int *queued,
+                      dl_err *err) {
+    const char *locks[DL_WD_BATCH], *owners[DL_WD_BATCH];
+    size_t locklens[DL_WD_BATCH], ownerlens[DL_WD_BATCH], k = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (!snap[i].who) continue;
+        locks[k] = snap[i].key, locklens[k] = snap[i].key_len;
+        owners[k] = snap[i].owner, ownerlens[k] = snap[i].owner_len;
+        k++;
+    }
+    *queued = k > 0;
+    if (!k) return DLOCK_OK;
+    return dl_who_renew_append(conn, by_text, locks, locklens, owners, ownerlens, k,
+                               snap[0].lease_ms, err);
+}
+
+/* Sends the batches to one node and counts its answers in snap[i].yes/no.
+ * A batch's holder identity keys are renewed in the same write, after it. */
 static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     dl_err err = {0};
     dl_conn *conn = NULL;
@@ -115,7 +142,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     char lease[24];
     const char *keys[DL_WD_BATCH], *args[1 + DL_WD_BATCH];
     size_t keylens[DL_WD_BATCH], arglens[1 + DL_WD_BATCH];
-    int rc = DLOCK_OK;
+    int rc = DLOCK_OK, who_noscript = 0, queued = 0;
     /* queue every batch, flush once, then read every reply */
     for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
         size_t m = batch_len(snap, first, n);
@@ -123,6 +150,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
         batch_args(snap + first, m, keys, keylens, args, arglens, lease);
         rc = dl_eval_append(conn, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
                             arglens, &err);
+        if (!rc) rc = who_append(conn, 0, snap + first, m, &queued, &err);
     }
     if (!rc) rc = dl_conn_flush(conn, deadline, &err);
     for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
@@ -131,6 +159,16 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
         redisReply *r = NULL;
         rc = dl_conn_read(conn, deadline, &r, &err);
         if (rc) break;
+        if (batch_who(snap + first, m)) {
+            redisReply *w = NULL;
+            rc = dl_conn_read(conn, deadline, &w, &err);
+            if (!rc && dl_is_noscript(w)) who_noscript = 1;
+            if (w) freeReplyObject(w);
+            if (rc) {
+                freeReplyObject(r);
+                break;
+            }
+        }
         if (dl_is_noscript(r)) { /* script cache flushed: send the text */
             freeReplyObject(r);
             r = NULL;
@@ -154,6 +192,17 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
             }
         }
         freeReplyObject(r);
+    }
+    /* the identity script was not in the server's cache: its text, which
+     * loads it (the keys go one renewal late at worst, as it is) */
+    for (size_t first = 0; first < n && !rc && who_noscript; first += batch_len(snap, first, n)) {
+        size_t m = batch_len(snap, first, n);
+        if (!batch_here(node, &snap[first])) continue;
+        rc = who_append(conn, 1, snap + first, m, &queued, &err);
+        if (!rc && queued) rc = dl_conn_flush(conn, deadline, &err);
+        redisReply *w = NULL;
+        if (!rc && queued) rc = dl_conn_read(conn, deadline, &w, &err);
+        if (w) freeReplyObject(w);
     }
     dl_node_put(conn);
 }
@@ -231,6 +280,7 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
         s->seq = wd->slots[i].seq;
         s->renew = l->renew;
         s->lease_ms = l->lease_ms;
+        s->who = l->who;
         s->key = malloc(l->key_len + 1);
         s->owner = malloc(l->owner_len + 1);
         if (!s->key || !s->owner) {
