@@ -6,6 +6,9 @@
  *   dlock            dlock_acquire(DLOCK_NOWAIT, explicit lease) + dlock_release
  *                    on a plain lock
  *   dlock-reentrant  the same on a reentrant (Redisson layout) lock; no target
+ *   dlock-identity   "dlock" on a client that records holder identity
+ *                    (dlock_client_set_identity); its ratio to "dlock" is
+ *                    what the record costs (target: at least 0.95x)
  *   raw-fenced       hiredis running dlock's own protocol: the acquire script
  *                    (SET NX PX + INCR of the fence counter) and the release
  *                    script (compare, DEL, PUBLISH), both by EVALSHA. dlock
@@ -51,15 +54,15 @@ static const char fenced_release_lua[] =
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1 end "
     "return 0";
 
-enum { S_RAW, S_DLOCK, S_REENTRANT, S_RAWFENCED, S_COUNT };
+enum { S_RAW, S_DLOCK, S_REENTRANT, S_RAWFENCED, S_IDENTITY, S_COUNT };
 static const char *const series_name[S_COUNT] = {"raw", "dlock", "dlock-reentrant",
-                                                 "raw-fenced"};
+                                                 "raw-fenced", "dlock-identity"};
 
 typedef struct pair_state {
     redisContext *rc;
     char sha[48], fa_sha[48], fr_sha[48];
-    dlock_client *client;
-    dlock_lock *plain, *reentrant;
+    dlock_client *client, *who_client;
+    dlock_lock *plain, *reentrant, *who;
 } pair_state;
 
 /* One pair; returns 0 or -1 (message printed). acq_ns/pair_ns receive times. */
@@ -147,6 +150,7 @@ static int one_pair(pair_state *st, int s, int64_t *acq_ns, int64_t *pair_ns) {
     case S_RAW: return raw_pair(st, acq_ns, pair_ns);
     case S_DLOCK: return dlock_pair(st->plain, acq_ns, pair_ns);
     case S_RAWFENCED: return raw_fenced_pair(st, acq_ns, pair_ns);
+    case S_IDENTITY: return dlock_pair(st->who, acq_ns, pair_ns);
     default: return dlock_pair(st->reentrant, acq_ns, pair_ns);
     }
 }
@@ -181,13 +185,24 @@ static int setup(bench_ctx *ctx, pair_state *st) {
         fprintf(stderr, "dlock_bench: dlock_lock_new: %s\n", dlock_errmsg(st->client));
         return -1;
     }
+    rc = dlock_client_new(&o, &st->who_client);
+    if (!rc) rc = dlock_client_set_identity(st->who_client, "dlock_bench pairs", "bench");
+    if (!rc)
+        rc = dlock_lock_new(st->who_client, "bench:pairs:identity", DLOCK_CSTR, DLOCK_KIND_PLAIN,
+                            &st->who);
+    if (rc) {
+        fprintf(stderr, "dlock_bench: identity client: %s\n", dlock_errmsg(st->who_client));
+        return -1;
+    }
     return 0;
 }
 
 static void teardown(pair_state *st) {
     dlock_lock_free(st->plain);
     dlock_lock_free(st->reentrant);
+    dlock_lock_free(st->who);
     dlock_client_free(st->client);
+    dlock_client_free(st->who_client);
     if (st->rc) redisFree(st->rc);
 }
 
@@ -264,6 +279,12 @@ int bench_pairs(bench_ctx *ctx) {
                 bench_metric("pairs", series_name[s], "ratio_to_raw_fenced",
                              bench_median_d(ratio, (size_t)rounds), "x");
             }
+            if (s == S_IDENTITY && bench_series_on(ctx, series_name[S_DLOCK])) {
+                /* what recording the holder's identity costs */
+                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_DLOCK][r];
+                bench_metric("pairs", series_name[s], "ratio_to_dlock",
+                             bench_median_d(ratio, (size_t)rounds), "x");
+            }
             char rb[32];
             bench_fmt_num(rb, sizeof rb, med);
             printf("   %-16s %12s %7.1f us %7.1f us %7.1f us %10s\n", series_name[s], rb, p50,
@@ -273,6 +294,8 @@ int bench_pairs(bench_ctx *ctx) {
     double lib;
     if (!failed && !bench_metric_get("pairs", "dlock", "ratio_to_raw_fenced", &lib))
         printf("   dlock / raw-fenced (client library overhead alone): %.2fx\n", lib);
+    if (!failed && !bench_metric_get("pairs", "dlock-identity", "ratio_to_dlock", &lib))
+        printf("   dlock-identity / dlock (the holder identity record): %.2fx\n", lib);
     for (int s = 0; s < S_COUNT; s++) {
         bench_samples_free(&acq[s]);
         bench_samples_free(&pair[s]);

@@ -221,6 +221,7 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const char **keys, const size_t *keylens, int nargs, const char **args,
                 const size_t *arglens, redisReply **out, dl_err *err) {
     const char *pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL;
+    dl_post *post = c->post; /* goes along when the call is redirected */
     int rc = eval_on(c, pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
@@ -239,8 +240,10 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
         dl_conn *c2 = NULL;
         rc = dl_node_get(to, deadline, &c2, err);
         if (rc) break;
+        c2->post = post;
         rc = eval_on(c2, ask ? "ASKING" : pre, deadline, s, nkeys, keys, keylens, nargs, args,
                      arglens, out, err);
+        c2->post = NULL;
         dl_node_put(c2);
     }
     return rc;

@@ -315,6 +315,9 @@ int main(void)
 
     /* 1. many names over all masters, held by the watchdog for 3 leases */
     dlock_client *c = cl_client(600);
+    /* with holder identity records: written with the acquire and renewed by
+     * the watchdog's batches slot by slot, beside each lock */
+    ASSERT_COK(c, dlock_client_set_identity(c, "cluster test", "cl"));
     dlock_client *other = cl_client(0);
     enum { NLOCKS = 120 };
     dlock_lock *locks[NLOCKS];
@@ -341,8 +344,16 @@ int main(void)
     ASSERT_COK(other, dlock_list(other, "cl:lock:*", count_cb, &listed));
     ASSERT_EQ(listed, NLOCKS);
     for (int i = 0; i < NLOCKS; i++) {
+        char name[32], rec[512];
+        snprintf(name, sizeof name, "cl:lock:%d", i);
+        dlock_info info;
+        ASSERT_COK(other, dlock_inspect(other, name, DLOCK_CSTR, &info));
+        ASSERT_COK(other, dlock_inspect_holder(other, name, DLOCK_CSTR, info.holder, rec, sizeof rec));
+        ASSERT_MSG(strstr(rec, "\tcl\tcluster test") != NULL, "%s: record '%s'", name, rec);
         ASSERT_LOK(locks[i], dlock_release(locks[i]));
         dlock_lock_free(locks[i]);
+        ASSERT_COK(other, dlock_inspect_holder(other, name, DLOCK_CSTR, info.holder, rec, sizeof rec));
+        ASSERT_STR_EQ(rec, "");
     }
     th_log("%d locks over %d/%d/%d slots owners kept and released", NLOCKS, per_owner[0],
            per_owner[1], per_owner[2]);
