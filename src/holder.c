@@ -127,9 +127,41 @@ static int who_key(dlock_lock *l) {
     return 0;
 }
 
+/* The record for l's hold starting now into l->who_val; its length, or -1. */
+static int who_value(dlock_lock *l) {
+    const dlock_client *c = l->c;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long since = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    size_t need = strlen(c->who) + 2 * 24 + 3;
+    if (need > l->who_val_cap) {
+        char *v = realloc(l->who_val, need);
+        if (!v) return -1;
+        l->who_val = v;
+        l->who_val_cap = need;
+    }
+    int n = snprintf(l->who_val, l->who_val_cap, "%.*s\t%ld\t%lld\t%s", (int)c->who_host_len,
+                     c->who, (long)getpid(), since, c->who + c->who_host_len + 1);
+    return n < 0 ? -1 : n;
+}
+
+int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char **value,
+                  size_t *value_len) {
+    if (!l->c->who || l->token_len == 0 || who_key(l)) return -1;
+    *key = l->who_key;
+    *key_len = l->who_key_len;
+    if (value) {
+        int n = who_value(l);
+        if (n < 0) return -1;
+        *value = l->who_val;
+        *value_len = (size_t)n;
+    }
+    return 0;
+}
+
 dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
     const dlock_client *c = l->c;
-    if (!c->who || l->token_len == 0 || who_key(l)) return NULL;
+    if (!c->who || l->ops->who_inline || l->token_len == 0 || who_key(l)) return NULL;
     dl_post *p = &l->who_post;
     memset(p, 0, sizeof *p);
     p->script = &who_script;
@@ -142,18 +174,7 @@ dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
     p->args[1] = l->who_mode, p->arglens[1] = 1;
     p->args[2] = l->who_lease, p->arglens[2] = dl_fmt_ll(l->who_lease, lease_ms);
     if (mode == 'a' || mode == 'r') {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long long since = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        size_t need = strlen(c->who) + 2 * 24 + 3;
-        if (need > l->who_val_cap) {
-            char *v = realloc(l->who_val, need);
-            if (!v) return NULL;
-            l->who_val = v;
-            l->who_val_cap = need;
-        }
-        int n = snprintf(l->who_val, l->who_val_cap, "%.*s\t%ld\t%lld\t%s", (int)c->who_host_len,
-                         c->who, (long)getpid(), since, c->who + c->who_host_len + 1);
+        int n = who_value(l);
         if (n < 0) return NULL;
         p->args[3] = l->who_val, p->arglens[3] = (size_t)n;
         p->nargs = 4;

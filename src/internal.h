@@ -780,10 +780,10 @@ enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
 typedef struct dl_call {
     dl_script *script;
     int nkeys, nargs;
-    const char *keys[3];
-    size_t keylens[3];
-    const char *args[5];
-    size_t arglens[5];
+    const char *keys[4];
+    size_t keylens[4];
+    const char *args[6];
+    size_t arglens[6];
     char num[24];              /* the lease, in decimal, when an argument */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */
@@ -877,6 +877,9 @@ struct dl_kind_ops {
      * RedLock (redlock.c) and may use the dl_call_* functions as their
      * attempt / release / extend. NULL: single server only. */
     void (*call)(dlock_lock *l, int op, int64_t lease_ms, dl_call *call);
+    /* its acquire, release and extend scripts keep the holder identity
+     * record themselves (dl_who_inline), not the script after them */
+    int who_inline;
 };
 
 /* ---- holder identity (holder.c) ---- */
@@ -884,6 +887,12 @@ struct dl_kind_ops {
  * NULL when the client records no identity. mode: 'a' acquire (first hold),
  * 'r' re-entry, 'e' extend, 'd' release. */
 dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms);
+/* For kinds whose own scripts keep the record (dl_kind_ops.who_inline):
+ * l's record key for its current owner, and with value set (an acquire)
+ * the record to write; 0, or -1 when the client records none (or out of
+ * memory: no record then). */
+int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char **value,
+                  size_t *value_len);
 /* Queues on conn (EVALSHA, or EVAL when by_text) the renewal of the
  * identity keys of n holds (lock key and owner each) to lease_ms, for those
  * still held; one reply. */

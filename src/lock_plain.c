@@ -31,13 +31,15 @@
 #define DL_PLAIN_RECHECK_MS DL_WAIT_RECHECK_MS
 #define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)
 
-/* KEYS: lock, fence counter, waiters. ARGV: token, lease ms, recheck ms ('0':
- * not waiting: try once, or a RedLock node), '1' when an attempt of this
- * call registered it (it may still be registered: a win removes it).
+/* KEYS: lock, fence counter, waiters[, holder record]. ARGV: token, lease
+ * ms, recheck ms ('0': not waiting: try once, or a RedLock node), '1' when
+ * an attempt of this call registered it (it may still be registered: a win
+ * removes it)[, the holder record (holder.c), written when acquired].
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
 static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
+    "if KEYS[4] then redis.call('set', KEYS[4], ARGV[5], 'PX', ARGV[2]) end "
     DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f} end "
     "local p = redis.call('pttl', KEYS[1]) "
@@ -48,9 +50,11 @@ static dl_script acquire_script = DL_SCRIPT("plain_acquire",
     "if p > tonumber(ARGV[3]) then p = tonumber(ARGV[3]) end end "
     "return {0, p}");
 
-/* KEYS: lock, waiters. ARGV: token, waiter channel prefix.
+/* KEYS: lock, waiters[, this token's holder record, deleted: the hold is
+ * over either way]. ARGV: token, waiter channel prefix.
  * -> 1 released (one waiter told) | 0 not ours */
 dl_script dl_script_plain_release = DL_SCRIPT("plain_release",
+    "if KEYS[3] then redis.call('del', KEYS[3]) end "
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
     "redis.call('del', KEYS[1]) " DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end "
     "return 0");
@@ -62,10 +66,12 @@ static dl_script abandon_script = DL_SCRIPT("plain_abandon",
     "if redis.call('zrem', KEYS[2], ARGV[1]) == 0 and redis.call('exists', KEYS[1]) == 0 then "
     DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end return 0");
 
-/* KEYS: lock. ARGV: token, lease ms. -> 1 extended | 0 not ours */
+/* KEYS: lock[, holder record]. ARGV: token, lease ms.
+ * -> 1 extended | 0 not ours */
 dl_script dl_script_plain_extend = DL_SCRIPT("plain_extend",
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('pexpire', KEYS[1], ARGV[2]); return 1 end return 0");
+    "redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "if KEYS[2] then redis.call('pexpire', KEYS[2], ARGV[2]) end return 1 end return 0");
 
 /* Watchdog. KEYS: locks. ARGV: lease ms, owner per key. -> {1|0 ...} */
 static dl_script renew_script = DL_SCRIPT("plain_renew",
@@ -150,6 +156,11 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->args[3] = d->registered ? "1" : "0";
         call->arglens[3] = 1;
         call->nargs = 4;
+        if (!dl_who_inline(l, &call->keys[3], &call->keylens[3], &call->args[4],
+                           &call->arglens[4])) {
+            call->nkeys = 4;
+            call->nargs = 5;
+        }
         break;
     case DL_OP_RELEASE: /* KEYS lock, waiters; ARGV token, channel prefix */
         call->script = &dl_script_plain_release;
@@ -157,9 +168,11 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->nkeys = 2;
         call->args[1] = d->prefix, call->arglens[1] = d->prefix_len;
         call->binary_release = 1;
+        if (!dl_who_inline(l, &call->keys[2], &call->keylens[2], NULL, NULL)) call->nkeys = 3;
         break;
     default: /* extend: KEYS lock; ARGV token, lease */
         call->script = &dl_script_plain_extend;
+        if (!dl_who_inline(l, &call->keys[1], &call->keylens[1], NULL, NULL)) call->nkeys = 2;
         break;
     }
 }
@@ -227,4 +240,5 @@ const dl_kind_ops dl_plain_ops = {
     .check = plain_check,
     .renew = &renew_script,
     .call = plain_call,
+    .who_inline = 1,
 };

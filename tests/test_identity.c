@@ -88,8 +88,15 @@ static void kinds(const th_server *s, redisContext *rc)
         ASSERT_LOK(l, dlock_acquire(l, 1000, 5000, NULL));
         check_ours(c, name, "nightly", "sync job --all", t0);
         ASSERT_EQ(who_keys(rc), 1);
-        long long pttl = th_cmd_int(rc, "PTTL %s", name);
+        /* the record's expiry follows the lease, extended */
+        redisReply *k = th_cmd(rc, "KEYS dlock_holder:*");
+        ASSERT_EQ(k->elements, 1);
+        long long pttl = th_cmd_int(rc, "PTTL %s", k->element[0]->str);
         ASSERT_GT(pttl, 0);
+        ASSERT_LE(pttl, 5000);
+        ASSERT_LOK(l, dlock_extend(l, 30000));
+        ASSERT_GT(th_cmd_int(rc, "PTTL %s", k->element[0]->str), 20000);
+        freeReplyObject(k);
         ASSERT_LOK(l, dlock_release(l));
         ASSERT_EQ(who_keys(rc), 0);
         dlock_lock_free(l);
