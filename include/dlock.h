@@ -246,6 +246,23 @@ DLOCK_EXPORT const char *dlock_errmsg(const dlock_client *c);
 #define DLOCK_REDISSON_FAIR_WAIT_MS 300000
 DLOCK_EXPORT int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms);
 
+/* What a wait does when the connection to the server fails or the server
+ * stops answering (a command timeout) while it waits. By default (0) it
+ * takes the failure for a transient outage: it pauses (50 ms, doubling up
+ * to 1 s), connects again and goes on waiting, until the lock is had or the
+ * caller's wait_ms runs out; then it returns the failure (DLOCK_EIO...) if
+ * the server never came back, DLOCK_ETIMEDOUT if it did. An attempt whose
+ * reply was lost may have taken the lock: a plain lock finds out (its
+ * token is this call's) and gives such a hold back first; a reentrant,
+ * fair, read or write lock re-enters it, and one count is then left after
+ * the last release, which runs out with the lease. With fail_fast 1 the
+ * wait returns the failure at once. A try-once (wait_ms 0) never retries.
+ * Locks (not the semaphores and latch, which return the failure at once);
+ * RedLock waits ride out a node's failure by their majority instead.
+ * Safe to call while other threads use c. Returns DLOCK_OK, DLOCK_EINVAL
+ * (NULL c). */
+DLOCK_EXPORT int dlock_client_set_fail_fast(dlock_client *c, int fail_fast);
+
 /* Holder identity: from this call on, every lock that c acquires records
  * who holds it, for dlock_inspect_holder and `dlock status`: the host name,
  * the process id, command (NULL: this process's command line), the time the

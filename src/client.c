@@ -598,6 +598,13 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     return DLOCK_OK;
 }
 
+int dlock_client_set_fail_fast(dlock_client *c, int fail_fast) {
+    if (!c) return DLOCK_EINVAL;
+    atomic_store(&c->fail_fast, fail_fast != 0);
+    dl_client_ok(c);
+    return DLOCK_OK;
+}
+
 void dlock_client_free(dlock_client *c) {
     if (!c) return;
     dl_watchdog_free(c->wd);

@@ -352,6 +352,8 @@ struct dlock_client {
     char *who;                 /* holder identity "host\tlabel\tcommand", or NULL
                                 * (dlock_client_set_identity; holder.c) */
     size_t who_host_len;
+    atomic_int fail_fast;      /* a wait ends at a connection failure
+                                * (dlock_client_set_fail_fast) */
     atomic_llong fair_wait_ms; /* the fair lock's thread wait time
                                 * (dlock_client_set_fair_wait) */
     int wait_replicas;
@@ -877,6 +879,9 @@ struct dl_kind_ops {
      * RedLock (redlock.c) and may use the dl_call_* functions as their
      * attempt / release / extend. NULL: single server only. */
     void (*call)(dlock_lock *l, int op, int64_t lease_ms, dl_call *call);
+    /* each acquire call has an owner of its own (a fresh token): a hold
+     * found under it after a lost reply is that call's (wait.c) */
+    int unique_owner;
     /* its acquire, release and extend scripts keep the holder identity
      * record themselves (dl_who_inline), not the script after them */
     int who_inline;

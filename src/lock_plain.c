@@ -241,4 +241,5 @@ const dl_kind_ops dl_plain_ops = {
     .renew = &renew_script,
     .call = plain_call,
     .who_inline = 1,
+    .unique_owner = 1,
 };

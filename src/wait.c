@@ -20,6 +20,11 @@
 #define DL_NOTTL_RECHECK_MIN_MS 10
 #define DL_NOTTL_RECHECK_MAX_MS 1000
 
+/* A wait that meets a connection failure tries again after a pause between
+ * these bounds (doubling), until its deadline (dlock_client_set_fail_fast). */
+#define DL_OUTAGE_PAUSE_MIN_MS 50
+#define DL_OUTAGE_PAUSE_MAX_MS 1000
+
 long dl_thread_id(void) { return (long)syscall(SYS_gettid); }
 
 int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
@@ -130,10 +135,11 @@ static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_
     return rc;
 }
 
-int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+/* One wait for the lock until deadline (wait_ms 0: one attempt), on fresh
+ * connections: attempt, subscribe, attempt again at each wake-up. */
+static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t lease_ms,
+                     dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
-    if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
-    int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
     int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
@@ -221,4 +227,54 @@ done:
     }
     dl_pool_put(c, conn);
     return rc;
+}
+
+/* After a connection failure in a wait: an attempt whose reply was lost may
+ * have taken the lock. A kind whose every acquire call has an owner of its
+ * own (the plain lock's token) finds out for sure: a hold under this call's
+ * owner is that attempt's, and is given back so that the wait goes on as
+ * if it had failed. Other kinds cannot tell such a hold from another
+ * handle's of the same owner (reentrancy is per client and thread): the
+ * retried attempt re-enters it, and the count left over after the last
+ * release runs out with the lease. 1 when it is known now (none, or given
+ * back), 0 when the server could not be asked. */
+static int settle_lost_attempt(dlock_lock *l) {
+    if (!l->ops->unique_owner) return 1;
+    dl_conn *conn = NULL;
+    dl_err ignored = {0};
+    if (dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), &conn, &ignored))
+        return 0;
+    int held = 0;
+    int64_t count = 0;
+    int rc = l->ops->check(l, conn, &held, &count, &ignored);
+    long long res = 0;
+    if (!rc && held) rc = l->ops->release(l, conn, &res, &ignored);
+    dl_pool_put(l->c, conn);
+    return rc == DLOCK_OK;
+}
+
+int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+    dlock_client *c = l->c;
+    if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
+    int64_t deadline = dl_deadline(wait_ms);
+    int64_t pause = DL_OUTAGE_PAUSE_MIN_MS;
+    int unsettled = 0; /* an attempt's reply may have been lost */
+    for (;;) {
+        int rc = unsettled && !settle_lost_attempt(l) ? DLOCK_EIO : DLOCK_OK;
+        if (!rc) {
+            unsettled = 0;
+            rc = wait_once(l, wait_ms, deadline, lease_ms, t, err);
+        }
+        /* a connection lost or a server that stopped answering, with time
+         * left to wait: the outage may be over before the caller's wait */
+        if (rc != DLOCK_EIO || wait_ms == 0 || atomic_load(&c->fail_fast)) return rc;
+        unsettled = 1;
+        int64_t left = deadline - dl_now_ms();
+        if (left <= 0) return rc;
+        dl_cancel_begin(&l->cancel);
+        int cancelled = dl_cancel_nap(&l->cancel, pause < left ? pause : left);
+        dl_cancel_end(&l->cancel);
+        if (cancelled || dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
+        pause = pause * 2 > DL_OUTAGE_PAUSE_MAX_MS ? DL_OUTAGE_PAUSE_MAX_MS : pause * 2;
+    }
 }

@@ -310,6 +310,126 @@ static void server_gone_under_waiter(void)
     th_server_stop(s);
 }
 
+/* A server that stops answering (SIGSTOP) for longer than the command
+ * timeout while a caller waits: the wait rides the outage out and gets the
+ * lock once the server is back and the holder's lease ran out (before the
+ * wait's own deadline), for every kind; with dlock_client_set_fail_fast it
+ * ends at the first failure instead. */
+typedef struct {
+    dlock_client *c;
+    const char *name;
+    dlock_kind kind;
+    int64_t wait_ms;
+    int rc;
+    int64_t took;
+} kwaiter;
+
+static void *kwait_thread(void *arg)
+{
+    kwaiter *w = arg;
+    dlock_lock *l = th_lock(w->c, w->name, w->kind);
+    int64_t t0 = th_now_ms();
+    w->rc = dlock_acquire(l, w->wait_ms, 5000, NULL);
+    w->took = th_now_ms() - t0;
+    if (w->rc == DLOCK_OK) dlock_release(l);
+    dlock_lock_free(l);
+    return NULL;
+}
+
+static dlock_client *short_client(const th_server *s)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = th_server_url(s);
+    o.connect_timeout_ms = 300;
+    o.command_timeout_ms = 300;
+    dlock_client *c = NULL;
+    ASSERT_COK(c, dlock_client_new(&o, &c));
+    return c;
+}
+
+static void frozen_server_under_waiter(void)
+{
+    th_server *s = th_server_start(NULL);
+    const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR,
+                                DLOCK_KIND_WRITE};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        for (int fast = 0; fast < 2; fast++) {
+            char name[32];
+            snprintf(name, sizeof name, "fault:frozen:%zu:%d", k, fast);
+            dlock_client *hc = short_client(s);
+            dlock_lock *h = th_lock(hc, name, kinds[k]);
+            ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 1500, NULL));
+            dlock_client *c = short_client(s);
+            if (fast) ASSERT_COK(c, dlock_client_set_fail_fast(c, 1));
+            kwaiter w = {c, name, kinds[k], 8000, -1, 0};
+            pthread_t t;
+            ASSERT_EQ(pthread_create(&t, NULL, kwait_thread, &w), 0);
+            th_sleep_ms(200);
+            th_server_pause(s); /* 2 s: several command timeouts */
+            th_sleep_ms(2000);
+            th_server_unpause(s);
+            ASSERT_EQ(pthread_join(t, NULL), 0);
+            th_log("kind %d, fail fast %d: %s in %lld ms", (int)kinds[k], fast,
+                   dlock_strerror(w.rc), (long long)w.took);
+            if (fast) {
+                ASSERT_CCODE(c, w.rc, DLOCK_EIO);
+                ASSERT_LE(w.took, 2200);
+            } else {
+                ASSERT_CCODE(c, w.rc, DLOCK_OK);
+                ASSERT_LT(w.took, 8000);
+            }
+            dlock_lock_free(h);
+            dlock_client_free(hc);
+            dlock_client_free(c);
+        }
+    }
+    th_server_stop(s);
+}
+
+/* An attempt whose reply is lost, on a free plain lock: the server stops
+ * with the attempt in its socket, the client times out, and the server runs
+ * the attempt when it resumes: the lock is taken under the waiting call's
+ * token. The wait finds that hold its own and gives it back, then takes the
+ * lock anew, instead of waiting out the lost hold's 8 s lease. */
+static void lost_attempt_reply(void)
+{
+    th_server *s = th_server_start(NULL);
+    dlock_client *c = short_client(s);
+    dlock_lock *l = th_lock(c, "fault:lostreply", DLOCK_KIND_PLAIN);
+    /* the scripts in the server's cache (a lost EVALSHA of an unknown
+     * script does nothing) and a pooled connection to send on */
+    dlock_lock *warm = th_lock(c, "fault:lostreply:warm", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(warm, dlock_acquire(warm, DLOCK_NOWAIT, 1000, NULL));
+    ASSERT_LOK(warm, dlock_release(warm));
+    dlock_lock_free(warm);
+    th_server_pause(s);
+    pid_t resumer = th_fork(); /* the server is back in 1.2 s */
+    if (resumer == 0) {
+        usleep(1200 * 1000);
+        kill(th_server_pid(s), SIGCONT);
+        _exit(0);
+    }
+    int64_t t0 = th_now_ms();
+    int code = dlock_acquire(l, 10000, 8000, NULL);
+    int64_t took = th_now_ms() - t0;
+    ASSERT_EQ(th_wait_child(resumer, 5000), 0);
+    th_server_unpause(s);
+    th_log("acquire across a lost reply: %s in %lld ms", dlock_strerror(code), (long long)took);
+    ASSERT_LCODE(l, code, DLOCK_OK);
+    ASSERT_LT(took, 4000);
+    redisContext *rc = th_redis(s);
+    char *v = th_cmd_str(rc, "GET fault:lostreply");
+    ASSERT_NOT_NULL(v);
+    free(v);
+    ASSERT_LOK(l, dlock_release(l));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS fault:lostreply"), 0);
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    th_server_stop(s);
+}
+
 /* Connections killed by the server (CLIENT KILL) and the script cache flushed
  * (SCRIPT FLUSH: EVALSHA answers NOSCRIPT): calls report an error at most once
  * and then work; a watchdog lock is not lost over it. */
@@ -400,6 +520,8 @@ int main(void)
     restart_data_lost();
     crash_with_aof();
     server_gone_under_waiter();
+    frozen_server_under_waiter();
+    lost_attempt_reply();
     killed_connections_and_flushed_scripts();
     th_log("ok");
     return 0;
