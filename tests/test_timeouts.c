@@ -1,6 +1,7 @@
 /* A hung server (SIGSTOPped: connections stay open, nothing answers): every
- * call returns DLOCK_EIO within the command timeout instead of hanging, a
- * waiting acquire too; a watchdog lock whose renewals go unanswered for longer
+ * call returns DLOCK_EIO within the command timeout instead of hanging; a
+ * waiting acquire at the end of its wait (within the command timeout with
+ * dlock_client_set_fail_fast); a watchdog lock whose renewals go unanswered for longer
  * than the lease is reported lost with DLOCK_LOST_UNREACHABLE (not before the
  * lease could have run out); after SIGCONT the client works again. */
 #include "harness.h"
@@ -54,13 +55,27 @@ int main(void)
     th_log("ping on a hung server: EIO in %lld ms: %s", (long long)took, dlock_errmsg(c));
     ASSERT_LE(took, CMD_TIMEOUT + 700);
 
+    /* a waiting acquire takes the hang for an outage that may end within
+     * its wait: it tries again until the wait is over, then reports it */
     t = th_now_ms();
-    int rc = dlock_acquire(other, 10000, 5000, NULL);
+    int rc = dlock_acquire(other, 2000, 5000, NULL);
     took = th_now_ms() - t;
     th_log("waiting acquire on a hung server: %s in %lld ms", dlock_strerror(rc), (long long)took);
     ASSERT_LCODE(other, rc, DLOCK_EIO);
+    ASSERT_GE(took, 2000);
+    ASSERT_LE(took, 2000 + 2 * CMD_TIMEOUT + 1500);
+    ASSERT_EQ(dlock_lock_holding(other), 0);
+    /* failing fast: the first failure ends it */
+    ASSERT_COK(c, dlock_client_set_fail_fast(c, 1));
+    t = th_now_ms();
+    rc = dlock_acquire(other, 10000, 5000, NULL);
+    took = th_now_ms() - t;
+    th_log("waiting acquire on a hung server, failing fast: %s in %lld ms", dlock_strerror(rc),
+           (long long)took);
+    ASSERT_LCODE(other, rc, DLOCK_EIO);
     ASSERT_LE(took, 2 * CMD_TIMEOUT + 1500);
     ASSERT_EQ(dlock_lock_holding(other), 0);
+    ASSERT_COK(c, dlock_client_set_fail_fast(c, 0));
 
     int locked;
     t = th_now_ms();
