@@ -301,6 +301,11 @@ int cmd_doctor(int argc, char **argv, cli_global *g)
         return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
     if ((code = cli_connect(g, cmd, 0, &c)))
         return code;
+    /* the test locks are taken as `run` and `acquire` take theirs */
+    if ((code = cli_set_identity(g, cmd, c, NULL))) {
+        dlock_client_free(c);
+        return code;
+    }
 
     memset(&d, 0, sizeof d);
     d.g = g;

@@ -83,10 +83,12 @@ const char help_run[] =
     "  --kill-after DUR     after a lost lock, SIGKILL the command if it has not\n"
     "                       exited DUR after SIGTERM (default 10s)\n"
     "  -c, --command STR    run STR with /bin/sh -c instead of COMMAND [ARGS...]\n"
+    "  --label TEXT         a label recorded with the hold, shown by status and\n"
+    "                       list (at most 255 bytes, no control characters)\n"
     "  -v, --verbose        also print how long getting the lock took\n"
     "  -q, --quiet          no message when the lock is busy\n";
 
-enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO };
+enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO, OPT_LABEL };
 
 #define CMD "run"
 #define LOST_EXPIRED 100 /* our own reason: the validity left reached the margin */
@@ -306,6 +308,7 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
         {"exclusive", no_argument, NULL, 'x'},
         {"limit", required_argument, NULL, OPT_LIMIT},
         {"also", required_argument, NULL, OPT_ALSO},
+        {"label", required_argument, NULL, OPT_LABEL},
         {NULL, 0, NULL, 0}};
     int opt, rc;
     long n;
@@ -362,6 +365,11 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
             break;
         case 'c':
             o->shell = optarg;
+            break;
+        case OPT_LABEL:
+            if ((rc = cli_check_label(CMD, optarg)))
+                return rc;
+            g->label = optarg;
             break;
         default:
             rc = cli_common_opt(g, CMD, opt, argv);
@@ -922,6 +930,25 @@ out:
     return code;
 }
 
+/* The command line recorded with the hold (dlock_client_set_identity):
+ * the command's arguments joined by spaces, or the -c string as given; the
+ * library keeps its first 255 bytes. */
+static void command_line(const run_opts *o, char *buf, size_t len)
+{
+    size_t n = 0, i;
+    buf[0] = '\0';
+    if (o->shell) {
+        snprintf(buf, len, "%s", o->shell);
+        return;
+    }
+    for (i = 0; o->argv[i] && n + 1 < len; i++) {
+        int w = snprintf(buf + n, len - n, "%s%s", i ? " " : "", o->argv[i]);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
 int cmd_run(int argc, char **argv, cli_global *g)
 {
     run_opts o;
@@ -934,7 +961,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
     char b;
     dlock_lock *locks[MAX_ALSO + 1];
     uint64_t fences[MAX_ALSO + 1];
-    char what[160];
+    char what[160], cmdline[CLI_LABEL_MAX + 2];
     size_t i;
 
     memset(&o, 0, sizeof o);
@@ -1007,6 +1034,9 @@ int cmd_run(int argc, char **argv, cli_global *g)
         g->connect_timeout_ms = DLOCK_DEFAULT_CONNECT_TIMEOUT_MS;
     }
     if ((code = cli_connect(g, CMD, o.ttl_ms, &c)))
+        goto out;
+    command_line(&o, cmdline, sizeof cmdline);
+    if ((code = cli_set_identity(g, CMD, c, cmdline)))
         goto out;
     if (o.limit) {
         rc = dlock_permits_new(c, o.name, DLOCK_CSTR, &lk.permits);

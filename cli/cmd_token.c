@@ -7,7 +7,7 @@
 #include "cmds.h"
 
 const char help_acquire[] =
-    "Usage: dlock acquire [--ttl DUR] [-n | -w DUR] [--kind plain] [--json] NAME\n"
+    "Usage: dlock acquire [--ttl DUR] [-n | -w DUR] [--label TEXT] [--json] NAME\n"
     "\n"
     "Acquires the plain lock NAME with a lease of --ttl and prints its owner\n"
     "token on stdout (with --json: {\"name\",\"token\",\"fence\",\"ttl_ms\"}). The\n"
@@ -21,6 +21,8 @@ const char help_acquire[] =
     "  -E, --conflict-exit-code N\n"
     "                       exit code when -n or -w fails (default 1)\n"
     "  --kind plain         the only kind with tokens (the default)\n"
+    "  --label TEXT         a label recorded with the hold, shown by status and\n"
+    "                       list (at most 255 bytes, no control characters)\n"
     "\n"
     "Example:\n"
     "  token=$(dlock acquire --ttl 5m -n backup) || exit\n"
@@ -43,7 +45,7 @@ const char help_extend[] =
     "Options:\n"
     "  --ttl DUR            the new lease (required)\n";
 
-enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND };
+enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_LABEL };
 
 int cmd_acquire(int argc, char **argv, cli_global *g)
 {
@@ -55,6 +57,7 @@ int cmd_acquire(int argc, char **argv, cli_global *g)
         {"wait", required_argument, NULL, 'w'},
         {"conflict-exit-code", required_argument, NULL, 'E'},
         {"kind", required_argument, NULL, OPT_KIND},
+        {"label", required_argument, NULL, OPT_LABEL},
         {NULL, 0, NULL, 0}};
     int64_t ttl_ms = DLOCK_DEFAULT_WATCHDOG_MS, wait_ms = DLOCK_WAIT_FOREVER;
     int conflict = EXIT_CONFLICT_DEFAULT, opt, rc, code = 0;
@@ -92,6 +95,11 @@ int cmd_acquire(int argc, char **argv, cli_global *g)
                 return cli_usage(cmd, "--kind: only plain locks have tokens; use "
                                       "'dlock run --kind %s'", optarg);
             break;
+        case OPT_LABEL:
+            if ((rc = cli_check_label(cmd, optarg)))
+                return rc;
+            g->label = optarg;
+            break;
         default:
             if (!cli_default_opt(g, cmd, opt, argv, &code))
                 return code;
@@ -106,6 +114,10 @@ int cmd_acquire(int argc, char **argv, cli_global *g)
         return rc;
     if ((code = cli_connect(g, cmd, 0, &c)))
         return code;
+    if ((code = cli_set_identity(g, cmd, c, NULL))) {
+        dlock_client_free(c);
+        return code;
+    }
 
     rc = dlock_acquire_token(c, name, DLOCK_CSTR, wait_ms, ttl_ms, token, &fence);
     if (rc == DLOCK_EBUSY) {
@@ -174,6 +186,12 @@ static int token_op(int argc, char **argv, cli_global *g, const char *cmd, int e
         return cli_usage(cmd, "missing --ttl DUR");
     if ((code = cli_connect(g, cmd, 0, &c)))
         return code;
+    /* the release deletes the holder's record, the extend renews its expiry
+     * with the lease's */
+    if ((code = cli_set_identity(g, cmd, c, NULL))) {
+        dlock_client_free(c);
+        return code;
+    }
 
     if (extend)
         rc = dlock_extend_token(c, name, DLOCK_CSTR, token, ttl_ms);

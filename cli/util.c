@@ -234,6 +234,17 @@ int cli_check_name(const char *cmd, const char *name)
     return 0;
 }
 
+int cli_check_label(const char *cmd, const char *label)
+{
+    size_t n = strlen(label), i;
+    if (n > CLI_LABEL_MAX)
+        return cli_usage(cmd, "--label: %zu bytes long; the limit is %d", n, CLI_LABEL_MAX);
+    for (i = 0; i < n; i++)
+        if ((unsigned char)label[i] < 0x20 || label[i] == 0x7F)
+            return cli_usage(cmd, "--label: no tabs, line breaks or other control characters");
+    return 0;
+}
+
 int cli_kind(const char *cmd, const char *s, dlock_kind *kind)
 {
     if (strcmp(s, "plain") == 0)
@@ -398,6 +409,16 @@ static int build_redlock_url(const cli_global *g, const char *cmd, char **out)
         p += sprintf(p, "%s%s", i ? "," : "", g->urls[i] + 8);
     *out = u;
     return 0;
+}
+
+int cli_set_identity(const cli_global *g, const char *cmd, dlock_client *c, const char *command)
+{
+    int rc = dlock_client_set_identity(c, command, g->label && *g->label ? g->label : NULL);
+    if (rc == DLOCK_OK || rc == DLOCK_ENOTSUP)
+        return 0;
+    cli_err(cmd, "cannot record the holder's identity: %s",
+            dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+    return cli_exit_code(rc, EXIT_INTERNAL);
 }
 
 int cli_is_redlock(const cli_global *g)

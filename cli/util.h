@@ -39,6 +39,7 @@ typedef struct cli_global {
     int wait_replicas;         /* --wait-replicas N */
     int64_t wait_replicas_timeout_ms; /* --wait-replicas-timeout, 0: library default */
     int64_t fair_wait_ms;      /* --fair-wait, 0: library default */
+    const char *label;         /* run / acquire --label: recorded with the holds, or NULL */
     const char *tls_ca_file, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name;
     int tls_insecure;
     int tls_any;               /* 1 if any --tls-* option was given */
@@ -124,6 +125,11 @@ int cli_duration(const char *cmd, const char *opt, const char *s, int64_t min_ms
 int cli_integer(const char *cmd, const char *opt, const char *s, long lo, long hi, long *v);
 /* Checks a lock name (1..DLOCK_NAME_MAX bytes). Returns 0 or EXIT_USAGE. */
 int cli_check_name(const char *cmd, const char *name);
+/* Checks a --label TEXT: at most CLI_LABEL_MAX bytes, no control bytes
+ * (tabs and line breaks would be changed by the record's format). "" is
+ * no label. Returns 0 or EXIT_USAGE. */
+#define CLI_LABEL_MAX 255
+int cli_check_label(const char *cmd, const char *label);
 /* Parses --kind. Returns 0 or EXIT_USAGE. */
 int cli_kind(const char *cmd, const char *s, dlock_kind *kind);
 const char *cli_kind_name(int kind, int exists);
@@ -136,6 +142,13 @@ int cli_is_lock_kind(int kind);
  * watchdog_ms: the client's watchdog lease (0: default).
  * Returns 0, or an exit code after printing one line. */
 int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock_client **out);
+/* Makes c record who holds the locks it takes (dlock_client_set_identity):
+ * command (NULL: dlock's own command line) and g->label. A client that
+ * cannot (RedLock, the backends other than Redis) records none, silently.
+ * Every command that takes, renews or releases a lock calls it: a renewal or
+ * release without it would leave the record's expiry behind the lock's.
+ * Returns 0, or an exit code after printing one line. */
+int cli_set_identity(const cli_global *g, const char *cmd, dlock_client *c, const char *command);
 /* 1 if the client would be a RedLock one (several --url, or redlock://). */
 int cli_is_redlock(const cli_global *g);
 /* Maps a library code to an exit code (conflict: the code for EBUSY/ETIMEDOUT). */
