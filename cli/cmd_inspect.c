@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cmds.h"
@@ -21,8 +22,16 @@ const char help_status[] =
     "semaphore with no permit out).\n"
     "State: free, held, not held (a semaphore or latch with no permit on lease)\n"
     "or not a lock (a key of another layout: see `dlock help list`).\n"
-    "JSON: {\"name\",\"held\",\"kind\",\"layout\",\"holder\",\"holders\",\"hold_count\",\n"
-    "\"ttl_ms\",\"fence\",\"waiters\"}; ttl_ms is -2 when free, -1 when held without expiry;\n"
+    "Who holds it, when the holder recorded it (dlock run, acquire and doctor\n"
+    "do; other clients through dlock_client_set_identity): host, pid (of the\n"
+    "dlock process: for acquire, one that has exited), command, since (UTC and\n"
+    "age) and label. The record is the key dlock_holder:{NAME}:<holder>, which\n"
+    "expires and is deleted with the hold.\n"
+    "JSON: {\"name\",\"held\",\"kind\",\"layout\",\"holder\",\"identity\",\"holders\",\n"
+    "\"hold_count\",\"ttl_ms\",\"fence\",\"waiters\"}; identity is null or {\"host\",\"pid\",\n"
+    "\"command\",\"since_ms\" (Unix ms),\"label\"} (null: unknown or none; \"raw\": the\n"
+    "record, when it is not one this version reads); ttl_ms is -2 when free, -1\n"
+    "when held without expiry;\n"
     "fair adds \"queued\"; read and write add \"readers\", \"writer\" (true/false);\n"
     "permit-semaphore adds \"permits\", \"leased\"; \"semaphore or latch\" adds\n"
     "\"permits\", \"leased\" (0) and \"count\" (the same number as permits).\n";
@@ -34,7 +43,9 @@ const char help_list[] =
     "'*'), using SCAN (never KEYS): name, kind, remaining lease, number of\n"
     "holders and the (first) holder, followed by the kind's details (fair:\n"
     "queued=N; read/write: readers=N writer=yes|no; semaphores and latches:\n"
-    "permits=N, leased=N). With --json: an array of objects as\n"
+    "permits=N, leased=N) and, when that holder recorded who it is,\n"
+    "\"by HOST:PID [LABEL] COMMAND\" (see `dlock help status`); one line per\n"
+    "lock. With --json: an array of objects as\n"
     "`dlock status --json` prints. -q leaves out the header line and the\n"
     "closing note on stderr.\n"
     "Only keys laid out as a lock or an object of dlock and the clients it\n"
@@ -114,7 +125,212 @@ static const char *cli_state(const dlock_info *in)
     return is_held(in) ? "held" : "not held";
 }
 
-static void json_info(FILE *f, const char *name, size_t name_len, const dlock_info *in)
+/* The identity the holder recorded (dlock_inspect_holder): tab-separated
+ * host, pid, since (Unix ms), label and command; later versions may add
+ * fields after these, which are ignored. Parsed defensively: a missing or
+ * malformed field is unknown (length 0, or -1 for the numbers), and `bad`
+ * says the record is not the one this version writes, so that status shows
+ * it raw as well. */
+enum { ID_HOST, ID_PID, ID_SINCE, ID_LABEL, ID_COMMAND, ID_FIELDS };
+typedef struct identity {
+    char raw[2048];
+    const char *f[ID_FIELDS];
+    size_t flen[ID_FIELDS];
+    long long pid;      /* -1: unknown */
+    long long since_ms; /* -1: unknown */
+    int bad;
+} identity;
+
+/* A decimal number of at most 18 digits (no sign, no spaces), else -1. */
+static long long parse_decimal(const char *s, size_t n)
+{
+    long long v = 0;
+    size_t i;
+    if (n == 0 || n > 18)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static void parse_identity(identity *id)
+{
+    const char *p = id->raw;
+    int n = 0;
+    memset(id->f, 0, sizeof id->f);
+    memset(id->flen, 0, sizeof id->flen);
+    while (n < ID_FIELDS) {
+        const char *tab = strchr(p, '\t');
+        id->f[n] = p;
+        id->flen[n] = tab ? (size_t)(tab - p) : strlen(p);
+        n++;
+        if (!tab)
+            break;
+        p = tab + 1;
+    }
+    id->pid = id->f[ID_PID] ? parse_decimal(id->f[ID_PID], id->flen[ID_PID]) : -1;
+    if (id->pid == 0)
+        id->pid = -1;
+    id->since_ms = id->f[ID_SINCE] ? parse_decimal(id->f[ID_SINCE], id->flen[ID_SINCE]) : -1;
+    id->bad = n < ID_FIELDS || id->flen[ID_HOST] == 0 || id->pid < 0 || id->since_ms < 0;
+}
+
+/* Reads the identity of in's holder into *id. Returns 1 when there is one,
+ * 0 when there is none: no lock held, no record (the holder records none,
+ * or its hold just ended), or a client that cannot read records (RedLock,
+ * the backends other than Redis); a failure is told on stderr, once per
+ * run (*warned), and counts as none, so that status and list still show
+ * the lock (an ACL may deny the record's key). */
+static int read_identity(dlock_client *c, const char *cmd, const char *name, size_t name_len,
+                         const dlock_info *in, identity *id, int *warned)
+{
+    int rc;
+    id->raw[0] = '\0';
+    if (!in->exists || !cli_is_lock_kind(in->kind) || !in->holder[0])
+        return 0;
+    rc = dlock_inspect_holder(c, name, name_len, in->holder, id->raw, sizeof id->raw);
+    if (rc == DLOCK_ENOTSUP)
+        return 0;
+    if (rc != DLOCK_OK) {
+        if (!*warned)
+            cli_err(cmd, "warning: cannot read the holder's identity: %s",
+                    dlock_errmsg(c)[0] ? dlock_errmsg(c) : dlock_strerror(rc));
+        *warned = 1;
+        id->raw[0] = '\0';
+        return 0;
+    }
+    if (!id->raw[0])
+        return 0;
+    parse_identity(id);
+    return 1;
+}
+
+/* Writes field i of id as a JSON string, or null when empty. */
+static void json_field(FILE *f, const identity *id, int i)
+{
+    if (id->f[i] && id->flen[i])
+        cli_json_str(f, id->f[i], id->flen[i]);
+    else
+        fputs("null", f);
+}
+
+static void json_identity(FILE *f, const identity *id)
+{
+    if (!id || !id->raw[0]) {
+        fputs("null", f);
+        return;
+    }
+    fputs("{\"host\":", f);
+    json_field(f, id, ID_HOST);
+    fputs(",\"pid\":", f);
+    if (id->pid >= 0)
+        fprintf(f, "%lld", id->pid);
+    else
+        fputs("null", f);
+    fputs(",\"command\":", f);
+    json_field(f, id, ID_COMMAND);
+    fputs(",\"since_ms\":", f);
+    if (id->since_ms >= 0)
+        fprintf(f, "%lld", id->since_ms);
+    else
+        fputs("null", f);
+    fputs(",\"label\":", f);
+    json_field(f, id, ID_LABEL);
+    if (id->bad) {
+        fputs(",\"raw\":", f);
+        cli_json_str(f, id->raw, strlen(id->raw));
+    }
+    fputc('}', f);
+}
+
+/* "2026-11-25T14:03:07Z (12 s ago)", or the raw milliseconds when they
+ * make no date. */
+static void fmt_since(char *buf, size_t len, long long since_ms)
+{
+    struct timespec now;
+    struct tm tm;
+    time_t t = (time_t)(since_ms / 1000);
+    char date[32], age[48];
+    long long d, s;
+    clock_gettime(CLOCK_REALTIME, &now);
+    d = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 - since_ms;
+    s = (d < 0 ? -d : d) / 1000;
+    if (!gmtime_r(&t, &tm) || strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) {
+        snprintf(buf, len, "%lld ms since 1970", since_ms);
+        return;
+    }
+    if (s < 60)
+        snprintf(age, sizeof age, "%lld s", s);
+    else if (s < 3600)
+        snprintf(age, sizeof age, "%lld min %lld s", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(age, sizeof age, "%lld h %lld min", s / 3600, s % 3600 / 60);
+    else
+        snprintf(age, sizeof age, "%lld d %lld h", s / 86400, s % 86400 / 3600);
+    if (d < 0)
+        snprintf(buf, len, "%s (%s ahead of this host's clock)", date, age);
+    else
+        snprintf(buf, len, "%s (%s ago)", date, age);
+}
+
+/* status: one line per known field of the identity. */
+static void text_identity(FILE *f, const identity *id)
+{
+    static const char *const labels[ID_FIELDS] = {"host:       ", "pid:        ", "since:      ",
+                                                  "label:      ", "command:    "};
+    static const int order[] = {ID_HOST, ID_PID, ID_COMMAND, ID_SINCE, ID_LABEL};
+    size_t k;
+    char since[160];
+    for (k = 0; k < sizeof order / sizeof order[0]; k++) {
+        int i = order[k];
+        if (!id->f[i] || !id->flen[i])
+            continue;
+        if ((i == ID_PID && id->pid < 0) || (i == ID_SINCE && id->since_ms < 0))
+            continue;
+        fputs(labels[i], f);
+        if (i == ID_SINCE) {
+            fmt_since(since, sizeof since, id->since_ms);
+            fputs(since, f);
+        } else {
+            cli_text(f, id->f[i], id->flen[i]);
+        }
+        fputc('\n', f);
+    }
+    if (id->bad) {
+        fputs("record:     ", f);
+        cli_text(f, id->raw, strlen(id->raw));
+        fputs("  (not the host, pid, since, label, command this version reads)\n", f);
+    }
+}
+
+/* list: "by HOST:PID [LABEL] COMMAND", unknown parts as '?' or left out. */
+static void text_identity_short(FILE *f, const identity *id)
+{
+    fputs("by ", f);
+    if (id->flen[ID_HOST])
+        cli_text(f, id->f[ID_HOST], id->flen[ID_HOST]);
+    else
+        fputc('?', f);
+    if (id->pid >= 0)
+        fprintf(f, ":%lld", id->pid);
+    else
+        fputs(":?", f);
+    if (id->f[ID_LABEL] && id->flen[ID_LABEL]) {
+        fputs(" [", f);
+        cli_text(f, id->f[ID_LABEL], id->flen[ID_LABEL]);
+        fputc(']', f);
+    }
+    if (id->f[ID_COMMAND] && id->flen[ID_COMMAND]) {
+        fputc(' ', f);
+        cli_text(f, id->f[ID_COMMAND], id->flen[ID_COMMAND]);
+    }
+}
+
+static void json_info(FILE *f, const char *name, size_t name_len, const dlock_info *in,
+                      const identity *id)
 {
     fputs("{\"name\":", f);
     cli_json_str(f, name, name_len);
@@ -133,6 +349,8 @@ static void json_info(FILE *f, const char *name, size_t name_len, const dlock_in
         cli_json_str(f, layout_of(in), strlen(layout_of(in)));
     else
         fputs("null", f);
+    fputs(",\"identity\":", f);
+    json_identity(f, id);
     fprintf(f, ",\"holders\":%d,\"hold_count\":%lld,\"ttl_ms\":%lld,\"fence\":%" PRIu64
                ",\"waiters\":%lld",
             in->holders, (long long)in->hold_count, (long long)in->ttl_ms, in->fence,
@@ -201,8 +419,9 @@ int cmd_status(int argc, char **argv, cli_global *g)
     static const char *const cmd = "status";
     dlock_client *c = NULL;
     dlock_info in;
+    identity id;
     const char *name;
-    int rc, code = 0;
+    int rc, code = 0, has_id, warned = 0;
     char ttl[32];
 
     if (!parse_simple(argc, argv, g, cmd, NULL, NULL, &code))
@@ -224,8 +443,9 @@ int cmd_status(int argc, char **argv, cli_global *g)
         dlock_client_free(c);
         return cli_exit_code(rc, EXIT_INTERNAL);
     }
+    has_id = read_identity(c, cmd, name, strlen(name), &in, &id, &warned);
     if (g->json) {
-        json_info(stdout, name, strlen(name), &in);
+        json_info(stdout, name, strlen(name), &in, has_id ? &id : NULL);
         fputc('\n', stdout);
     } else {
         cli_fmt_ttl(ttl, sizeof ttl, in.ttl_ms);
@@ -250,7 +470,10 @@ int cmd_status(int argc, char **argv, cli_global *g)
             printf("kind:       %s\nlayout:     %s\n", cli_kind_name(in.kind, 1), layout_of(&in));
             fputs("holder:     ", stdout);
             cli_text(stdout, in.holder, strnlen(in.holder, sizeof in.holder));
-            printf("\nholders:    %d\nhold count: %lld\nttl:        %s\n", in.holders,
+            fputc('\n', stdout);
+            if (has_id)
+                text_identity(stdout, &id);
+            printf("holders:    %d\nhold count: %lld\nttl:        %s\n", in.holders,
                    (long long)in.hold_count, ttl);
             if (in.kind == DLOCK_KIND_READ || in.kind == DLOCK_KIND_WRITE)
                 printf("readers:    %lld\nwriter:     %s\n", (long long)in.readers,
@@ -266,6 +489,8 @@ int cmd_status(int argc, char **argv, cli_global *g)
 
 typedef struct list_ctx {
     const cli_global *g;
+    dlock_client *c;
+    int warned; /* a holder's identity could not be read (told once) */
     size_t n;
     FILE *json; /* --json: the array, written out once the listing is whole */
 } list_ctx;
@@ -273,9 +498,13 @@ typedef struct list_ctx {
 static int list_one(const char *name, size_t name_len, const dlock_info *in, void *ud)
 {
     list_ctx *lc = ud;
+    identity id;
+    /* a second round trip per held lock, on another of the client's
+     * connections (the listing keeps its own) */
+    int has_id = read_identity(lc->c, "list", name, name_len, in, &id, &lc->warned);
     if (lc->g->json) {
         fputs(lc->n ? ",\n  " : "\n  ", lc->json);
-        json_info(lc->json, name, name_len, in);
+        json_info(lc->json, name, name_len, in, has_id ? &id : NULL);
     } else {
         char ttl[32];
         int w;
@@ -304,6 +533,10 @@ static int list_one(const char *name, size_t name_len, const dlock_info *in, voi
         default:
             break;
         }
+        if (has_id) {
+            fputs("  ", stdout);
+            text_identity_short(stdout, &id);
+        }
         fputc('\n', stdout);
     }
     lc->n++;
@@ -329,6 +562,8 @@ int cmd_list(int argc, char **argv, cli_global *g)
     if ((code = cli_connect(g, cmd, 0, &c)))
         return code;
     lc.g = g;
+    lc.c = c;
+    lc.warned = 0;
     lc.n = 0;
     lc.json = NULL;
     char *buf = NULL;
