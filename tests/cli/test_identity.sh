@@ -118,6 +118,20 @@ rcli set idpeer 0123456789abcdef0123456789abcdef >/dev/null
 expect 0 "list with a peer's lock" list idpeer
 check "a peer's lock is listed without 'by'" "grep -Eq '^idpeer +plain ' '$TMP/out' && ! grep -q ' by ' '$TMP/out'"
 
+# a record the user may not read (ACL): a warning, and the lock without it
+tok=$("$DLOCK" acquire --ttl 1m idacl)
+if rcli acl setuser viewer on '>pw' resetkeys '~idacl' '~redisson_*' '~dlock_waiters*' \
+        allchannels +@all 2>/dev/null | grep -q OK; then
+    expect 0 "status --json of a record the ACL denies" \
+        --url "redis://viewer:pw@127.0.0.1:$PORT" status --json idacl
+    json_check "denied record: the lock, identity null" "d['held'] is True and d['holder'] == '$tok' and d['identity'] is None" "$TMP/out"
+    check "denied record: one warning on stderr" \
+        "[ \$(wc -l <'$TMP/err') = 1 ] && grep -q 'warning: cannot read the holder.s identity.*NOPERM' '$TMP/err'"
+else
+    skip_part "this redis-server has no ACL SETUSER key patterns"
+fi
+"$DLOCK" release idacl "$tok"
+
 # ---- RedLock: no identity, no error -------------------------------------------
 RL=(--url "redis://127.0.0.1:$PORT")
 start_extra_redis
