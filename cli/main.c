@@ -32,6 +32,8 @@
     "  --fair-wait DUR      fair lock: how long a queued waiter keeps its place\n"    \
     "                       (default 5s); a queue shared with Redisson clients\n"     \
     "                       needs their fairLockWaitTimeout (Redisson's default 5m)\n" \
+    "  --fail-fast          a wait ends (exit 69) when the server fails or stops\n"   \
+    "                       answering; by default it reconnects until -w runs out\n"  \
     "  --tls-ca-file FILE, --tls-ca-dir DIR  CAs to verify a rediss:// server with\n"  \
     "                       (default: the system's)\n"                                 \
     "  --tls-cert FILE --tls-key FILE  client certificate and its key\n"               \

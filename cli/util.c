@@ -114,6 +114,9 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
     }
     case OPT_FAIR_WAIT:
         return cli_duration(cmd, "--fair-wait", optarg, 1, &g->fair_wait_ms);
+    case OPT_FAIL_FAST:
+        g->fail_fast = 1;
+        return 0;
     case OPT_WAIT_REPLICAS_TIMEOUT:
         return cli_duration(cmd, "--wait-replicas-timeout", optarg, 1,
                             &g->wait_replicas_timeout_ms);
@@ -545,6 +548,7 @@ int cli_connect(const cli_global *g, const char *cmd, int64_t watchdog_ms, dlock
         dlock_client_free(c);
         return rc == DLOCK_EINVAL ? EXIT_USAGE : cli_exit_code(rc, EXIT_INTERNAL);
     }
+    if (g->fail_fast) (void)dlock_client_set_fail_fast(c, 1); /* fails only on NULL */
     *out = c;
     return 0;
 }

@@ -39,6 +39,7 @@ typedef struct cli_global {
     int wait_replicas;         /* --wait-replicas N */
     int64_t wait_replicas_timeout_ms; /* --wait-replicas-timeout, 0: library default */
     int64_t fair_wait_ms;      /* --fair-wait, 0: library default */
+    int fail_fast;             /* --fail-fast: a wait ends at a connection failure */
     const char *label;         /* run / acquire --label: recorded with the holds, or NULL */
     const char *tls_ca_file, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name;
     int tls_insecure;
@@ -67,6 +68,7 @@ enum {
     OPT_TLS_SERVER_NAME,
     OPT_TLS_INSECURE,
     OPT_FAIR_WAIT,
+    OPT_FAIL_FAST,
     OPT_FIRST_LOCAL_ = 1100 /* commands number their own long options from here */
 };
 
@@ -88,6 +90,7 @@ enum {
     {"tls-server-name", required_argument, NULL, OPT_TLS_SERVER_NAME}, \
     {"tls-insecure", no_argument, NULL, OPT_TLS_INSECURE},    \
     {"fair-wait", required_argument, NULL, OPT_FAIR_WAIT},    \
+    {"fail-fast", no_argument, NULL, OPT_FAIL_FAST},          \
     {"help", no_argument, NULL, 'h'}
 #define CLI_GLOBAL_SHORTOPTS "vqh"
 

@@ -20,7 +20,6 @@
 
 #include "internal.h"
 
-#define WHO_PREFIX "dlock_holder:"
 #define WHO_FIELD_MAX 255 /* bytes kept of the label and of the command */
 
 /* KEYS: lock, holder key. ARGV: owner, mode, lease ms, identity.
@@ -111,7 +110,7 @@ int dlock_client_set_identity(dlock_client *c, const char *command, const char *
 static int who_key(dlock_lock *l) {
     if (!l->who_key) {
         size_t pl = 0;
-        char *p = dl_derive_key(WHO_PREFIX, l->name, l->name_len, ":", &pl);
+        char *p = dl_derive_key(DL_WHO_PREFIX, l->name, l->name_len, ":", &pl);
         if (!p) return -1;
         char *k = realloc(p, pl + sizeof l->token + 1);
         if (!k) {
@@ -201,7 +200,7 @@ int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks, co
     args[2] = lease, arglens[2] = dl_fmt_ll(lease, lease_ms);
     for (size_t i = 0; i < n; i++) {
         size_t pl = 0;
-        char *k = dl_derive_key(WHO_PREFIX, locks[i], locklens[i], ":", &pl);
+        char *k = dl_derive_key(DL_WHO_PREFIX, locks[i], locklens[i], ":", &pl);
         char *full = k ? realloc(k, pl + ownerlens[i] + 1) : NULL;
         if (!full) {
             free(k);
@@ -241,7 +240,7 @@ int dlock_inspect_holder(dlock_client *c, const char *name, size_t name_len, con
     if (name_len > DLOCK_NAME_MAX)
         return dl_client_fail(c, &(dl_err){DLOCK_ENAMETOOLONG, "lock name too long"});
     size_t ol = strlen(owner), pl = 0;
-    char *k = dl_derive_key(WHO_PREFIX, name, name_len, ":", &pl);
+    char *k = dl_derive_key(DL_WHO_PREFIX, name, name_len, ":", &pl);
     char *key = k ? realloc(k, pl + ol + 1) : NULL;
     if (!key) {
         free(k);

@@ -888,6 +888,7 @@ struct dl_kind_ops {
 };
 
 /* ---- holder identity (holder.c) ---- */
+#define DL_WHO_PREFIX "dlock_holder:" /* the records' keys: dlock_holder:{name}:<owner> */
 /* The identity script to run after l's next script call (conn->post), or
  * NULL when the client records no identity. mode: 'a' acquire (first hold),
  * 'r' re-entry, 'e' extend, 'd' release. */

@@ -81,4 +81,22 @@ json_check "release --json" '"error" not in d' "$TMP/out"
 expect 1 "run --json prints no data: nothing on stdout" --json run -n -q jsonlock2 sh -c 'exit 1'
 check "run's stdout is the command's" "[ ! -s '$TMP/out' ]"
 
+# A server that stops answering while a run waits (its lock held for 1 s):
+# the wait rides the outage out and runs the command once the server is back
+# (exit 0); with --fail-fast the first timeout ends it (69, unavailable).
+for mode in retry fast; do
+    name="frozen-$mode"
+    "$DLOCK" acquire --ttl 1s "$name" >/dev/null
+    flag=; [ "$mode" = fast ] && flag=--fail-fast
+    ( sleep 0.3; kill -STOP "$REDIS_PID"; sleep 2; kill -CONT "$REDIS_PID" ) &
+    freezer=$!
+    if [ "$mode" = retry ]; then
+        expect 0 "a wait rides a 2 s server freeze out (timeout 300ms)" --timeout 300ms $flag run -w 15s "$name" true
+    else
+        expect 69 "--fail-fast: the first timeout ends the wait" --timeout 300ms $flag run -w 15s "$name" true
+        check "it says the server timed out" "grep -qi 'timed out\|unavailable' '$TMP/err'"
+    fi
+    wait "$freezer"
+done
+
 finish
