@@ -95,6 +95,20 @@
  * hands over took 82 us of an idle server with its five helpers, 62 us
  * inline (docs/benchmarks.md, issue 7 finding 7). */
 
+/* After a waiter wrote its entry: the queue's keys expire W after the
+ * latest deadline in it, so that the entries of waiters that died or gave
+ * up without leaving (a frozen link) go with their keys once nobody waits,
+ * not at the next acquire of the name, which may never come. Every dlock
+ * waiter's attempt pushes the expiry on; a Redisson waiter's entry keeps the
+ * keys as long as dlock waiters come back, and is written again by its own
+ * next attempt if they expired under it (it only loses its place). */
+#define FAIR_LUA_EXPIRE                                                                \
+    "do local last = redis.call('zrange', KEYS[4], -1, -1, 'WITHSCORES') "              \
+    "local e = math.floor((tonumber(last[2]) or d) - now + W) "                          \
+    "if e < W then e = W end "                                                           \
+    "redis.call('pexpire', KEYS[3], e); redis.call('pexpire', KEYS[4], e); "            \
+    "redis.call('pexpire', KEYS[5], e) end "
+
 /* The server's clock in ms, into the existing local var. */
 #define FAIR_LUA_CLOCK(var)                                                            \
     "do local tm = redis.call('time') "                                                \
@@ -237,7 +251,8 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "d = (d or p + now) + W "
     "redis.call('rpush', KEYS[3], me) end "
     "redis.call('zadd', KEYS[4], d, me) "
-    "redis.call('hset', KEYS[5], me, ARGV[7] == '1' and -tonumber(ARGV[1]) or ARGV[1]) end "
+    "redis.call('hset', KEYS[5], me, ARGV[7] == '1' and -tonumber(ARGV[1]) or ARGV[1]) "
+    FAIR_LUA_EXPIRE "end "
     "if p == -2 then "
     "local d = head and tonumber(redis.call('zscore', KEYS[4], head)) "
     "if d then p = d - now + 1 else p = ka end "

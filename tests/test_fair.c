@@ -707,6 +707,44 @@ static void part_giveup(th_server *s)
     redisFree(rc);
 }
 
+/* ---- orphan ---- */
+
+/* A waiter killed in the queue while nobody acquires the name again: its
+ * entry cannot be dropped by an acquire that never comes, so the queue's
+ * keys carry an expiry (W after the latest deadline) and are gone after it,
+ * not left without one. */
+static void part_orphan(th_server *s)
+{
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 1500, NULL));
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        dlock_client *wc = th_client(s, 0);
+        ASSERT_COK(wc, dlock_client_set_fair_wait(wc, 1000));
+        dlock_lock *w = th_lock(wc, NAME, DLOCK_KIND_FAIR);
+        dlock_acquire(w, 60000, 10000, NULL); /* killed while it waits */
+        _exit(3);
+    }
+    ASSERT_EVENTUALLY(llen(rc) == 1 && waiter_channels(rc) == 1, 5000);
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_EQ(th_wait_child(pid, 5000), 128 + SIGKILL);
+    /* the lock's lease (1.5 s) plus W (1 s) is the entry's deadline; the
+     * keys live W longer */
+    const char *keys[3] = {QUEUE, TIMEOUTS, LEASES};
+    for (int i = 0; i < 3; i++) {
+        long long pttl = th_cmd_int(rc, "PTTL %s", keys[i]);
+        th_log("%s: pttl %lld ms", keys[i], pttl);
+        ASSERT_GT(pttl, 0);
+        ASSERT_LE(pttl, 1500 + 1000 + 1000);
+    }
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "EXISTS %s %s %s", QUEUE, TIMEOUTS, LEASES) == 0, 5000);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 int main(int argc, char **argv)
 {
     th_init("fair");
@@ -721,6 +759,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "handoff")) part_handoff(s);
     else if (!strcmp(part, "mutex")) part_mutex(s);
     else if (!strcmp(part, "giveup")) part_giveup(s);
+    else if (!strcmp(part, "orphan")) part_orphan(s);
     else th_fail(__FILE__, __LINE__, "unknown part %s", part);
     th_server_stop(s);
     th_log("ok");
