@@ -750,6 +750,10 @@ struct dl_lease {
     atomic_int lost;
     atomic_llong last_ok;      /* monotonic ms of the last confirmed lease start */
     int who;                   /* its holder identity key is renewed with it (holder.c) */
+    /* the holder's final release is in flight: not renewed, a renewal's "not
+     * ours" (the release came first) not taken for a loss, but still lost at
+     * its due time if the release has not ended by then */
+    atomic_int releasing;
     /* called on the watchdog thread, under its mutex, when found lost */
     void (*on_lost)(dl_lease *lease, int reason);
     size_t wd_slot;            /* guarded by the watchdog's mutex */

@@ -108,6 +108,7 @@ static int wd_on(dlock_lock *l, dl_err *err) {
     l->lease.owner_len = l->token_len;
     l->lease.lease_ms = l->lease_ms;
     l->lease.who = l->c->who != NULL;
+    atomic_store(&l->lease.releasing, 0);
     int rc = dl_watchdog_register(l->c, &l->lease, err);
     if (!rc) l->watchdog = 1;
     return rc;
@@ -263,18 +264,16 @@ int dlock_release(dlock_lock *l) {
         dl_seterr(&err, DLOCK_ENOTHELD, "release: this handle does not hold the lock");
         return lock_fail(l, &err);
     }
-    int was_wd = l->watchdog;
-    int final = l->holds == 1;
-    /* stop renewing first, or a renewal racing the release would report the
-     * lock lost */
-    if (final) wd_off(l);
+    int final = l->holds == 1 && l->watchdog;
+    /* the final release stops the renewals (or one racing the release would
+     * report the lock lost) but stays registered while it is in flight: a
+     * release stuck on a dead link must not hold the lost callback back past
+     * the lease's due time */
+    if (final) atomic_store(&l->lease.releasing, 1);
     long long res = 0;
     int rc = l->c->backend->release(l, &res, &err);
     if (rc) {
-        if (final && was_wd) {
-            dl_err e2 = {0};
-            wd_on(l, &e2);
-        }
+        if (final) atomic_store(&l->lease.releasing, 0); /* renewed again */
         return lock_fail(l, &err);
     }
     if (res == -1) {

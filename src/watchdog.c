@@ -275,6 +275,10 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
     for (size_t i = 0; i < wd->nslots && k < n; i++) {
         dl_lease *l = wd->slots[i].l;
         if (!l) continue;
+        if (atomic_load(&l->releasing)) {
+            n--; /* not renewed; still lost at its due time (expire_due) */
+            continue;
+        }
         wd_snap *s = &snap[k];
         s->slot = i;
         s->seq = wd->slots[i].seq;
@@ -312,7 +316,8 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
             if (s->result == 1) {
                 atomic_store(&l->last_ok, (long long)t0);
             } else if (s->result == 0) {
-                reason = DLOCK_LOST_TAKEN;
+                /* a release that went out after the snapshot answers first */
+                if (!atomic_load(&l->releasing)) reason = DLOCK_LOST_TAKEN;
             } else {
                 *retry_soon = 1;
                 if (now >= s->due) reason = DLOCK_LOST_UNREACHABLE;

@@ -7,6 +7,8 @@
  * (DLOCK_LOST_UNREACHABLE) before another client can acquire the lock. */
 #include "harness.h"
 
+#include <pthread.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -188,16 +190,90 @@ static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport
     dlock_client_free(hc);
 }
 
+/* The holder's link freezes while it releases (its command timeout longer
+ * than the lease): the release is stuck, and the lease runs out meanwhile.
+ * The lost callback must still come at the lease's due time, before another
+ * client holds the lock, not after the stuck release gives up. */
+typedef struct {
+    dlock_lock *l;
+    int rc;
+    atomic_llong done_at;
+} releaser;
+
+static void *release_thread(void *arg)
+{
+    releaser *r = arg;
+    r->rc = dlock_release(r->l);
+    atomic_store(&r->done_at, (long long)th_now_ms());
+    return NULL;
+}
+
+static void release_on_frozen_link(const th_server *s, pid_t proxy, int pport)
+{
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", pport);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = CUT_LEASE;
+    o.command_timeout_ms = 4 * CUT_LEASE;
+    dlock_client *hc = NULL;
+    ASSERT_EQ(dlock_client_new(&o, &hc), DLOCK_OK);
+    dlock_client *other = th_client(s, CUT_LEASE);
+    dlock_lock *h = th_lock(hc, "wd:cut:releasing", DLOCK_KIND_PLAIN);
+    dlock_lock *w = th_lock(other, "wd:cut:releasing", DLOCK_KIND_PLAIN);
+    atomic_store(&g_lost_at, 0);
+    atomic_store(&g_lost_reason, 0);
+    dlock_lock_on_lost(h, on_cut_lost, NULL);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    th_sleep_ms(CUT_LEASE / 2);
+    ASSERT_EQ(kill(proxy, SIGSTOP), 0);
+    int64_t t_cut = th_now_ms(), got_at = -1;
+    releaser r = {h, -1, 0};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, release_thread, &r), 0);
+    while (th_now_ms() - t_cut < 3 * CUT_LEASE) {
+        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
+        if (rc == DLOCK_OK) {
+            got_at = th_now_ms();
+            break;
+        }
+        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
+        th_sleep_ms(1);
+    }
+    long long lost_at = atomic_load(&g_lost_at);
+    th_log("release on a frozen link: lost callback %lld ms after the cut, another client "
+           "acquired after %lld ms",
+           lost_at ? lost_at - (long long)t_cut : -1LL, (long long)(got_at - t_cut));
+    ASSERT_GT(got_at, 0);
+    ASSERT_GT(lost_at, 0);
+    ASSERT_EQ(atomic_load(&g_lost_reason), DLOCK_LOST_UNREACHABLE);
+    ASSERT_LT(lost_at, got_at);
+    kill(proxy, SIGKILL); /* the stuck release fails now */
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    ASSERT_GT(atomic_load(&r.done_at), lost_at);
+    ASSERT_LCODE(h, r.rc, DLOCK_EIO);
+    ASSERT_EQ(dlock_lock_is_lost(h), 1);
+    ASSERT_LOK(w, dlock_release(w));
+    th_wait_child(proxy, 5000);
+    dlock_lock_free(w);
+    dlock_lock_free(h);
+    dlock_client_free(other);
+    dlock_client_free(hc);
+}
+
 int main(void)
 {
     th_init("watchdog");
     th_server *s = th_server_start(NULL);
-    int kport = 0, sport = 0;
+    int kport = 0, sport = 0, rport = 0;
     /* forked before any client thread exists */
     pid_t killed = start_proxy(th_server_port(s), &kport);
     pid_t frozen = start_proxy(th_server_port(s), &sport);
+    pid_t releasing = start_proxy(th_server_port(s), &rport);
     cut_off(s, "wd:cut:killed", killed, kport, SIGKILL);
     cut_off(s, "wd:cut:frozen", frozen, sport, SIGSTOP);
+    release_on_frozen_link(s, releasing, rport);
     dlock_client *c = th_client(s, WD_LEASE);
     dlock_client *other = th_client(s, WD_LEASE);
     redisContext *rc = th_redis(s);
