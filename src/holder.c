@@ -158,10 +158,10 @@ int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char *
     return 0;
 }
 
-dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
+dl_call *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
     const dlock_client *c = l->c;
     if (!c->who || l->ops->who_inline || l->token_len == 0 || who_key(l)) return NULL;
-    dl_post *p = &l->who_post;
+    dl_call *p = &l->who_post;
     memset(p, 0, sizeof *p);
     p->script = &who_script;
     p->nkeys = 2;

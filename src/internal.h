@@ -88,17 +88,11 @@ typedef struct dl_transport_ops {
     size_t (*pending)(dl_conn *c);
 } dl_transport_ops;
 
-/* A script run right after the next script call on a connection, in the
- * same write, its reply read and dropped (holder.c's identity records). */
+/* A script call (dl_call, below) can ride after the next script call on a
+ * connection, in the same write, its reply read and dropped (dl_conn.post:
+ * holder.c's identity records). */
 typedef struct dl_script dl_script;
-typedef struct dl_post {
-    dl_script *script;
-    int nkeys, nargs;
-    const char *keys[2];
-    size_t keylens[2];
-    const char *args[4];
-    size_t arglens[4];
-} dl_post;
+typedef struct dl_call dl_call;
 
 /* The array elements one reply may hold in all (nested arrays included):
  * the reader allocates their pointers before they arrive (conn.c). */
@@ -117,7 +111,7 @@ struct dl_conn {
     int answered;              /* a whole RESP reply was read on it */
     size_t reply_elements;     /* array elements of the reply being read */
     int reply_too_big;         /* a reply went past DL_REPLY_MAX_ELEMENTS */
-    dl_post *post;             /* run after the next script call (dl_eval), then cleared */
+    dl_call *post;             /* run after the next script call (dl_eval), then cleared */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     char *linger;              /* idle in its pool but still subscribed to this
@@ -783,7 +777,7 @@ typedef struct dl_kind_ops dl_kind_ops;
 /* The script call of one operation, described rather than run, so that the
  * same call can go to one server or to every RedLock node. */
 enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
-typedef struct dl_call {
+struct dl_call {
     dl_script *script;
     int nkeys, nargs;
     const char *keys[4];
@@ -793,7 +787,7 @@ typedef struct dl_call {
     char num[24];              /* the lease, in decimal, when an argument */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */
-} dl_call;
+};
 
 struct dlock_lock {
     dlock_client *c;
@@ -823,7 +817,7 @@ struct dlock_lock {
     size_t who_key_len, who_prefix_len;
     char *who_val;
     size_t who_val_cap;
-    dl_post who_post;
+    dl_call who_post;
     char who_mode[2];
     char who_lease[24];
     char errmsg[DL_ERRMSG_MAX];
@@ -896,7 +890,7 @@ struct dl_kind_ops {
 /* The identity script to run after l's next script call (conn->post), or
  * NULL when the client records no identity. mode: 'a' acquire (first hold),
  * 'r' re-entry, 'e' extend, 'd' release. */
-dl_post *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms);
+dl_call *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms);
 /* For kinds whose own scripts keep the record (dl_kind_ops.who_inline):
  * l's record key for its current owner, and with value set (an acquire)
  * the record to write; 0, or -1 when the client records none (or out of

@@ -146,7 +146,7 @@ int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
 /* Reads and drops the reply to c's post script; one that was not in the
  * server's script cache is sent again as EVAL (which loads it) unless
  * no_resend. */
-static int post_read(dl_conn *c, dl_post *p, int no_resend, int64_t deadline,
+static int post_read(dl_conn *c, dl_call *p, int no_resend, int64_t deadline,
                      dl_err *err) {
     redisReply *r = NULL;
     int rc = dl_conn_read(c, deadline, &r, err);
@@ -170,7 +170,7 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
                    const char **keys, const size_t *keylens, int nargs, const char **args,
                    const size_t *arglens, redisReply **out, dl_err *err) {
     *out = NULL;
-    dl_post *post = c->post;
+    dl_call *post = c->post;
     c->post = NULL;
     for (int by_text = 0; by_text < 2; by_text++) {
         int rc = DLOCK_OK;
@@ -221,7 +221,7 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const char **keys, const size_t *keylens, int nargs, const char **args,
                 const size_t *arglens, redisReply **out, dl_err *err) {
     const char *pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL;
-    dl_post *post = c->post; /* goes along when the call is redirected */
+    dl_call *post = c->post; /* goes along when the call is redirected */
     int rc = eval_on(c, pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key

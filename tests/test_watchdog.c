@@ -137,11 +137,9 @@ static void on_cut_lost(dlock_lock *l, int reason, void *userdata)
     atomic_store(&g_lost_at, (long long)th_now_ms());
 }
 
-/* A holder reaching the server through the proxy proxy (port pport) is cut
- * off by sig (SIGKILL: connections closed, then refused; SIGSTOP: no
- * answers). Another client tries the lock every millisecond: the holder's
- * lost callback (DLOCK_LOST_UNREACHABLE) must have run before it gets it. */
-static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport, int sig)
+/* A watchdog client (lease CUT_LEASE) reaching the server through the
+ * proxy on pport; cmd_timeout_ms 0: the default. */
+static dlock_client *proxied_client(int pport, int64_t cmd_timeout_ms)
 {
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", pport);
@@ -149,8 +147,19 @@ static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport
     dlock_options_init(&o);
     o.url = url;
     o.watchdog_lease_ms = CUT_LEASE;
-    dlock_client *hc = NULL;
-    ASSERT_EQ(dlock_client_new(&o, &hc), DLOCK_OK);
+    o.command_timeout_ms = cmd_timeout_ms;
+    dlock_client *c = NULL;
+    ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+    return c;
+}
+
+/* A holder reaching the server through the proxy proxy (port pport) is cut
+ * off by sig (SIGKILL: connections closed, then refused; SIGSTOP: no
+ * answers). Another client tries the lock every millisecond: the holder's
+ * lost callback (DLOCK_LOST_UNREACHABLE) must have run before it gets it. */
+static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport, int sig)
+{
+    dlock_client *hc = proxied_client(pport, 0);
     dlock_client *other = th_client(s, CUT_LEASE);
     dlock_lock *h = th_lock(hc, name, DLOCK_KIND_PLAIN);
     dlock_lock *w = th_lock(other, name, DLOCK_KIND_PLAIN);
@@ -210,15 +219,7 @@ static void *release_thread(void *arg)
 
 static void release_on_frozen_link(const th_server *s, pid_t proxy, int pport)
 {
-    char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", pport);
-    dlock_options o;
-    dlock_options_init(&o);
-    o.url = url;
-    o.watchdog_lease_ms = CUT_LEASE;
-    o.command_timeout_ms = 4 * CUT_LEASE;
-    dlock_client *hc = NULL;
-    ASSERT_EQ(dlock_client_new(&o, &hc), DLOCK_OK);
+    dlock_client *hc = proxied_client(pport, 4 * CUT_LEASE);
     dlock_client *other = th_client(s, CUT_LEASE);
     dlock_lock *h = th_lock(hc, "wd:cut:releasing", DLOCK_KIND_PLAIN);
     dlock_lock *w = th_lock(other, "wd:cut:releasing", DLOCK_KIND_PLAIN);
