@@ -137,6 +137,19 @@ static void on_cut_lost(dlock_lock *l, int reason, void *userdata)
     atomic_store(&g_lost_at, (long long)th_now_ms());
 }
 
+/* Tries w every millisecond for 3 leases from t_cut; when it got it (-1:
+ * never). */
+static int64_t take_soon(dlock_lock *w, int64_t t_cut)
+{
+    while (th_now_ms() - t_cut < 3 * CUT_LEASE) {
+        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
+        if (rc == DLOCK_OK) return th_now_ms();
+        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
+        th_sleep_ms(1);
+    }
+    return -1;
+}
+
 /* A watchdog client (lease CUT_LEASE) reaching the server through the
  * proxy on pport; cmd_timeout_ms 0: the default. */
 static dlock_client *proxied_client(int pport, int64_t cmd_timeout_ms)
@@ -169,16 +182,7 @@ static void cut_off(const th_server *s, const char *name, pid_t proxy, int pport
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
     th_sleep_ms(CUT_LEASE / 2); /* a renewal or so */
     ASSERT_EQ(kill(proxy, sig), 0);
-    int64_t t_cut = th_now_ms(), got_at = -1;
-    while (th_now_ms() - t_cut < 3 * CUT_LEASE) {
-        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
-        if (rc == DLOCK_OK) {
-            got_at = th_now_ms();
-            break;
-        }
-        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
-        th_sleep_ms(1);
-    }
+    int64_t t_cut = th_now_ms(), got_at = take_soon(w, t_cut);
     long long lost_at = atomic_load(&g_lost_at);
     th_log("%s (proxy %s): lost callback %lld ms after the cut, another client acquired after "
            "%lld ms (%lld ms later)",
@@ -229,19 +233,11 @@ static void release_on_frozen_link(const th_server *s, pid_t proxy, int pport)
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
     th_sleep_ms(CUT_LEASE / 2);
     ASSERT_EQ(kill(proxy, SIGSTOP), 0);
-    int64_t t_cut = th_now_ms(), got_at = -1;
+    int64_t t_cut = th_now_ms();
     releaser r = {h, -1, 0};
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, release_thread, &r), 0);
-    while (th_now_ms() - t_cut < 3 * CUT_LEASE) {
-        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
-        if (rc == DLOCK_OK) {
-            got_at = th_now_ms();
-            break;
-        }
-        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
-        th_sleep_ms(1);
-    }
+    int64_t got_at = take_soon(w, t_cut);
     long long lost_at = atomic_load(&g_lost_at);
     th_log("release on a frozen link: lost callback %lld ms after the cut, another client "
            "acquired after %lld ms",
