@@ -254,8 +254,10 @@ DLOCK_EXPORT int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms);
  * the server never came back, DLOCK_ETIMEDOUT if it did. An attempt whose
  * reply was lost may have taken the lock: a plain lock finds out (its
  * token is this call's) and gives such a hold back first; a reentrant,
- * fair, read or write lock re-enters it, and one count is then left after
- * the last release, which runs out with the lease. With fail_fast 1 the
+ * fair, read or write lock re-enters it, and the release that ends the
+ * last hold of the owner (client and thread) among the client's handles
+ * gives back the count that no handle holds (not on RedLock, whose
+ * leftover count runs out with the lease). With fail_fast 1 the
  * wait returns the failure at once. A try-once (wait_ms 0) never retries.
  * Locks (not the semaphores and latch, which return the failure at once);
  * RedLock waits ride out a node's failure by their majority instead.

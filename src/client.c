@@ -580,6 +580,7 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     dlock_client *c = calloc(1, sizeof *c);
     if (!c) return DLOCK_ENOMEM;
     pthread_mutex_init(&c->wd_mu, NULL);
+    pthread_mutex_init(&c->owned_mu, NULL);
     c->backend = &dl_backend_redis; /* until the URL names another */
     *out = c;
     dlock_options defaults;
@@ -612,6 +613,7 @@ void dlock_client_free(dlock_client *c) {
     if (c->backend->close && c->bctx) c->backend->close(c);
     client_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
+    dl_owned_free(c);
     dl_client_ok(c);
     free(c->who);
     free(c);

@@ -357,6 +357,12 @@ struct dlock_client {
     char id[40];               /* UUID-shaped client id */
 
     pthread_mutex_t wd_mu;     /* guards wd creation */
+    /* holds of this client's handles per lock name and owner, for the kinds
+     * whose server count is the owner's across handles (lock.c) */
+    pthread_mutex_t owned_mu;
+    struct dl_owned *owned;
+    size_t nowned, owned_cap;
+    int owned_broken;          /* a hold could not be recorded (memory) */
     dl_watchdog *wd;
 
     const dl_backend *backend; /* NULL: Redis (everything above); else the backend */
@@ -825,6 +831,9 @@ struct dlock_lock {
     void *bdata;               /* another backend's per-lock state */
     dl_cancel cancel;          /* dlock_lock_cancel */
 };
+
+/* The client's record of its handles' holds per name and owner (lock.c). */
+void dl_owned_free(dlock_client *c);
 
 /* dlock_acquire without noting where cancels stand (l->cancel_seen): for
  * dlock_multi_acquire, which notes it for every lock of the set first. */

@@ -97,6 +97,95 @@ fail:
     return dl_client_fail(c, &err);
 }
 
+/* ---- holds per owner ----
+ * The server counts a reentrant, fair, read or write lock's holds per owner
+ * ("<client id>:<thread id>", ":write" for the writer), whatever handle of
+ * that owner took them; each handle counts its own. The client adds up its
+ * handles' counts per name and owner, so that a release that leaves the
+ * owner's count above what its handles hold can tell: the surplus is no
+ * handle's (an attempt whose reply was lost and that was tried again, a
+ * handle that started afresh after a release failed), and is given back.
+ * Every change of such a handle's count goes through set_holds. */
+/* The most surplus holds a release gives back (a bound, not a count: one
+ * lost reply leaves one). */
+#define DL_SURPLUS_MAX 16
+
+typedef struct dl_owned {
+    char *key; /* name, NUL, owner */
+    size_t len;
+    int64_t count;
+} dl_owned;
+
+/* Kinds whose server count is shared by an owner's handles. */
+static int tracked(const dlock_lock *l) {
+    return l->c->backend == &dl_backend_redis && l->ops->reentrant && !l->ops->unique_owner;
+}
+
+/* Adds delta to the record of l's name and owner; returns the new sum, or
+ * -1 when it is not known (no record, or a hold that could not be recorded
+ * for want of memory: from then on the client never counts on a sum). */
+static int64_t owned_add(dlock_lock *l, int64_t delta) {
+    dlock_client *c = l->c;
+    size_t len = l->name_len + 1 + l->token_len;
+    int64_t sum = -1;
+    pthread_mutex_lock(&c->owned_mu);
+    size_t i = 0;
+    while (i < c->nowned && !(c->owned[i].len == len && !memcmp(c->owned[i].key, l->name, l->name_len) &&
+                              !memcmp(c->owned[i].key + l->name_len + 1, l->token, l->token_len)))
+        i++;
+    if (i == c->nowned && delta > 0) {
+        if (c->nowned == c->owned_cap) {
+            size_t cap = c->owned_cap ? 2 * c->owned_cap : 8;
+            dl_owned *o = realloc(c->owned, cap * sizeof *o);
+            if (!o) {
+                c->owned_broken = 1;
+                goto out;
+            }
+            c->owned = o;
+            c->owned_cap = cap;
+        }
+        char *k = malloc(len);
+        if (!k) {
+            c->owned_broken = 1;
+            goto out;
+        }
+        memcpy(k, l->name, l->name_len);
+        k[l->name_len] = '\0';
+        memcpy(k + l->name_len + 1, l->token, l->token_len);
+        c->owned[c->nowned++] = (dl_owned){k, len, 0};
+    }
+    if (i < c->nowned) {
+        c->owned[i].count += delta;
+        sum = c->owned[i].count;
+        if (sum <= 0) { /* the last hold of this owner: forget it */
+            free(c->owned[i].key);
+            c->owned[i] = c->owned[--c->nowned];
+            sum = 0;
+        }
+    }
+out:
+    if (c->owned_broken) sum = -1; /* a hold went unrecorded: no sum is sure */
+    pthread_mutex_unlock(&c->owned_mu);
+    return sum;
+}
+
+void dl_owned_free(dlock_client *c) {
+    for (size_t i = 0; i < c->nowned; i++) free(c->owned[i].key);
+    free(c->owned);
+    c->owned = NULL;
+    c->nowned = c->owned_cap = 0;
+    pthread_mutex_destroy(&c->owned_mu);
+}
+
+/* l's hold count becomes v, and the owner's record with it; returns the
+ * owner's sum over this client's handles afterwards (-1: unknown). */
+static int64_t set_holds(dlock_lock *l, int64_t v) {
+    int64_t delta = v - l->holds;
+    l->holds = v;
+    if (!tracked(l) || l->token_len == 0) return -1;
+    return delta ? owned_add(l, delta) : -1;
+}
+
 static void wd_off(dlock_lock *l) {
     if (l->watchdog) {
         dl_watchdog_unregister(l->c, &l->lease);
@@ -172,7 +261,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         /* a hold whose release failed (I/O) and whose lease has surely run
          * out since: nothing is left to re-enter, start afresh */
         wd_off(l);
-        l->holds = 0;
+        set_holds(l, 0);
         l->token[0] = '\0';
         l->token_len = 0;
     }
@@ -223,7 +312,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         }
         return lock_fail(l, &err);
     }
-    l->holds++;
+    set_holds(l, l->holds + 1);
     l->fence = t.fence;
     l->lease_ms = lease;
     atomic_store(&l->lease.lost, 0);
@@ -236,7 +325,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         if (rc) {
             dl_err saved = err;
             dlock_release(l); /* best effort; the lease runs out otherwise */
-            l->holds = 0;
+            set_holds(l, 0);
             return lock_fail(l, &saved);
         }
     } else if (lease_ms != DLOCK_WATCHDOG) {
@@ -249,7 +338,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
 static int mark_lost(dlock_lock *l, const char *op, dl_err *err) {
     char nm[80];
     wd_off(l);
-    l->holds = 0;
+    set_holds(l, 0);
     atomic_store(&l->lease.lost, 1);
     return dl_seterr(err, DLOCK_ELOST,
                      "%s: lock '%s' was no longer held by this owner (lease expired or taken "
@@ -280,7 +369,16 @@ int dlock_release(dlock_lock *l) {
         mark_lost(l, "release", &err);
         return lock_fail(l, &err);
     }
-    l->holds = (res == 1) ? 0 : l->holds - 1;
+    int64_t owner_holds = set_holds(l, res == 1 ? 0 : l->holds - 1);
+    if (res == 0 && owner_holds == 0 && l->c->mode != DL_MODE_REDLOCK) {
+        /* the server still counts holds of this owner that none of this
+         * client's handles has (the top of the file): give them back, so
+         * that the lock is free now and not at the end of its lease */
+        for (int i = 0; i < DL_SURPLUS_MAX && res == 0; i++) {
+            dl_err ignored = {0};
+            if (l->c->backend->release(l, &res, &ignored) != DLOCK_OK) break;
+        }
+    }
     if (l->holds == 0) {
         wd_off(l);
         l->token[0] = '\0';

@@ -60,6 +60,36 @@ static void check_count(dlock_lock *l, int want_held, int64_t want_count)
     ASSERT_EQ(count, want_count);
 }
 
+/* Two handles of one owner (client and thread) on one name share the
+ * server's count: a release by one leaves the other's hold (the count it
+ * leaves is a handle's, not a surplus to give back); a release that leaves a
+ * surplus no handle holds (a hold reset after a failed release) gives it
+ * back. */
+static void shared_owner(dlock_client *c, redisContext *rc)
+{
+    dlock_lock *a = th_lock(c, "re:shared", DLOCK_KIND_REENTRANT);
+    dlock_lock *b = th_lock(c, "re:shared", DLOCK_KIND_REENTRANT);
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, DLOCK_NOWAIT, 5000, NULL));
+    char *v = th_cmd_str(rc, "HGET re:shared %s", dlock_lock_token(a));
+    ASSERT_STR_EQ(v, "3");
+    free(v);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(dlock_lock_holding(a), 0);
+    v = th_cmd_str(rc, "HGET re:shared %s", dlock_lock_token(b));
+    ASSERT_STR_EQ(v, "2"); /* b's two holds stay */
+    free(v);
+    ASSERT_LOK(b, dlock_release(b));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS re:shared"), 1);
+    /* a surplus: the owner's count raised behind the handles' backs */
+    th_cmd_int(rc, "HINCRBY re:shared %s 2", dlock_lock_token(b));
+    ASSERT_LOK(b, dlock_release(b));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS re:shared"), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+}
+
 int main(void)
 {
     th_init("reentrant");
@@ -67,6 +97,8 @@ int main(void)
     g_client = th_client(g_srv, 0);
     dlock_client *other = th_client(g_srv, 0);
     redisContext *rc = th_redis(g_srv);
+
+    shared_owner(g_client, rc);
 
     dlock_lock *l = th_lock(g_client, NAME, DLOCK_KIND_REENTRANT);
     ASSERT_EQ(dlock_lock_kind(l), DLOCK_KIND_REENTRANT);
