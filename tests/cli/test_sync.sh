@@ -198,8 +198,10 @@ check "text says semaphore or latch" "grep -Eq '^kind: +semaphore or latch$' '$T
 expect 0 "list --json" list --json
 json_check "list --json has every kind" '{x["name"]: x["kind"] for x in d if x["name"] in ("fl","rdl","wrl","psem","lt")} == {"fl": "fair", "rdl": "read", "wrl": "write", "psem": "permit-semaphore", "lt": "semaphore or latch"} and [x for x in d if x["name"] == "psem"][0]["leased"] == 1' "$TMP/out"
 expect 0 "list (text)" list
+# a held lock's line ends with who holds it (" by HOST:PID ..."): the CLI
+# records its holders
 check "list text shows the details" \
-    "grep -Eq '^fl +fair .*queued=1$' '$TMP/out' && grep -Eq '^rdl +read .*readers=2 writer=no$' '$TMP/out' && grep -Eq '^wrl +write .*readers=0 writer=yes$' '$TMP/out' && grep -Eq '^psem +permit-semaphore .*permits=2 leased=1$' '$TMP/out' && grep -Eq '^lt +semaphore or latch .*permits=4 leased=0$' '$TMP/out'"
+    "grep -Eq '^fl +fair .*queued=1  by [^ ]+:[0-9]+ ' '$TMP/out' && grep -Eq '^rdl +read .*readers=2 writer=no  by [^ ]+:[0-9]+ ' '$TMP/out' && grep -Eq '^wrl +write .*readers=0 writer=yes  by [^ ]+:[0-9]+ ' '$TMP/out' && grep -Eq '^psem +permit-semaphore .*permits=2 leased=1$' '$TMP/out' && grep -Eq '^lt +semaphore or latch .*permits=4 leased=0$' '$TMP/out'"
 touch "$GO"
 fails=0
 for p in "${hp[@]}"; do wait "$p" || fails=$((fails + 1)); done
