@@ -16,9 +16,10 @@
  *   and verification failures are DLOCK_ETLS.
  * - Keys: a lock named N of L bytes lives under the prefix
  *   "dlock/lock/<L>/<N>/" (the length keeps "a" and "a/b" apart). Each
- *   attempt puts "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
- *   reentrant, fair, write) or "<prefix>r/<lease id>" (read) with the
- *   attempt's lease and the holder's token as value: the concurrency recipe
+ *   attempt creates "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
+ *   reentrant, fair, write) or "<prefix>r/<lease id>" (read), "-<n, hex>"
+ *   appended under the session lease (n unique in the client), with that
+ *   lease and the holder's token as value: the concurrency recipe
  *   of etcd's own Mutex / RWMutex, done by the client. An exclusive attempt
  *   holds the lock when its key is the oldest (lowest create_revision) under
  *   the prefix; a read attempt when no exclusive key is older than its own.
@@ -27,24 +28,33 @@
  *   the next in line (no herd), waiters are served in arrival order (so the
  *   fair kind is the same lock), and a waiting writer holds back the readers
  *   that come after it.
- * - Try once (wait 0): put and read the owner in one txn; when it is not
- *   us, the attempt's lease is revoked (deleting the key) and DLOCK_EBUSY is
- *   answered. A timed wait that runs out revokes its lease too: nothing is
- *   left behind either way.
- * - After the wait the key is read back: a key gone (its lease expired
- *   while waiting, cf. etcd issue 11456 for the server's lock API) is not a
- *   lock; the attempt starts over while time remains.
- * - Leases: each hold has its own lease. DLOCK_WATCHDOG: a lease of the
- *   client's watchdog_lease_ms (rounded UP to whole seconds), kept alive
- *   every third of it by one keep-alive thread per client, started with the
- *   first such hold and stopped when the client is freed; the lock is held
- *   while the client lives (expires_at INT64_MAX). An explicit lease_ms is an
+ * - Acquire: one txn creates the key (if absent) and reads the oldest key
+ *   of the prefix; its revision is the key's create_revision, the fencing
+ *   token. Uncontended, with DLOCK_WATCHDOG, that txn is the only request
+ *   (one Raft write). Try once (wait 0): when the holder is not us, the key
+ *   is deleted (an explicit lease: revoked) and DLOCK_EBUSY is answered. A
+ *   timed wait that runs out, a cancel or a failure does the same: nothing
+ *   is left behind.
+ * - After a wait the key is read back: a key gone (its lease expired while
+ *   waiting, cf. etcd issue 11456 for the server's lock API) is not a lock;
+ *   the attempt starts over while time remains. Uncontended there is no
+ *   read-back: the txn that created the key read the holder atomically.
+ * - Leases. DLOCK_WATCHDOG: every such hold of a client rides on one session
+ *   lease (as etcd's concurrency.Session) of the client's watchdog_lease_ms
+ *   (rounded UP to whole seconds), granted by the first such acquire, kept
+ *   alive every third of it by one keep-alive thread per client (started
+ *   then, stopped when the client is freed; an unused session lease is then
+ *   revoked, one still holding runs out); the lock is held while the client
+ *   lives (expires_at INT64_MAX). A session lease found gone (by the
+ *   keep-alive, or by an acquire whose put etcd refuses for it) is dropped:
+ *   every hold on it is lost at once, each with its callback, and the next
+ *   acquire grants a new one. An explicit lease_ms is an
  *   etcd lease of lease_ms rounded UP to whole seconds (etcd grants at least
  *   2 s on default settings; the granted TTL is what counts), kept alive
  *   only while waiting and refreshed once when acquired, then left to run
- *   out. dlock_extend grants a new lease, re-puts the key with it in a txn
- *   guarded by the key's create_revision (so the fencing token stays) and
- *   revokes the old lease.
+ *   out: a lease per hold. dlock_extend grants a new lease, re-puts the key
+ *   with it in a txn guarded by the key's create_revision (so the fencing
+ *   token stays) and revokes the old lease (not the session's).
  * - Loss: the keep-alive finding a lease gone, or check / release / extend
  *   finding the key gone or re-created, means the lock is lost: release says
  *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1; the keep-alive
@@ -54,8 +64,8 @@
  *   dlock_fence_current: the holder's token, or when free the store's
  *   current revision, which no token issued exceeds and every later token
  *   does. Reentrant re-entry keeps the token and counts holds locally.
- * - Release: delete the key in a txn guarded by its create_revision, then
- *   revoke the lease.
+ * - Release: delete the key in a txn guarded by its create_revision (one
+ *   request, one write), then, for an explicit lease only, revoke it.
  * - Timeouts: every HTTP request connects within connect_timeout_ms and
  *   completes within connect_timeout_ms + command_timeout_ms; a wait watches
  *   for at most a third of the lease at a time and keeps the attempt's lease
@@ -109,6 +119,11 @@ typedef struct etcd_client {
     pthread_t ka_thread;
     int ka_started, ka_stop;
     etcd_lock *ka_list;
+    int64_t sess_ttl;             /* its granted TTL, seconds */
+    long long sess;               /* the session lease of DLOCK_WATCHDOG holds (0: none yet,
+                                     or found gone: the next such acquire grants another) */
+    pthread_mutex_t sess_mu;      /* one grant at a time */
+    atomic_ullong seq;            /* makes each session hold's key unique */
 } etcd_client;
 
 struct etcd_lock {
@@ -125,6 +140,7 @@ struct etcd_lock {
     long long lease;              /* current hold's lease id */
     long long rev;                /* current hold's create_revision */
     int64_t ttl_s;                /* granted TTL of the lease */
+    int session;                  /* lease is the client's session lease (DLOCK_WATCHDOG) */
     int kept;                     /* in the keep-alive list (ka_mu) */
     etcd_lock *next;              /* keep-alive list link (ka_mu) */
     atomic_int lost;
@@ -561,6 +577,25 @@ static void ka_remove_locked(etcd_client *ec, etcd_lock *el) {
     el->kept = 0;
 }
 
+/* Marks el lost and runs its callback, on the keep-alive thread (ka_mu held). */
+static void ka_lost_locked(etcd_client *ec, etcd_lock *el) {
+    atomic_store(&el->lost, 1);
+    if (el->l) {
+        atomic_store(&el->l->lease.lost, 1);
+        /* the lost-lease callback, as the Redis watchdog runs it (on this
+         * thread; registered before the acquire) */
+        if (el->l->lease.on_lost) el->l->lease.on_lost(&el->l->lease, DLOCK_LOST_TAKEN);
+    } else {
+        dl_semaphore_lost(el->sem, DLOCK_LOST_TAKEN);
+    }
+    ka_remove_locked(ec, el);
+}
+
+/* The keep-alive thread: every third of the watchdog TTL, one keep-alive of
+ * the session lease (while there is one) and one per entry holding a lease of
+ * its own (semaphore acquisitions). A session lease found gone is dropped, and
+ * every session hold whose lease is not the current session lease is lost: all
+ * the holds of a lost session at once. */
 static void *ka_main(void *arg) {
     etcd_client *ec = arg;
     CURL *h = curl_easy_init();
@@ -568,13 +603,21 @@ static void *ka_main(void *arg) {
     if (period < 200) period = 200;
     pthread_mutex_lock(&ec->ka_mu);
     while (!ec->ka_stop) {
+        long long sess = ec->sess;
         size_t n = 0;
-        for (etcd_lock *el = ec->ka_list; el; el = el->next) n++;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) n += !el->session;
         long long *ids = n ? malloc(n * sizeof *ids) : NULL;
         size_t k = 0;
         if (ids)
-            for (etcd_lock *el = ec->ka_list; el; el = el->next) ids[k++] = el->lease;
+            for (etcd_lock *el = ec->ka_list; el; el = el->next)
+                if (!el->session) ids[k++] = el->lease;
         pthread_mutex_unlock(&ec->ka_mu);
+        int sess_gone = 0;
+        if (sess && h) {
+            int alive = 1;
+            dl_err e = {0};
+            sess_gone = !lease_keepalive(ec, h, sess, &alive, &e) && !alive;
+        }
         for (size_t i = 0; i < k && h; i++) {
             int alive = 1;
             dl_err e = {0};
@@ -583,21 +626,16 @@ static void *ka_main(void *arg) {
             }
         }
         pthread_mutex_lock(&ec->ka_mu);
-        for (size_t i = 0; i < k; i++) {
-            if (!ids[i]) continue;
-            etcd_lock *el = ec->ka_list;
-            while (el && el->lease != ids[i]) el = el->next;
-            if (!el) continue;
-            atomic_store(&el->lost, 1);
-            if (el->l) {
-                atomic_store(&el->l->lease.lost, 1);
-                /* the lost-lease callback, as the Redis watchdog runs it (on
-                 * this thread; registered before the acquire) */
-                if (el->l->lease.on_lost) el->l->lease.on_lost(&el->l->lease, DLOCK_LOST_TAKEN);
+        if (sess_gone && ec->sess == sess) ec->sess = 0;
+        for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
+            next = el->next;
+            int lost = 0;
+            if (el->session) {
+                lost = el->lease != ec->sess;
             } else {
-                dl_semaphore_lost(el->sem, DLOCK_LOST_TAKEN);
+                for (size_t i = 0; i < k && !lost; i++) lost = ids[i] && ids[i] == el->lease;
             }
-            ka_remove_locked(ec, el);
+            if (lost) ka_lost_locked(ec, el);
         }
         free(ids);
         if (ec->ka_stop) break;
@@ -616,24 +654,72 @@ static void *ka_main(void *arg) {
     return NULL;
 }
 
-static int ka_add(etcd_client *ec, etcd_lock *el, dl_err *err) {
+static int ka_start_locked(etcd_client *ec, dl_err *err) {
+    if (ec->ka_started) return DLOCK_OK;
+    int prc = pthread_create(&ec->ka_thread, NULL, ka_main, ec);
+    if (prc)
+        return dl_seterr(err, DLOCK_ESYS, "etcd: cannot start the keep-alive thread: %s",
+                         strerror(prc));
+    ec->ka_started = 1;
+    return DLOCK_OK;
+}
+
+/* Adds el to the keep-alive list. A session hold whose lease is no longer
+ * the session lease (found gone meanwhile) is not added: *stale 1 (may be
+ * NULL for the others). */
+static int ka_add(etcd_client *ec, etcd_lock *el, int *stale, dl_err *err) {
+    if (stale) *stale = 0;
     pthread_mutex_lock(&ec->ka_mu);
-    if (!ec->ka_started) {
-        int prc = pthread_create(&ec->ka_thread, NULL, ka_main, ec);
-        if (prc) {
-            pthread_mutex_unlock(&ec->ka_mu);
-            return dl_seterr(err, DLOCK_ESYS, "etcd: cannot start the keep-alive thread: %s",
-                             strerror(prc));
-        }
-        ec->ka_started = 1;
-    }
-    if (!el->kept) {
+    int rc = ka_start_locked(ec, err);
+    if (!rc && el->session && el->lease != ec->sess) {
+        if (stale) *stale = 1;
+    } else if (!rc && !el->kept) {
         el->next = ec->ka_list;
         ec->ka_list = el;
         el->kept = 1;
     }
     pthread_mutex_unlock(&ec->ka_mu);
-    return DLOCK_OK;
+    return rc;
+}
+
+/* The session lease, granted on h when there is none (one grant at a time);
+ * the keep-alive thread runs from then on. */
+static int sess_get(etcd_client *ec, CURL *h, long long *id, int64_t *ttl_s, dl_err *err) {
+    pthread_mutex_lock(&ec->sess_mu);
+    pthread_mutex_lock(&ec->ka_mu);
+    long long cur = ec->sess;
+    pthread_mutex_unlock(&ec->ka_mu);
+    int rc = DLOCK_OK;
+    int64_t granted = 0;
+    if (!cur) {
+        rc = lease_grant(ec, h, ec->wd_ttl_s, &cur, &granted, err);
+        if (!rc) {
+            pthread_mutex_lock(&ec->ka_mu);
+            rc = ka_start_locked(ec, err);
+            if (!rc) {
+                ec->sess = cur;
+                ec->sess_ttl = granted;
+            }
+            pthread_mutex_unlock(&ec->ka_mu);
+            if (rc) lease_revoke(ec, h, cur);
+        }
+    }
+    pthread_mutex_lock(&ec->ka_mu);
+    *ttl_s = ec->sess_ttl;
+    pthread_mutex_unlock(&ec->ka_mu);
+    pthread_mutex_unlock(&ec->sess_mu);
+    *id = cur;
+    return rc;
+}
+
+/* The session lease id was found gone (a put under it refused): dropped, so
+ * that the next watchdog acquire grants another; the keep-alive thread, woken,
+ * marks its holds lost. */
+static void sess_drop(etcd_client *ec, long long id) {
+    pthread_mutex_lock(&ec->ka_mu);
+    if (ec->sess == id) ec->sess = 0;
+    pthread_cond_broadcast(&ec->ka_cv);
+    pthread_mutex_unlock(&ec->ka_mu);
 }
 
 /* Returns whether it was kept. */
@@ -656,6 +742,11 @@ static void etcd_close(dlock_client *c) {
     pthread_cond_broadcast(&ec->ka_cv);
     pthread_mutex_unlock(&ec->ka_mu);
     if (started) pthread_join(ec->ka_thread, NULL);
+    /* a session lease no hold uses any more is revoked; one that still keeps
+     * holds runs out, as documented for dlock_client_free */
+    int sess_holds = 0;
+    for (etcd_lock *el = ec->ka_list; el; el = el->next) sess_holds |= el->session;
+    if (ec->sess && !sess_holds && ec->curl) lease_revoke(ec, ec->curl, ec->sess);
     if (ec->curl) curl_easy_cleanup(ec->curl);
     for (size_t i = 0; i < ec->neps; i++) free(ec->eps[i]);
     free(ec->ca_file);
@@ -664,6 +755,7 @@ static void etcd_close(dlock_client *c) {
     free(ec->key_file);
     pthread_mutex_destroy(&ec->mu);
     pthread_mutex_destroy(&ec->ka_mu);
+    pthread_mutex_destroy(&ec->sess_mu);
     pthread_cond_destroy(&ec->ka_cv);
     free(ec);
     c->bctx = NULL;
@@ -681,6 +773,8 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     if (!ec) return OOM(err);
     pthread_mutex_init(&ec->mu, NULL);
     pthread_mutex_init(&ec->ka_mu, NULL);
+    pthread_mutex_init(&ec->sess_mu, NULL);
+    atomic_init(&ec->seq, 0);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -949,39 +1043,67 @@ static void etcd_lock_destroy(dlock_lock *l) {
     l->bdata = NULL;
 }
 
-/* Puts el's key for lease id and reads the holder, in one txn: *owner 1 when
- * the new key is the oldest. Sets el->key and el->rev. */
-static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner, dl_err *err) {
+/* Creates el's key under lease id (when absent) and reads the holder, in one
+ * txn, the acquire's only request when uncontended: *owner 1 when the new key
+ * is the oldest. Sets el->key and el->rev (the txn's revision: the fencing
+ * token). The key is "<w|r>/<lease, 16 hex>", and for a session hold
+ * "-<n, hex>" after it, n unique in the client. *nolease: etcd refused the
+ * lease as not found (it expired or was revoked). */
+static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner, int *nolease,
+                       dl_err *err) {
     dlock_lock *l = el->l;
     *owner = 0;
+    *nolease = 0;
     free(el->key);
-    el->key_len = el->prefix_len + 18;
+    char tail[48];
+    int tn = el->session ? snprintf(tail, sizeof tail, "%c/%016llx-%llx", el->reader ? 'r' : 'w',
+                                    (unsigned long long)id,
+                                    (unsigned long long)atomic_fetch_add(&ec->seq, 1))
+                         : snprintf(tail, sizeof tail, "%c/%016llx", el->reader ? 'r' : 'w',
+                                    (unsigned long long)id);
+    el->key_len = el->prefix_len + (size_t)tn;
     if (!(el->key = malloc(el->key_len + 1))) return OOM(err);
     memcpy(el->key, el->prefix, el->prefix_len);
-    snprintf(el->key + el->prefix_len, 19, "%c/%016llx", el->reader ? 'r' : 'w',
-             (unsigned long long)id);
+    memcpy(el->key + el->prefix_len, tail, (size_t)tn + 1);
     cJSON *q = cJSON_CreateObject();
+    cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
     cJSON *succ = q ? cJSON_AddArrayToObject(q, "success") : NULL;
-    cJSON *o1 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
+    cJSON *c1 = cJSON_CreateObject(), *o1 = cJSON_CreateObject(), *o2 = cJSON_CreateObject();
     cJSON *put = o1 ? cJSON_AddObjectToObject(o1, "request_put") : NULL;
     cJSON *rng = o2 ? cJSON_AddObjectToObject(o2, "request_range") : NULL;
-    int ok = succ && put && rng && add_b64(put, "key", el->key, el->key_len) &&
+    int ok = cmp && succ && c1 && put && rng && add_b64(c1, "key", el->key, el->key_len) &&
+             add_str(c1, "target", "CREATE") && add_ll(c1, "create_revision", 0) &&
+             add_b64(put, "key", el->key, el->key_len) &&
              add_b64(put, "value", l->token, l->token_len) && add_ll(put, "lease", id) &&
              (el->reader ? add_prefix_range(rng, el->wprefix, el->wprefix_len)
                          : add_prefix_range(rng, el->prefix, el->prefix_len)) &&
              add_str(rng, "sort_order", "ASCEND") && add_str(rng, "sort_target", "CREATE") &&
              add_ll(rng, "limit", 1);
     if (!ok) {
+        cJSON_Delete(c1);
         cJSON_Delete(o1);
         cJSON_Delete(o2);
         cJSON_Delete(q);
         return OOM(err);
     }
+    cJSON_AddItemToArray(cmp, c1);
     cJSON_AddItemToArray(succ, o1);
     cJSON_AddItemToArray(succ, o2);
     cJSON *r = NULL;
-    int rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, err);
+    int gcode = 0;
+    int rc = rpc(ec, el->curl, "/v3/kv/txn", q, req_timeout(ec), &r, &gcode, err);
     if (rc) return rc;
+    if (gcode) {
+        const char *m = jstr(r, "message");
+        *nolease = gcode == 5 && m && strstr(m, "lease not found");
+        rc = dl_seterr(err,
+                       gcode == 16 || gcode == 7   ? DLOCK_EAUTH
+                       : gcode == 14 || gcode == 4 ? DLOCK_EIO
+                                                   : DLOCK_ESERVER,
+                       "etcd: /v3/kv/txn: %s (code %d)", m ? m : "error", gcode);
+        cJSON_Delete(r);
+        return rc;
+    }
     cJSON *resps = jobj(r, "responses");
     cJSON *pr = jobj(cJSON_GetArrayItem(resps, 0), "response_put");
     cJSON *rr = jobj(cJSON_GetArrayItem(resps, 1), "response_range");
@@ -997,6 +1119,23 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
                         : jnum(kv, "create_revision") == el->rev;
     cJSON_Delete(r);
     return DLOCK_OK;
+}
+
+/* Deletes el's key, when its create revision is still el->rev (best effort). */
+static void key_drop(etcd_client *ec, etcd_lock *el) {
+    int done = 0;
+    dl_err e = {0};
+    txn_if(ec, el->curl, el->key, el->key_len, "CREATE", el->rev, NULL, 0, 0, &done, &e);
+}
+
+/* Gives up an attempt: a session attempt deletes its key, an attempt with a
+ * lease of its own revokes the lease (which deletes the key). */
+static void attempt_drop(etcd_client *ec, etcd_lock *el, long long id) {
+    if (el->session) {
+        if (el->rev > 0) key_drop(ec, el);
+    } else {
+        lease_revoke(ec, el->curl, id);
+    }
 }
 
 static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
@@ -1018,27 +1157,37 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
     int64_t ttl = wd ? ec->wd_ttl_s : lease_secs(lease_ms);
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
     atomic_store(&el->lost, 0);
+    el->session = wd;
+    int nolease_tries = 0;
     for (;;) {
         long long id = 0;
         int64_t granted = 0;
         int64_t t0 = dl_now_ms(); /* the lease surely runs from no earlier */
-        int rc = lease_grant(ec, el->curl, ttl, &id, &granted, err);
+        el->rev = 0;
+        /* DLOCK_WATCHDOG: the client's session lease (granted once, kept alive
+         * by the keep-alive thread); else a lease of this hold's own */
+        int rc = wd ? sess_get(ec, el->curl, &id, &granted, err)
+                    : lease_grant(ec, el->curl, ttl, &id, &granted, err);
         if (rc) return rc;
-        int owner = 0;
-        rc = put_and_own(ec, el, id, &owner, err);
+        int owner = 0, nolease = 0;
+        rc = put_and_own(ec, el, id, &owner, &nolease, err);
         if (rc) {
-            lease_revoke(ec, el->curl, id);
+            if (wd && nolease && nolease_tries++ < 3) {
+                sess_drop(ec, id); /* the session expired: its holds are lost */
+                continue;
+            }
+            if (!wd) lease_revoke(ec, el->curl, id);
             return rc;
         }
         int waited = 0, gone = 0;
         while (!owner && !gone) {
             if (wait_ms == 0) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner", nm);
             }
             int64_t left = deadline == DL_INF_DEADLINE ? INT64_MAX : deadline - dl_now_ms();
             if (left <= 0) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return dl_seterr(err, DLOCK_ETIMEDOUT, "lock '%s' not acquired within %lld ms",
                                  nm, (long long)wait_ms);
             }
@@ -1051,16 +1200,18 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
                             : get_owner(ec, el->curl, el->prefix, el->prefix_len, el->rev - 1,
                                         1, 0, &resp, &kv, &hrev, err);
             if (rc) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return rc;
             }
             if (!kv) {
                 cJSON_Delete(resp);
-                /* read back our key: its lease may have run out meanwhile */
+                /* read back our key: its lease may have run out meanwhile
+                 * (after a wait only, as etcd's own Mutex does: the
+                 * uncontended txn put it and read the holder atomically) */
                 long long crev = 0;
                 rc = key_state(ec, el->curl, el, &crev, NULL, err);
                 if (rc) {
-                    lease_revoke(ec, el->curl, id);
+                    attempt_drop(ec, el, id);
                     return rc;
                 }
                 if (crev == el->rev) owner = 1;
@@ -1073,7 +1224,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
             char *pk = pkey ? strdup(pkey) : NULL;
             cJSON_Delete(resp);
             if (!pk) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return pkey ? OOM(err) : dl_seterr(err, DLOCK_EPROTO, "etcd: range: no key");
             }
             dl_cancel_begin(&l->cancel);
@@ -1081,19 +1232,21 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
             dl_cancel_end(&l->cancel);
             free(pk);
             if (rc == DLOCK_ECANCELED) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return dl_cancel_err(l, err);
             }
             int alive = 1;
-            if (!rc) rc = lease_keepalive(ec, el->curl, id, &alive, err);
+            /* the session lease is kept alive by the keep-alive thread; an
+             * attempt's own lease by the waiter */
+            if (!rc && !wd) rc = lease_keepalive(ec, el->curl, id, &alive, err);
             if (rc) {
-                lease_revoke(ec, el->curl, id);
+                attempt_drop(ec, el, id);
                 return rc;
             }
             if (!alive) gone = 1;
         }
         if (gone) {
-            lease_revoke(ec, el->curl, id);
+            attempt_drop(ec, el, id);
             continue; /* our key went with its lease: start over */
         }
         if (waited && !wd) {
@@ -1113,11 +1266,13 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
         el->lease = id;
         el->ttl_s = granted;
         if (wd) {
-            rc = ka_add(ec, el, err);
+            int stale = 0;
+            rc = ka_add(ec, el, &stale, err);
             if (rc) {
-                lease_revoke(ec, el->curl, id);
+                key_drop(ec, el);
                 return rc;
             }
+            if (stale) continue; /* the session ended meanwhile: so did our key */
             l->expires_at = INT64_MAX;
         } else {
             l->expires_at = t0 + granted * 1000;
@@ -1129,6 +1284,8 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
     }
 }
 
+/* One guarded delete; an explicit lease is revoked after it (a session
+ * lease stays: other holds ride on it). */
 static int etcd_release(dlock_lock *l, long long *res, dl_err *err) {
     etcd_client *ec = l->c->bctx;
     etcd_lock *el = l->bdata;
@@ -1138,7 +1295,7 @@ static int etcd_release(dlock_lock *l, long long *res, dl_err *err) {
     }
     int kept = ka_del(ec, el);
     if (atomic_load(&el->lost)) {
-        lease_revoke(ec, el->curl, el->lease);
+        if (!el->session) lease_revoke(ec, el->curl, el->lease);
         *res = -1;
         return DLOCK_OK;
     }
@@ -1147,10 +1304,10 @@ static int etcd_release(dlock_lock *l, long long *res, dl_err *err) {
                     err);
     if (rc) {
         dl_err e2 = {0};
-        if (kept) ka_add(ec, el, &e2);
+        if (kept) ka_add(ec, el, NULL, &e2);
         return rc;
     }
-    lease_revoke(ec, el->curl, el->lease);
+    if (!el->session) lease_revoke(ec, el->curl, el->lease);
     *res = deleted ? 1 : -1;
     return DLOCK_OK;
 }
@@ -1179,7 +1336,8 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
         return DLOCK_OK;
     }
     ka_del(ec, el); /* an explicit lease from now on */
-    lease_revoke(ec, el->curl, el->lease);
+    if (!el->session) lease_revoke(ec, el->curl, el->lease);
+    el->session = 0;
     el->lease = id;
     el->ttl_s = granted;
     l->expires_at = t0 + granted * 1000;
@@ -1309,8 +1467,9 @@ static int etcd_server_fact(dlock_client *c, const char *what, char *buf, size_t
     etcd_client *ec = c->bctx;
     if (!strcmp(what, "session")) {
         snprintf(buf, buflen,
-                 "an etcd lease per lock: %lld s kept alive every %lld ms by the client "
-                 "(DLOCK_WATCHDOG), or lease_ms rounded up to whole seconds, not renewed",
+                 "one etcd session lease per client for DLOCK_WATCHDOG locks: %lld s kept "
+                 "alive every %lld ms by the client; lease_ms: an etcd lease per lock, "
+                 "rounded up to whole seconds, not renewed",
                  (long long)ec->wd_ttl_s, (long long)(ec->wd_ttl_s * 1000 / 3));
         return DLOCK_OK;
     }
@@ -1604,7 +1763,7 @@ static int etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_e
             if (mine) {
                 free(akey);
                 if (waited) sem_mark(ec, es, a);
-                rc = ka_add(ec, &a->ka, err);
+                rc = ka_add(ec, &a->ka, NULL, err);
                 if (rc) break;
                 es->acqs[es->nacq++] = a;
                 return DLOCK_OK;
