@@ -1467,9 +1467,9 @@ static int etcd_server_fact(dlock_client *c, const char *what, char *buf, size_t
     etcd_client *ec = c->bctx;
     if (!strcmp(what, "session")) {
         snprintf(buf, buflen,
-                 "one etcd session lease per client for DLOCK_WATCHDOG locks: %lld s kept "
-                 "alive every %lld ms by the client; lease_ms: an etcd lease per lock, "
-                 "rounded up to whole seconds, not renewed",
+                 "the client's etcd session lease (DLOCK_WATCHDOG, shared by its holds): "
+                 "%lld s kept alive every %lld ms by the client; or lease_ms: an etcd lease "
+                 "per lock, rounded up to whole seconds, not renewed",
                  (long long)ec->wd_ttl_s, (long long)(ec->wd_ttl_s * 1000 / 3));
         return DLOCK_OK;
     }

@@ -1257,6 +1257,157 @@ static void test_sem_queue(void) {
 
 /* dlock_lock_cancel: the watch of the predecessor's key ends at once, and
  * the waiter's key goes with its lease */
+/* ---- DLOCK_WATCHDOG holds share the client's session lease (issue 22) ---- */
+
+/* How many gRPC calls of method the server started (the gateway makes one
+ * per HTTP request). */
+static long grpc_calls(const char *method) {
+    char *m = http("/metrics", NULL);
+    ASSERT_MSG(m != NULL, "no /metrics");
+    char pat[80];
+    snprintf(pat, sizeof pat, "grpc_method=\"%s\"", method);
+    long n = 0;
+    for (char *p = m; (p = strstr(p, "grpc_server_started_total{")); p++) {
+        char *eol = strchr(p, '\n');
+        if (!eol) break;
+        *eol = '\0';
+        if (strstr(p, pat)) {
+            char *v = strrchr(p, ' ');
+            if (v) n += atol(v + 1);
+        }
+        *eol = '\n';
+    }
+    free(m);
+    return n;
+}
+
+/* How many keys are attached to lease id (-1: the lease is gone). */
+static long keys_of_lease(const char *id) {
+    char q[100];
+    snprintf(q, sizeof q, "{\"ID\":\"%s\",\"keys\":true}", id);
+    char *r = http("/v3/lease/timetolive", q);
+    ASSERT_MSG(r != NULL, "timetolive %s failed", id);
+    long n = -1;
+    char *ttl = strstr(r, "\"TTL\":\"");
+    if (ttl && atol(ttl + 7) > 0) {
+        n = 0;
+        char *k = strstr(r, "\"keys\":[");
+        for (char *p = k; k && p && *p && *p != ']'; p++) n += *p == ',';
+        if (k && k[8] != ']') n++;
+    }
+    free(r);
+    return n;
+}
+
+static void on_lost_count(dlock_lock *l, int reason, void *ud) {
+    (void)l;
+    if (reason == DLOCK_LOST_TAKEN) atomic_fetch_add((atomic_int *)ud, 1);
+}
+
+static void test_session_lease(void) {
+    static atomic_int lost_a, lost_b, lost_x;
+    dlock_client *c = client_wd(3000);
+    dlock_lock *a = lock(c, "sess-a", DLOCK_KIND_PLAIN);
+    dlock_lock *b = lock(c, "sess-b", DLOCK_KIND_PLAIN);
+    dlock_lock *x = lock(c, "sess-x", DLOCK_KIND_PLAIN);
+    dlock_lock_on_lost(a, on_lost_count, &lost_a);
+    dlock_lock_on_lost(b, on_lost_count, &lost_b);
+    dlock_lock_on_lost(x, on_lost_count, &lost_x);
+
+    /* two watchdog holds: one lease, both keys on it */
+    ASSERT_LOK(a, dlock_acquire(a, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, 0, DLOCK_WATCHDOG, NULL));
+    char la[40], lb[40], lx[40];
+    lease_of("sess-a", la, sizeof la);
+    lease_of("sess-b", lb, sizeof lb);
+    ASSERT_STR_EQ(lb, la);
+    ASSERT_EQ(keys_of_lease(la), 2);
+    /* an explicit lease: a lease of its own */
+    ASSERT_LOK(x, dlock_acquire(x, 0, 30000, NULL));
+    lease_of("sess-x", lx, sizeof lx);
+    ASSERT(strcmp(lx, la) != 0);
+    ASSERT_EQ(keys_of_lease(lx), 1);
+    ASSERT_EQ(keys_of_lease(la), 2);
+    th_log("two watchdog holds on lease %s, the explicit one on %s", la, lx);
+
+    /* two handles of one client on one name still exclude each other (their
+     * keys differ on the shared lease) */
+    dlock_lock *a2 = lock(c, "sess-a", DLOCK_KIND_PLAIN);
+    ASSERT_LCODE(a2, dlock_acquire(a2, 0, DLOCK_WATCHDOG, NULL), DLOCK_EBUSY);
+    ASSERT_LCODE(a2, dlock_acquire(a2, 200, DLOCK_WATCHDOG, NULL), DLOCK_ETIMEDOUT);
+    ASSERT_EQ(keys_of("sess-a"), 1);
+    ASSERT_EQ(keys_of_lease(la), 2);
+
+    /* an uncontended pair is one txn to acquire and one to release: no lease
+     * granted or revoked, nothing read */
+    dlock_lock *p = lock(c, "sess-pairs", DLOCK_KIND_PLAIN);
+    long txn0 = grpc_calls("Txn"), grant0 = grpc_calls("LeaseGrant");
+    long revoke0 = grpc_calls("LeaseRevoke"), range0 = grpc_calls("Range");
+    uint64_t f0 = 0, f = 0;
+    for (int i = 0; i < 10; i++) {
+        ASSERT_LOK(p, dlock_acquire(p, 0, DLOCK_WATCHDOG, &f));
+        ASSERT_U64_GT(f, f0);
+        f0 = f;
+        ASSERT_LOK(p, dlock_release(p));
+    }
+    long txns = grpc_calls("Txn") - txn0, grants = grpc_calls("LeaseGrant") - grant0;
+    long revokes = grpc_calls("LeaseRevoke") - revoke0, ranges = grpc_calls("Range") - range0;
+    th_log("10 pairs: %ld txn, %ld grant, %ld revoke, %ld range", txns, grants, revokes, ranges);
+    ASSERT_EQ(txns, 20);
+    ASSERT_EQ(grants, 0);
+    ASSERT_EQ(revokes, 0);
+    ASSERT_EQ(ranges, 0);
+    ASSERT_EQ(keys_of("sess-pairs"), 0);
+
+    /* the session lease revoked: both its holds lost at once, each with the
+     * callback; the explicit-lease hold goes on */
+    lease_revoke_http(la);
+    ASSERT_EVENTUALLY(atomic_load(&lost_a) == 1 && atomic_load(&lost_b) == 1, 3000);
+    ASSERT_EQ(dlock_lock_is_lost(a), 1);
+    ASSERT_EQ(dlock_lock_is_lost(b), 1);
+    int held = 0;
+    int64_t n = 0;
+    ASSERT_LOK(x, dlock_lock_check(x, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(dlock_lock_is_lost(x), 0);
+    ASSERT_EQ(atomic_load(&lost_x), 0);
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+    ASSERT_LCODE(b, dlock_release(b), DLOCK_ELOST);
+    th_log("session lease revoked: both watchdog holds lost, the explicit one held");
+
+    /* the next watchdog acquire runs on a new session lease */
+    ASSERT_LOK(a, dlock_acquire(a, 0, DLOCK_WATCHDOG, NULL));
+    char la2[40];
+    lease_of("sess-a", la2, sizeof la2);
+    ASSERT(strcmp(la2, la) != 0);
+    ASSERT_EQ(keys_of_lease(la2), 1);
+
+    /* revoked, then an acquire before the keep-alive notices: etcd refuses
+     * the dead lease, the acquire takes a new one, and the hold on the old
+     * one is lost with its callback */
+    lease_revoke_http(la2);
+    ASSERT_LOK(b, dlock_acquire(b, 0, DLOCK_WATCHDOG, NULL));
+    lease_of("sess-b", lb, sizeof lb);
+    ASSERT(strcmp(lb, la2) != 0);
+    ASSERT_EVENTUALLY(atomic_load(&lost_a) == 2, 3000);
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+    ASSERT_LOK(b, dlock_lock_check(b, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_EQ(atomic_load(&lost_b), 1);
+    ASSERT_LOK(b, dlock_release(b));
+    ASSERT_LOK(x, dlock_release(x));
+
+    /* freeing the client revokes the session lease no hold uses */
+    ASSERT_EQ(keys_of_lease(lb), 0);
+    dlock_lock_free(p);
+    dlock_lock_free(a2);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(x);
+    dlock_client_free(c);
+    ASSERT_EQ(keys_of_lease(lb), -1);
+}
+
 static void test_cancel(void) {
     dlock_client *c = client();
     th_check_lock_cancel(c, "etcd:cancel", DLOCK_WATCHDOG);
@@ -1280,6 +1431,7 @@ int main(int argc, char **argv) {
     test_rw_fair();
     test_cli(argc > 1 ? argv[1] : NULL);
     test_leases();
+    test_session_lease();
     test_unsupported_and_errors();
     test_cluster();
     test_tls();
