@@ -204,7 +204,10 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
 void dl_node_put(dl_conn *conn) {
     if (!conn) return;
     dl_node *n = conn->node;
-    if (!n || conn->broken || conn->subscribed || conn->olen) {
+    /* unread bytes on a connection that asked for nothing more: out of
+     * step (dl_conn_flush) */
+    if (!n || conn->broken || conn->subscribed || conn->olen ||
+        (!conn->draining && conn->handshake <= 0 && dl_conn_unread(conn))) {
         dl_conn_close(conn);
         return;
     }

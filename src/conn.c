@@ -71,8 +71,22 @@ static int wait_fd(dl_conn *c, short events, int64_t deadline, const char *what,
     }
 }
 
+int dl_conn_unread(const dl_conn *c) { return c->reader && c->reader->pos < c->reader->len; }
+
 int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
     if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
+    /* New requests go out only once every reply to the earlier ones was
+     * read: bytes still unread then are a reply nobody asked for (a request
+     * the network delivered twice, say). The stream is out of step with its
+     * requests, and the next reply read would be taken for the new
+     * request's answer: never use it again (a subscribed connection's
+     * messages, and the replies to a handshake sent with the first request,
+     * come unasked) */
+    if (c->olen && !c->subscribed && !c->draining && c->handshake <= 0 && dl_conn_unread(c)) {
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO,
+                         "the server sent a reply nobody asked for: connection out of step");
+    }
     size_t off = 0;
     while (off < c->olen) {
         long n = c->ops->write(c, c->obuf + off, c->olen - off);

@@ -170,6 +170,8 @@ int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
                     const size_t *lens, redisReply **out, dl_err *err);
 /* 1 if the idle connection shows EOF or unexpected data (so is stale). */
 int dl_conn_stale(dl_conn *c);
+/* 1 when c's reader holds bytes not read as a reply yet. */
+int dl_conn_unread(const dl_conn *c);
 /* Maps an error reply to a code and message (NOPERM/NOAUTH -> EAUTH...). */
 int dl_reply_error(const redisReply *r, const char *what, dl_err *err);
 

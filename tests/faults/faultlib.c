@@ -97,22 +97,57 @@ static int tcp_connect(int port)
 
 #define PROXY_MAX 64
 
-static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
+/* the one-shot faults (faultlib.h) */
+enum { OS_DROP_REQ, OS_DROP_REP, OS_DUP_REQ, OS_DELAY_REP, OS_N };
+
+typedef struct proxy_log {
+    const char *sock; /* NULL: no log */
+    int id;
+    redisContext *rc;
+} proxy_log;
+
+static void log_fired(proxy_log *lg, int kind, const char *buf, ssize_t len)
+{
+    if (!lg->sock) return;
+    if (!lg->rc) lg->rc = fl_res_connect(lg->sock);
+    char d[49];
+    size_t n = 0;
+    for (ssize_t i = 0; i < len && n + 1 < sizeof d; i++) {
+        unsigned char ch = (unsigned char)buf[i];
+        d[n++] = ch == '\r' || ch == '\n' ? '|' : ch >= 32 && ch < 127 ? (char)ch : '.';
+    }
+    d[n] = '\0';
+    fl_ev(lg->rc, "M %d %lld %d %s", lg->id, (long long)th_now_ms(), kind, d);
+}
+
+static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w, proxy_log *lg)
 {
     int cl[PROXY_MAX], up[PROXY_MAX];
+    /* a reply chunk held back (OS_DELAY_REP) until held_until */
+    char *held[PROXY_MAX];
+    size_t hlen[PROXY_MAX];
+    int64_t held_until[PROXY_MAX];
     int np = 0, frozen = 0;
+    int armed[OS_N] = {0}; /* OS_DELAY_REP: the delay in ms */
     for (;;) {
         struct pollfd pf[2 + 2 * PROXY_MAX];
-        int n = 0;
+        int n = 0, timeout = -1;
+        int64_t now = th_now_ms();
         pf[n++] = (struct pollfd){cmd_r, POLLIN, 0};
         if (!frozen) {
             pf[n++] = (struct pollfd){lfd, POLLIN, 0};
             for (int i = 0; i < np; i++) {
                 pf[n++] = (struct pollfd){cl[i], POLLIN, 0};
-                pf[n++] = (struct pollfd){up[i], POLLIN, 0};
+                /* while a reply is held back, the later ones wait behind it */
+                pf[n++] = (struct pollfd){held[i] ? -1 : up[i], POLLIN, 0};
+                if (held[i]) {
+                    int64_t left = held_until[i] - now;
+                    if (left < 0) left = 0;
+                    if (timeout < 0 || left < timeout) timeout = (int)left;
+                }
             }
         }
-        if (poll(pf, (nfds_t)n, -1) < 0) {
+        if (poll(pf, (nfds_t)n, timeout) < 0) {
             if (errno == EINTR) continue;
             _exit(3);
         }
@@ -122,16 +157,27 @@ static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
             if (c == 'S') upstream = alt; /* then cut, as 'D' */
             if (c == 'D' || c == 'S') { /* cut: every connection reset */
                 for (int i = 0; i < np; i++) {
-                    struct linger lg = {1, 0};
-                    setsockopt(cl[i], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+                    struct linger lng = {1, 0};
+                    setsockopt(cl[i], SOL_SOCKET, SO_LINGER, &lng, sizeof lng);
                     close(cl[i]);
                     close(up[i]);
+                    free(held[i]);
                 }
                 np = 0;
             } else if (c == 'F') {
                 frozen = 1;
             } else if (c == 'U') {
                 frozen = 0;
+            } else if (c == 'r') {
+                armed[OS_DROP_REQ] = 1;
+            } else if (c == 'p') {
+                armed[OS_DROP_REP] = 1;
+            } else if (c == '2') {
+                armed[OS_DUP_REQ] = 1;
+            } else if (c == 'L') {
+                int ms = 0;
+                if (read(cmd_r, &ms, sizeof ms) != (ssize_t)sizeof ms) _exit(3);
+                armed[OS_DELAY_REP] = ms;
             }
             if (write(ack_w, &c, 1) != 1) _exit(3);
             continue;
@@ -146,18 +192,63 @@ static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
                 } else {
                     cl[np] = cfd;
                     up[np] = ufd;
+                    held[np] = NULL;
                     np++;
                 }
             }
         }
         int dead[PROXY_MAX] = {0};
+        now = th_now_ms();
         for (int i = 0, k = 2; k < n; i++, k += 2) {
-            for (int side = 0; side < 2; side++) {
+            if (held[i] && now >= held_until[i]) {
+                if (write_all(cl[i], held[i], hlen[i]) < 0) dead[i] = 1;
+                free(held[i]);
+                held[i] = NULL;
+            }
+            for (int side = 0; side < 2 && !dead[i]; side++) {
                 if (!(pf[k + side].revents & (POLLIN | POLLHUP | POLLERR))) continue;
                 int from = side ? up[i] : cl[i], to = side ? cl[i] : up[i];
                 char buf[16384];
                 ssize_t r = read(from, buf, sizeof buf);
-                if (r <= 0 || write_all(to, buf, (size_t)r) < 0) dead[i] = 1;
+                if (r <= 0) {
+                    dead[i] = 1;
+                    continue;
+                }
+                int copies = 1;
+                if (!side && armed[OS_DROP_REQ]) {
+                    armed[OS_DROP_REQ] = 0;
+                    log_fired(lg, OS_DROP_REQ, buf, r);
+                    copies = 0;
+                } else if (!side && armed[OS_DUP_REQ]) {
+                    armed[OS_DUP_REQ] = 0;
+                    log_fired(lg, OS_DUP_REQ, buf, r);
+                    copies = 2;
+                } else if (side && armed[OS_DROP_REP]) {
+                    armed[OS_DROP_REP] = 0;
+                    log_fired(lg, OS_DROP_REP, buf, r);
+                    copies = 0;
+                } else if (side && armed[OS_DELAY_REP]) {
+                    held[i] = malloc((size_t)r);
+                    if (held[i]) {
+                        memcpy(held[i], buf, (size_t)r);
+                        hlen[i] = (size_t)r;
+                        held_until[i] = th_now_ms() + armed[OS_DELAY_REP];
+                        copies = 0;
+                        log_fired(lg, OS_DELAY_REP, buf, r);
+                    }
+                    armed[OS_DELAY_REP] = 0;
+                }
+                if (copies == 2) {
+                    /* in one write, as one retransmitted segment would
+                     * come: the server reads both requests at once and
+                     * its two replies leave together */
+                    char two[2 * sizeof buf];
+                    memcpy(two, buf, (size_t)r);
+                    memcpy(two + r, buf, (size_t)r);
+                    if (write_all(to, two, 2 * (size_t)r) < 0) dead[i] = 1;
+                } else if (copies == 1 && write_all(to, buf, (size_t)r) < 0) {
+                    dead[i] = 1;
+                }
             }
         }
         int m = 0;
@@ -165,9 +256,13 @@ static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
             if (dead[i]) {
                 close(cl[i]);
                 close(up[i]);
+                free(held[i]);
             } else {
                 cl[m] = cl[i];
                 up[m] = up[i];
+                held[m] = held[i];
+                hlen[m] = hlen[i];
+                held_until[m] = held_until[i];
                 m++;
             }
         }
@@ -178,6 +273,11 @@ static void proxy_loop(int lfd, int upstream, int alt, int cmd_r, int ack_w)
 fl_proxy fl_proxy_start(int upstream) { return fl_proxy_start_alt(upstream, upstream); }
 
 fl_proxy fl_proxy_start_alt(int upstream, int alt)
+{
+    return fl_proxy_start_log(upstream, alt, NULL, 0);
+}
+
+fl_proxy fl_proxy_start_log(int upstream, int alt, const char *res_sock, int id)
 {
     fl_proxy px;
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -198,7 +298,8 @@ fl_proxy fl_proxy_start_alt(int upstream, int alt)
     if (px.pid == 0) {
         close(cmd[1]);
         close(ack[0]);
-        proxy_loop(lfd, upstream, alt, cmd[0], ack[1]);
+        proxy_log lg = {res_sock, id, NULL};
+        proxy_loop(lfd, upstream, alt, cmd[0], ack[1], &lg);
         _exit(0);
     }
     close(lfd);
@@ -217,6 +318,19 @@ void fl_proxy_cmd(fl_proxy *px, char c)
     char a;
     ASSERT_EQ(read(px->ack_r, &a, 1), 1);
     ASSERT_EQ(a, c);
+}
+
+void fl_proxy_delay(fl_proxy *px, int ms)
+{
+    char m[1 + sizeof ms];
+    m[0] = 'L';
+    memcpy(m + 1, &ms, sizeof ms);
+    ASSERT_EQ(write(px->cmd_w, m, sizeof m), (ssize_t)sizeof m);
+    struct pollfd pf = {px->ack_r, POLLIN, 0};
+    ASSERT_EQ(poll(&pf, 1, 5000), 1);
+    char a;
+    ASSERT_EQ(read(px->ack_r, &a, 1), 1);
+    ASSERT_EQ(a, 'L');
 }
 
 void fl_proxy_stop(fl_proxy *px)
