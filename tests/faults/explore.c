@@ -1689,9 +1689,11 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                 cx[nid] = cx[id];
                 cx[nid].id = nid;
                 if (!rl) {
-                    /* after a promotion ls is the new primary */
-                    px[nid] = fl_proxy_start_log(th_server_port(ls), th_server_port(ls),
-                                                 th_server_sock(res), nid);
+                    /* after a promotion ls is the new primary; before
+                     * one, the replica is where 'S' switches to */
+                    px[nid] = fl_proxy_start_log(
+                        th_server_port(ls), th_server_port(replica ? replica : ls),
+                        th_server_sock(res), nid);
                     snprintf(urls[nid], sizeof urls[nid], "redis://127.0.0.1:%d", px[nid].port);
                     cx[nid].url = urls[nid];
                     cx[nid].port = px[nid].port;
