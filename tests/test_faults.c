@@ -351,10 +351,12 @@ static dlock_client *short_client(const th_server *s)
 static void frozen_server_under_waiter(void)
 {
     th_server *s = th_server_start(NULL);
+    /* every kind rides it out through the same wait (wait.c); failing fast
+     * once is enough */
     const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR,
                                 DLOCK_KIND_WRITE};
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
-        for (int fast = 0; fast < 2; fast++) {
+        for (int fast = 0; fast < (k == 0 ? 2 : 1); fast++) {
             char name[32];
             snprintf(name, sizeof name, "fault:frozen:%zu:%d", k, fast);
             dlock_client *hc = short_client(s);
