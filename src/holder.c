@@ -106,6 +106,23 @@ int dlock_client_set_identity(dlock_client *c, const char *command, const char *
     return DLOCK_OK;
 }
 
+/* "dlock_holder:{name}:<owner>", malloc'd, its length in *len; NULL when
+ * out of memory. */
+static char *record_key(const char *name, size_t name_len, const char *owner, size_t owner_len,
+                        size_t *len) {
+    size_t pl = 0;
+    char *k = dl_derive_key(DL_WHO_PREFIX, name, name_len, ":", &pl);
+    char *full = k ? realloc(k, pl + owner_len + 1) : NULL;
+    if (!full) {
+        free(k);
+        return NULL;
+    }
+    memcpy(full + pl, owner, owner_len);
+    full[pl + owner_len] = '\0';
+    *len = pl + owner_len;
+    return full;
+}
+
 /* l's holder key for its current owner into l->who_key (made on first use). */
 static int who_key(dlock_lock *l) {
     if (!l->who_key) {
@@ -130,6 +147,8 @@ static int who_key(dlock_lock *l) {
 static int who_value(dlock_lock *l) {
     const dlock_client *c = l->c;
     struct timespec ts;
+    /* the wall clock on purpose: "since" is a date for people to read, and
+     * no lease or deadline is computed from it */
     clock_gettime(CLOCK_REALTIME, &ts);
     long long since = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     size_t need = strlen(c->who) + 2 * 24 + 3;
@@ -199,19 +218,14 @@ int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks, co
     args[1] = "w", arglens[1] = 1;
     args[2] = lease, arglens[2] = dl_fmt_ll(lease, lease_ms);
     for (size_t i = 0; i < n; i++) {
-        size_t pl = 0;
-        char *k = dl_derive_key(DL_WHO_PREFIX, locks[i], locklens[i], ":", &pl);
-        char *full = k ? realloc(k, pl + ownerlens[i] + 1) : NULL;
-        if (!full) {
-            free(k);
+        size_t kl = 0;
+        owned[i] = record_key(locks[i], locklens[i], owners[i], ownerlens[i], &kl);
+        if (!owned[i]) {
             rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
             goto done;
         }
-        memcpy(full + pl, owners[i], ownerlens[i]);
-        full[pl + ownerlens[i]] = '\0';
-        owned[i] = full;
         keys[2 * i] = locks[i], keylens[2 * i] = locklens[i];
-        keys[2 * i + 1] = full, keylens[2 * i + 1] = pl + ownerlens[i];
+        keys[2 * i + 1] = owned[i], keylens[2 * i + 1] = kl;
         args[3 + i] = owners[i], arglens[3 + i] = ownerlens[i];
     }
     rc = (by_text ? dl_eval_append_text : dl_eval_append)(conn, &who_script, (int)(2 * n), keys,
@@ -239,21 +253,15 @@ int dlock_inspect_holder(dlock_client *c, const char *name, size_t name_len, con
     if (name_len == 0) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "empty lock name"});
     if (name_len > DLOCK_NAME_MAX)
         return dl_client_fail(c, &(dl_err){DLOCK_ENAMETOOLONG, "lock name too long"});
-    size_t ol = strlen(owner), pl = 0;
-    char *k = dl_derive_key(DL_WHO_PREFIX, name, name_len, ":", &pl);
-    char *key = k ? realloc(k, pl + ol + 1) : NULL;
-    if (!key) {
-        free(k);
-        return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    }
-    memcpy(key + pl, owner, ol);
-    key[pl + ol] = '\0';
+    size_t kl = 0;
+    char *key = record_key(name, name_len, owner, strlen(owner), &kl);
+    if (!key) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
     int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
-    int rc = dl_pool_get_key(c, key, pl + ol, deadline, &conn, &err);
+    int rc = dl_pool_get_key(c, key, kl, deadline, &conn, &err);
     if (!rc) {
         const char *argv[2] = {"GET", key};
-        size_t lens[2] = {3, pl + ol};
+        size_t lens[2] = {3, kl};
         redisReply *r = NULL;
         rc = dl_conn_command(conn, deadline, 2, argv, lens, &r, &err);
         dl_pool_put(c, conn);

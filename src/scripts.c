@@ -191,7 +191,13 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
         if (!rc) rc = dl_conn_read(c, deadline, out, err);
         /* a main script not in the cache is sent again below, the post
          * script with it: no resend of its own then */
-        if (!rc && post) rc = post_read(c, post, by_text || dl_is_noscript(*out), deadline, err);
+        /* the main reply stands whatever becomes of the post's: a record
+         * lost costs the record, never the call (the connection is dropped) */
+        if (!rc && post) {
+            dl_err ignored = {0};
+            if (post_read(c, post, by_text || dl_is_noscript(*out), deadline, &ignored))
+                c->broken = 1;
+        }
         if (rc) {
             if (*out) freeReplyObject(*out);
             *out = NULL;
