@@ -627,7 +627,12 @@ DLOCK_EXPORT int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, in
 DLOCK_EXPORT int dlock_semaphore_cancel(dlock_semaphore *s);
 /* Gives back `permits` (>= 1) permits and wakes waiters. ZooKeeper:
  * DLOCK_EINVAL if this handle holds fewer; DLOCK_ELOST if the session
- * holding them expired (they were freed). */
+ * holding them expired (they were freed). Redis: a release (and an add) is
+ * counted once: it carries a random id, kept 60 s in the key
+ * "dlock_semchg:{name}:<id>", and one whose reply was lost is sent again
+ * with that id on another connection, once (not when the client fails
+ * fast); DLOCK_EIO only when that fails too, the change then counted once
+ * or not at all (docs/design.md, "Semaphore changes counted once"). */
 DLOCK_EXPORT int dlock_semaphore_release(dlock_semaphore *s, int64_t permits);
 DLOCK_EXPORT int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits);
 /* Sets the permits only if the semaphore does not exist yet: *set 1/0. */

@@ -898,6 +898,14 @@ struct dl_kind_ops {
 
 /* ---- holder identity (holder.c) ---- */
 #define DL_WHO_PREFIX "dlock_holder:" /* the records' keys: dlock_holder:{name}:<owner> */
+
+/* ---- semaphore changes counted once (semaphore.c) ----
+ * A release or add of a Redis semaphore writes DL_SEM_CHANGE_PREFIX{name}:<id>
+ * beside the counter, alive DL_SEM_CHANGE_ID_MS: a copy of the same change
+ * arriving while it lives is not counted again. */
+#define DL_SEM_CHANGE_PREFIX "dlock_semchg:"
+#define DL_SEM_CHANGE_ID_BYTES 16
+#define DL_SEM_CHANGE_ID_MS 60000
 /* The identity script to run after l's next script call (conn->post), or
  * NULL when the client records no identity. mode: 'a' acquire (first hold),
  * 'r' re-entry, 'e' extend, 'd' release. */

@@ -435,7 +435,8 @@ int dl_redis_force_unlock(dlock_client *c, const char *name, size_t name_len, in
 static int derived_key(const char *k, size_t n) {
     static const char *const prefixes[] = {"redisson_lock_token:", "redisson_lock_queue:",
                                            "redisson_lock_timeout:", "redisson_lock_lease:",
-                                           DL_PLAIN_WAITERS_PREFIX, "icr:", DL_WHO_PREFIX};
+                                           DL_PLAIN_WAITERS_PREFIX, "icr:", DL_WHO_PREFIX,
+                                           DL_SEM_CHANGE_PREFIX};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         size_t pl = strlen(prefixes[i]);
         if (n >= pl && !memcmp(k, prefixes[i], pl)) return 1;

@@ -31,9 +31,13 @@ static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
     "if n >= tonumber(ARGV[1]) then redis.call('decrby', KEYS[1], ARGV[1]); return 1 end "
     "return 0");
 
-/* KEYS: semaphore, channel. ARGV: delta. Adds delta (release: > 0; add: any)
- * and publishes the new count. -> the new count */
-static dl_script add_script = DL_SCRIPT("semaphore_add",
+/* KEYS: semaphore, channel, the change's id key. ARGV: delta, the id key's
+ * life in ms. Adds delta (release: > 0; add: any) and publishes the new
+ * count, once per id: a second copy of the same change (a resent request)
+ * finds the id key and changes nothing. -> the new count | nil: counted
+ * before */
+static dl_script add_script = DL_SCRIPT("semaphore_add_once",
+    "if not redis.call('set', KEYS[3], 1, 'NX', 'PX', ARGV[2]) then return false end "
     "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
     "redis.call('publish', KEYS[2], v) "
     "return v");
@@ -48,6 +52,8 @@ static dl_script try_set_script = DL_SCRIPT("semaphore_try_set",
 
 struct dlock_semaphore {
     dl_object o;               /* client, name, channel, message */
+    char *chg_key;             /* DL_SEM_CHANGE_PREFIX{name}: + a change's id */
+    size_t chg_prefix_len;
 };
 
 static int sem_fail(dlock_semaphore *s, const dl_err *err) { return dl_object_fail(&s->o, err); }
@@ -78,6 +84,7 @@ int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dloc
 void dlock_semaphore_free(dlock_semaphore *s) {
     if (!s) return;
     if (s->o.c->backend->sem_destroy) s->o.c->backend->sem_destroy(&s->o);
+    free(s->chg_key);
     dl_object_clear(&s->o);
     free(s);
 }
@@ -155,15 +162,53 @@ out:
     return rc;
 }
 
+/* Adds delta once: the change carries a random id, and the script counts an
+ * id once (add_script). A change whose reply was lost (the request or the
+ * reply dropped, the connection cut, the command timed out) is sent again
+ * with the same id on another connection, once, unless the client fails
+ * fast: counted once whether or not the first copy arrived, as long as the
+ * two copies reach the server within DL_SEM_CHANGE_ID_MS of each other. */
+static int sem_change(dlock_semaphore *s, const char *what, int64_t delta, dl_err *err) {
+    if (!s->chg_key) {
+        size_t pl = 0;
+        char *p = dl_derive_key(DL_SEM_CHANGE_PREFIX, s->o.name, s->o.name_len, ":", &pl);
+        char *k = p ? realloc(p, pl + 2 * DL_SEM_CHANGE_ID_BYTES + 1) : NULL;
+        if (!k) {
+            free(p);
+            return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        }
+        s->chg_key = k;
+        s->chg_prefix_len = pl;
+    }
+    int rc = dl_random_hex(s->chg_key + s->chg_prefix_len, DL_SEM_CHANGE_ID_BYTES, err);
+    if (rc) return rc;
+    char num[24], ttl[24];
+    const char *keys[3] = {s->o.name, s->o.channel, s->chg_key};
+    size_t keylens[3] = {s->o.name_len, s->o.channel_len,
+                         s->chg_prefix_len + 2 * DL_SEM_CHANGE_ID_BYTES};
+    const char *args[2] = {num, ttl};
+    size_t arglens[2] = {dl_fmt_ll(num, delta), dl_fmt_ll(ttl, DL_SEM_CHANGE_ID_MS)};
+    for (int attempt = 0;; attempt++) {
+        redisReply *r = NULL;
+        rc = dl_client_eval(s->o.c, &add_script, 3, keys, keylens, 2, args, arglens, &r, err);
+        if (rc == DLOCK_EIO && attempt == 0 && !atomic_load(&s->o.c->fail_fast)) continue;
+        if (rc) return rc;
+        long long v = 0;
+        if (r->type == REDIS_REPLY_ERROR)
+            rc = dl_sync_reply_error(r, what, err);
+        else if (r->type != REDIS_REPLY_NIL && dl_reply_int(r, &v))
+            rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
+        freeReplyObject(r);
+        return rc;
+    }
+}
+
 int dl_redis_sem_release(dl_object *o, int64_t permits, dl_err *err) {
-    long long v = 0;
-    return sem_eval((dlock_semaphore *)o, NULL, &add_script, "semaphore release", permits, &v,
-                    err);
+    return sem_change((dlock_semaphore *)o, "semaphore release", permits, err);
 }
 
 int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err) {
-    long long v = 0;
-    return sem_eval((dlock_semaphore *)o, NULL, &add_script, "semaphore add", delta, &v, err);
+    return sem_change((dlock_semaphore *)o, "semaphore add", delta, err);
 }
 
 int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {

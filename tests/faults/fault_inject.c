@@ -684,6 +684,89 @@ static void sc_dup_request(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* (d3) a semaphore's release or add whose request is doubled, dropped, or
+ * whose reply is dropped: counted exactly once. The Redisson layout is a
+ * bare counter; each change carries an id the script counts once, and a
+ * change whose reply was lost is sent again with the same id. Found by the
+ * explorer (test_explore --seed 348: a doubled release made a semaphore of
+ * 1 permit hold 2, and two workers held at once).                         */
+
+/* GET of an integer-valued string key; -1 if it is missing */
+static long long get_ll(redisContext *rc, const char *key)
+{
+    redisReply *r = redisCommand(rc, "GET %s", key);
+    ASSERT(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL));
+    long long v = r->type == REDIS_REPLY_NIL ? -1 : atoll(r->str);
+    freeReplyObject(r);
+    return v;
+}
+
+static void sc_dup_semaphore(void)
+{
+    th_server *ls = srv_start(NULL);
+    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
+    redisContext *lrc = th_redis(ls);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.command_timeout_ms = 500;
+    dlock_client *c = NULL;
+    ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+    dlock_semaphore *s = NULL;
+    ASSERT_EQ(dlock_semaphore_new(c, "dupsem", DLOCK_CSTR, &s), DLOCK_OK);
+    int set = 0;
+    ASSERT_EQ(dlock_semaphore_try_set(s, 1, &set), DLOCK_OK);
+    ASSERT_EQ(set, 1);
+    /* the scripts cached: a doubled chunk is one EVALSHA */
+    ASSERT_EQ(dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT), DLOCK_OK);
+    ASSERT_EQ(dlock_semaphore_release(s, 1), DLOCK_OK);
+    static const char faults[] = {'2', 'r', 'p'};
+    static const char *fname[] = {"doubled request", "dropped request", "dropped reply"};
+    int ops = 0;
+    for (int f = 0; f < 3; f++) {
+        for (int add = 0; add < 2; add++) {
+            /* take the permit, then give it back through the fault */
+            ASSERT_EQ(dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT), DLOCK_OK);
+            ASSERT_EQ(get_ll(lrc, "dupsem"), 0);
+            fl_proxy_cmd(&px, faults[f]);
+            int r = add ? dlock_semaphore_add(s, 1) : dlock_semaphore_release(s, 1);
+            ops += 2;
+            th_sleep_ms(50); /* a doubled copy is in by now */
+            long long v = get_ll(lrc, "dupsem");
+            printf("dup_semaphore: %s of a %s: %d (%s), count %lld\n", add ? "add" : "release",
+                   fname[f], r, r ? dlock_semaphore_errmsg(s) : "", v);
+            ASSERT_MSG(r == DLOCK_OK, "%s of a %s: %d (%s)", add ? "add" : "release", fname[f], r,
+                       dlock_semaphore_errmsg(s));
+            ASSERT_MSG(v == 1, "%s of a %s: the count is %lld, not 1", add ? "add" : "release",
+                       fname[f], v);
+            /* a second holder is refused */
+            ASSERT_EQ(dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT), DLOCK_OK);
+            ASSERT_EQ(dlock_semaphore_acquire(s, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+            ASSERT_EQ(dlock_semaphore_release(s, 1), DLOCK_OK);
+            ops += 3;
+        }
+    }
+    /* each change left one id key, and it expires */
+    long long pttl = th_cmd_int(lrc, "PTTL dlock_semchg:{dupsem}:00");
+    ASSERT_EQ(pttl, -2);
+    redisReply *k = redisCommand(lrc, "KEYS dlock_semchg:*");
+    ASSERT(k && k->type == REDIS_REPLY_ARRAY && k->elements >= 12);
+    for (size_t i = 0; i < k->elements; i++) {
+        redisReply *t = redisCommand(lrc, "PTTL %b", k->element[i]->str, k->element[i]->len);
+        ASSERT(t && t->type == REDIS_REPLY_INTEGER && t->integer > 0 && t->integer <= 60000);
+        freeReplyObject(t);
+    }
+    freeReplyObject(k);
+    dlock_semaphore_free(s);
+    dlock_client_free(c);
+    fl_proxy_stop(&px);
+    printf("dup_semaphore: ops %d, faults 6, overlaps 0, stale writes accepted 0\n", ops);
+    redisFree(lrc);
+}
+
+/* ------------------------------------------------------------------------ */
 /* (e) RedLock over 5 masters                                               */
 
 typedef struct rl {
@@ -989,6 +1072,7 @@ int main(int argc, char **argv)
     else if (!strcmp(v, "restart_nopersist")) sc_restart(0);
     else if (!strcmp(v, "proxy")) sc_proxy();
     else if (!strcmp(v, "dup_request")) sc_dup_request();
+    else if (!strcmp(v, "dup_semaphore")) sc_dup_semaphore();
     else if (!strcmp(v, "redlock_minority")) sc_redlock_minority();
     else if (!strcmp(v, "redlock_majority")) sc_redlock_majority();
     else if (!strcmp(v, "redlock_restart")) sc_redlock_restart(0);
