@@ -41,7 +41,8 @@
  * attempt, which finds its field and sets the lease it asked for; a grant not
  * taken up within DL_FAIR_GRANT_MS (the head is paused, or hung, or dead
  * behind a connection that stays open) runs out on the server, and the next
- * waiter, told "next:<ms>" at the grant, comes back then and takes the lock.
+ * two waiters, told "next:<ms>" at the grant, come back then and the first
+ * of them alive takes the lock.
  * Whether a waiter listens is read with NUMSUB, not from PUBLISH's count,
  * which pattern subscribers (a monitoring tool's PSUBSCRIBE *) inflate. A
  * head that listened and no longer does is dead: it is dropped at once and
@@ -76,7 +77,7 @@
 /* How long a grant waits to be taken up: the release makes the queue head
  * the owner for this long (FAIR_LUA_ADVANCE); the head's next attempt sets
  * its own lease. A head that does not take it up in time (paused, hung, or
- * dead behind an open connection) loses it to the next waiter, which the
+ * dead behind an open connection) loses it to the next waiters, which the
  * grant told to come back then. Far above the time a live waiter needs to
  * read the message and send its attempt (well under a millisecond idle, tens
  * of milliseconds on a loaded host), far below the queue entry lifetime and
@@ -149,9 +150,12 @@
  * channel. It takes the grant up with its next attempt, which finds its
  * field and sets its own lease; a head that is paused or hung (connected,
  * subscribed, not acting) does not, and the server expires the grant
- * DL_FAIR_GRANT_MS later. The next dlock waiter is told "next:<ms>" at the
- * grant, so that it comes back when an untaken grant has run out and takes
- * the lock (it is the head by then). A dlock head that does not listen is
+ * DL_FAIR_GRANT_MS later. The next two dlock waiters are told "next:<ms>"
+ * at the grant, so that they come back when an untaken grant has run out and
+ * the first of them alive takes the lock (its attempt drops the queue's dead
+ * heads, FAIR_LUA_LIVE): the queue stalls past the grant only when the head
+ * and both of them fail within one grant; then the waiters behind come back
+ * on their own, within a third of W. A dlock head that does not listen is
  * dead (its connection is gone) and dropped, unless it is joining (its lease
  * is stored negative: its first attempt, made before it subscribed), which
  * stays the head once: its next attempt, right after it subscribed, takes the
@@ -178,9 +182,9 @@
     "redis.call('zrem', KEYS[4], " h "); redis.call('hset', KEYS[1], " h ", 1) "       \
     "redis.call('pexpire', KEYS[1], math.min(lease, " DL_STR(DL_FAIR_GRANT_MS) ")) "   \
     "redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) "             \
-    "local n = redis.call('lindex', KEYS[3], 0) "                                      \
-    "if n and redis.call('hexists', KEYS[5], n) == 1 then "                            \
-    "redis.call('publish', ARGV[1] .. ':' .. n, 'next:" DL_STR(DL_FAIR_GRANT_MS) "') end " \
+    "for _, n in ipairs(redis.call('lrange', KEYS[3], 0, 1)) do "                      \
+    "if redis.call('hexists', KEYS[5], n) == 1 then "                                  \
+    "redis.call('publish', ARGV[1] .. ':' .. n, 'next:" DL_STR(DL_FAIR_GRANT_MS) "') end end " \
     "break end end "                                                                   \
     "if keep then local now = 0 " FAIR_LUA_CLOCK("now")                                \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \

@@ -15,6 +15,9 @@
  *            runs out unused after DL_FAIR_GRANT_MS and the next waiter has
  *            the lock then, not after the head's lease; the paused head,
  *            continued, queues again and gets the lock after the others
+ *   paused_next_dead  the head SIGSTOPped and the waiter behind it killed
+ *            within the grant: the third has the lock when the grant runs
+ *            out (the grant told the next two waiters), not at its keep-alive
  *   joining_dead  a head that joined and died before it subscribed (its lease
  *            stored negative, a deadline 60 s ahead) is kept by one release,
  *            then dropped: the waiter behind has the lock within a keep-alive
@@ -452,6 +455,84 @@ static void part_paused(th_server *s)
     redisFree(rc);
 }
 
+/* ---- paused_next_dead ---- */
+
+/* Four waiters queued in order; the head is SIGSTOPped and the waiter
+ * behind it dies (SIGKILL) right after the release granted the paused head.
+ * The grant tells the next two waiters "next:<ms>" (seen here by a pattern
+ * subscriber), so the third waiter comes back when the grant runs out,
+ * drops the dead one and has the lock then, not at its own keep-alive
+ * (within W/3, 1.7 s). Found by the explorer (test_explore --seed 203, two
+ * faults in one grant: 2.1 s of live waiting, when only the next waiter
+ * was told). */
+static void part_paused_next_dead(th_server *s)
+{
+    pid_t pids[4];
+    int go[4];
+    for (int i = 0; i < 4; i++) pids[i] = fork_gated(s, i, 50, &go[i]);
+    redisContext *rc = th_redis(s);
+    redisContext *ps = th_redis(s);
+    redisReply *r = th_cmd(ps, "PSUBSCRIBE %s", CHAN_PATTERN);
+    freeReplyObject(r);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    for (int i = 0; i < 4; i++) {
+        start(go[i]);
+        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
+    }
+    ASSERT_EVENTUALLY(waiter_channels(rc) == 4, 5000);
+    ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+    int st = 0;
+    ASSERT_EQ(waitpid(pids[0], &st, WUNTRACED), pids[0]);
+    ASSERT(WIFSTOPPED(st));
+    int64_t t_rel = th_now_ms();
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    ASSERT_EQ(th_wait_child(pids[1], 5000), 128 + SIGKILL);
+    /* the grant's messages: one "granted", and "next" to the two behind */
+    struct timeval tv = {0, 300 * 1000};
+    ASSERT_EQ(redisSetTimeout(ps, tv), REDIS_OK);
+    int granted = 0, next = 0;
+    void *m = NULL;
+    while (granted + next < 3 && redisGetReply(ps, &m) == REDIS_OK) {
+        redisReply *msg = m;
+        if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 4) {
+            const redisReply *body = msg->element[3];
+            if (!strncmp(body->str, "granted:", 8)) granted++;
+            else if (!strncmp(body->str, "next:", 5)) next++;
+        }
+        freeReplyObject(msg);
+    }
+    th_log("the grant: %d granted message(s), %d next message(s)", granted, next);
+    ASSERT_EQ(granted, 1);
+    ASSERT_EQ(next, 2);
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "EXISTS fair:at:2") == 1, 15000);
+    char *at2 = th_cmd_str(rc, "GET fair:at:2");
+    ASSERT_NOT_NULL(at2);
+    long long took = atoll(at2) - t_rel;
+    free(at2);
+    th_log("head paused, the next waiter killed: the third had the lock %lld ms after the "
+           "release (grant bound %d ms, keep-alive %d ms)", took, GRANT_MS, KEEPALIVE_MS);
+    /* the grant's bound plus a wake-up and an attempt on a loaded host */
+    ASSERT_LT(took, GRANT_MS + 700);
+    ASSERT_EQ(kill(pids[0], SIGCONT), 0);
+    ASSERT_EQ(th_wait_child(pids[0], 20000), 0);
+    ASSERT_EQ(th_wait_child(pids[2], 20000), 0);
+    ASSERT_EQ(th_wait_child(pids[3], 20000), 0);
+    r = th_cmd(rc, "LRANGE fair:order 0 -1");
+    ASSERT_EQ(r->elements, 3);
+    ASSERT_EQ(atoi(r->element[0]->str), 2);
+    ASSERT_EQ(atoi(r->element[1]->str), 3);
+    ASSERT_EQ(atoi(r->element[2]->str), 0);
+    freeReplyObject(r);
+    ASSERT_EVENTUALLY(llen(rc) == 0, 5000);
+    redisFree(ps);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 /* ---- joining_dead ---- */
 
 static void part_joining_dead(th_server *s)
@@ -755,6 +836,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "kill")) part_kill(s, 0);
     else if (!strcmp(part, "kill_psub")) part_kill(s, 1);
     else if (!strcmp(part, "paused")) part_paused(s);
+    else if (!strcmp(part, "paused_next_dead")) part_paused_next_dead(s);
     else if (!strcmp(part, "joining_dead")) part_joining_dead(s);
     else if (!strcmp(part, "handoff")) part_handoff(s);
     else if (!strcmp(part, "mutex")) part_mutex(s);
