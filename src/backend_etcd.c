@@ -55,7 +55,8 @@
  *   out: a lease per hold. dlock_extend grants a new lease, re-puts the key
  *   with it in a txn guarded by the key's create_revision (so the fencing
  *   token stays) and revokes the old lease (not the session's).
- * - Loss: the keep-alive finding a lease gone, or check / release / extend
+ * - Loss: the keep-alive finding a lease gone, or a kept hold's key deleted
+ *   or replaced (ka_check, the same round), or check / release / extend
  *   finding the key gone or re-created, means the lock is lost: release says
  *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1; the keep-alive
  *   thread runs the loss callback (DLOCK_LOST_TAKEN) for the holds it keeps.
@@ -591,11 +592,25 @@ static void ka_lost_locked(etcd_client *ec, etcd_lock *el) {
     ka_remove_locked(ec, el);
 }
 
+/* A kept lock hold as the keep-alive thread saw it (ka_check). */
+typedef struct ka_seen {
+    etcd_lock *el;
+    char *key;
+    size_t key_len;
+    long long rev, lease;
+    int gone;
+} ka_seen;
+
+static void ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n);
+
 /* The keep-alive thread: every third of the watchdog TTL, one keep-alive of
  * the session lease (while there is one) and one per entry holding a lease of
  * its own (semaphore acquisitions). A session lease found gone is dropped, and
  * every session hold whose lease is not the current session lease is lost: all
- * the holds of a lost session at once. */
+ * the holds of a lost session at once. Then one txn checks that every kept
+ * lock hold's key is still its own (ka_check): a key deleted or replaced by
+ * another client (etcdctl del, a foreign put) is lost as a lost lease is, in
+ * the same round. */
 static void *ka_main(void *arg) {
     etcd_client *ec = arg;
     CURL *h = curl_easy_init();
@@ -626,6 +641,21 @@ static void *ka_main(void *arg) {
             }
         }
         pthread_mutex_lock(&ec->ka_mu);
+        /* the lock holds' keys, copied: checked without the lock */
+        size_t ns = 0;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) ns += el->l && el->rev > 0;
+        ka_seen *seen = ns ? calloc(ns, sizeof *seen) : NULL;
+        size_t m = 0;
+        for (etcd_lock *el = ec->ka_list; el && seen; el = el->next) {
+            if (!el->l || el->rev <= 0) continue;
+            char *kc = malloc(el->key_len);
+            if (!kc) continue;
+            memcpy(kc, el->key, el->key_len);
+            seen[m++] = (ka_seen){el, kc, el->key_len, el->rev, el->lease, 0};
+        }
+        pthread_mutex_unlock(&ec->ka_mu);
+        if (m && h && !sess_gone) ka_check(ec, h, seen, m);
+        pthread_mutex_lock(&ec->ka_mu);
         if (sess_gone && ec->sess == sess) ec->sess = 0;
         for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
             next = el->next;
@@ -635,8 +665,13 @@ static void *ka_main(void *arg) {
             } else {
                 for (size_t i = 0; i < k && !lost; i++) lost = ids[i] && ids[i] == el->lease;
             }
+            /* the same hold (one acquisition: its key's revision) as checked */
+            for (size_t i = 0; i < m && !lost; i++)
+                lost = seen[i].gone && seen[i].el == el && seen[i].rev == el->rev;
             if (lost) ka_lost_locked(ec, el);
         }
+        for (size_t i = 0; i < m; i++) free(seen[i].key);
+        free(seen);
         free(ids);
         if (ec->ka_stop) break;
         struct timespec ts;
@@ -946,6 +981,51 @@ static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, l
     if (lease) *lease = kv ? jnum(kv, "lease") : 0;
     cJSON_Delete(r);
     return DLOCK_OK;
+}
+
+/* etcd's default limit of operations (compares too) in one txn
+ * (--max-txn-ops): a check of more holds takes several txns. Two compares
+ * per hold. */
+#define ETCD_CHECK_PER_TXN 64
+
+/* Sets seen[i].gone for every hold whose key is no longer its own: gone, or
+ * re-created (another create_revision), or put again under another lease (a
+ * foreign put). One txn of compares per ETCD_CHECK_PER_TXN holds answers "all
+ * still ours" in the usual case; when it fails, each key of that batch is
+ * read. A request that fails decides nothing (the next round looks again). */
+static void ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n) {
+    for (size_t b = 0; b < n; b += ETCD_CHECK_PER_TXN) {
+        size_t e = b + ETCD_CHECK_PER_TXN < n ? b + ETCD_CHECK_PER_TXN : n;
+        cJSON *q = cJSON_CreateObject();
+        cJSON *cmp = q ? cJSON_AddArrayToObject(q, "compare") : NULL;
+        int ok = cmp != NULL;
+        for (size_t i = b; i < e && ok; i++) {
+            cJSON *c1 = cJSON_CreateObject(), *c2 = cJSON_CreateObject();
+            if (c1) cJSON_AddItemToArray(cmp, c1);
+            if (c2) cJSON_AddItemToArray(cmp, c2);
+            ok = c1 && c2 && add_b64(c1, "key", seen[i].key, seen[i].key_len) &&
+                 add_str(c1, "target", "CREATE") &&
+                 add_ll(c1, "create_revision", seen[i].rev) &&
+                 add_b64(c2, "key", seen[i].key, seen[i].key_len) &&
+                 add_str(c2, "target", "LEASE") && add_ll(c2, "lease", seen[i].lease);
+        }
+        if (!ok) {
+            cJSON_Delete(q);
+            return;
+        }
+        cJSON *r = NULL;
+        dl_err ignored = {0};
+        if (rpc(ec, h, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, &ignored)) return;
+        int all = cJSON_IsTrue(jobj(r, "succeeded"));
+        cJSON_Delete(r);
+        if (all) continue;
+        for (size_t i = b; i < e; i++) {
+            etcd_lock probe = {.key = seen[i].key, .key_len = seen[i].key_len};
+            long long crev = 0, lease = 0;
+            if (key_state(ec, h, &probe, &crev, &lease, &ignored)) return;
+            seen[i].gone = crev != seen[i].rev || lease != seen[i].lease;
+        }
+    }
 }
 
 /* Watches key (base64; with range_end, base64, the keys in [key, end)) from
