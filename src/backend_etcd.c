@@ -1402,20 +1402,24 @@ static int etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
     int64_t t0 = dl_now_ms();
     int rc = lease_grant(ec, el->curl, lease_secs(lease_ms), &id, &granted, err);
     if (rc) return rc;
+    /* off the keep-alive list first: its key check must not take the move
+     * to the new lease for a foreign put */
+    int kept = ka_del(ec, el);
     int moved = 0;
     rc = txn_if(ec, el->curl, el->key, el->key_len, "CREATE", el->rev, l->token, l->token_len, id,
                 &moved, err);
     if (rc) {
         lease_revoke(ec, el->curl, id);
+        dl_err e2 = {0};
+        if (kept) ka_add(ec, el, NULL, &e2);
         return rc;
     }
     if (!moved) {
         lease_revoke(ec, el->curl, id);
         atomic_store(&el->lost, 1);
-        ka_del(ec, el);
         return DLOCK_OK;
     }
-    ka_del(ec, el); /* an explicit lease from now on */
+    /* an explicit lease from now on */
     if (!el->session) lease_revoke(ec, el->curl, el->lease);
     el->session = 0;
     el->lease = id;
