@@ -793,6 +793,7 @@ struct dl_call {
     const char *args[6];
     size_t arglens[6];
     char num[24];              /* the lease, in decimal, when an argument */
+    char expect[24];           /* a release's expected count (dl_owner_expect) */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */
 };
@@ -835,6 +836,13 @@ struct dlock_lock {
 };
 
 /* The client's record of its handles' holds per name and owner (lock.c). */
+/* The holds l's owner should have on the server before a release of l: the
+ * sum of this client's handles' counts (lock.c, "holds per owner"), in
+ * decimal into buf (24 bytes); "" (returns 0) when not known (an untracked
+ * kind, no record, a hold that went unrecorded). The release scripts of the
+ * counted kinds take it last: a count already below it means this release
+ * was applied before (a copy of the request), and changes nothing. */
+size_t dl_owner_expect(dlock_lock *l, char *buf);
 void dl_owned_free(dlock_client *c);
 
 /* dlock_acquire without noting where cancels stand (l->cancel_seen): for

@@ -169,6 +169,23 @@ out:
     return sum;
 }
 
+size_t dl_owner_expect(dlock_lock *l, char *buf) {
+    buf[0] = '\0';
+    if (!tracked(l) || l->token_len == 0) return 0;
+    dlock_client *c = l->c;
+    size_t len = l->name_len + 1 + l->token_len;
+    int64_t sum = -1;
+    pthread_mutex_lock(&c->owned_mu);
+    for (size_t i = 0; i < c->nowned && !c->owned_broken; i++)
+        if (c->owned[i].len == len && !memcmp(c->owned[i].key, l->name, l->name_len) &&
+            !memcmp(c->owned[i].key + l->name_len + 1, l->token, l->token_len)) {
+            sum = c->owned[i].count;
+            break;
+        }
+    pthread_mutex_unlock(&c->owned_mu);
+    return sum > 0 ? dl_fmt_ll(buf, sum) : 0;
+}
+
 void dl_owned_free(dlock_client *c) {
     for (size_t i = 0; i < c->nowned; i++) free(c->owned[i].key);
     free(c->owned);

@@ -264,11 +264,14 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "if p > ka then p = ka end "
     "return {0, p}");
 
-/* ARGV: channel prefix, lease ms, owner.
+/* ARGV: channel prefix, lease ms, owner, the owner's count expected before
+ * this release ('': not known; a count below it: this release was counted
+ * already, a copy of its request).
  * -> -1 not held | 0 still held (count > 0) | 1 released */
 static dl_script release_script = DL_SCRIPT("fair_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[3]) "
     "if type(v) ~= 'string' then return -1 end "
+    "if ARGV[4] ~= '' and tonumber(v) < tonumber(ARGV[4]) then return 0 end "
     "if tonumber(v) > 1 then redis.call('hincrby', KEYS[1], ARGV[3], -1) "
     "redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end "
     "local h = redis.call('lpop', KEYS[3]) "
@@ -445,10 +448,11 @@ static int fair_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *er
     fair_data *d = l->kdata;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
-    const char *args[3] = {d->chan, lease, l->token};
-    size_t arglens[3] = {d->chan_len, ll, l->token_len};
+    char expect[24];
+    const char *args[4] = {d->chan, lease, l->token, expect};
+    size_t arglens[4] = {d->chan_len, ll, l->token_len, dl_owner_expect(l, expect)};
     /* the grant reaches the next owner before our reply reaches us */
-    return run_script(l, conn, DL_EVAL_TELL_FIRST, &release_script, 3, args, arglens, "release",
+    return run_script(l, conn, DL_EVAL_TELL_FIRST, &release_script, 4, args, arglens, "release",
                       res, err);
 }
 

@@ -15,10 +15,14 @@ static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
     "return {1, f, n} end "
     "return {0, redis.call('pttl', KEYS[1])}");
 
-/* KEYS: lock, channel. ARGV: lease ms, owner field.
+/* KEYS: lock, channel. ARGV: lease ms, owner field, the owner's count
+ * expected before this release ('' or missing: not known; a count below it
+ * means this release was counted already: a copy of its request).
  * -> -1 not held | 0 still held (count > 0) | 1 released */
 static dl_script release_script = DL_SCRIPT("reentrant_release",
-    "if redis.pcall('hexists', KEYS[1], ARGV[2]) ~= 1 then return -1 end "
+    "local v = redis.pcall('hget', KEYS[1], ARGV[2]) "
+    "if type(v) ~= 'string' then return -1 end "
+    "if ARGV[3] and ARGV[3] ~= '' and tonumber(v) < tonumber(ARGV[3]) then return 0 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], -1); "
     "if n > 0 then redis.call('pexpire', KEYS[1], ARGV[1]); return 0 end "
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1");
@@ -54,11 +58,13 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
         break;
-    case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner */
+    case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner, expected count */
         call->script = &release_script;
         call->keys[1] = l->channel, call->keylens[1] = l->channel_len;
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
+        call->args[2] = call->expect, call->arglens[2] = dl_owner_expect(l, call->expect);
+        call->nargs = 3;
         break;
     default: /* extend: KEYS lock; ARGV owner, lease */
         call->script = &extend_script;

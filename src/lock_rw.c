@@ -124,11 +124,14 @@ static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
     "  redis.call('publish', KEYS[3], '1') end "
     "return 1");
 
-/* KEYS: lock, channel, this reader's timeout prefix, "{N}". ARGV: owner.
+/* KEYS: lock, channel, this reader's timeout prefix, "{N}". ARGV: owner, its
+ * count expected before this release ('': not known; a count below it: this
+ * release was counted already, a copy of its request).
  * -> -1 not held | 0 this owner still holds | 1 this owner's last hold */
 static dl_script read_release_script = DL_SCRIPT("rw_read_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return -1 end "
+    "if ARGV[2] ~= '' and tonumber(v) < tonumber(ARGV[2]) then return 0 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
     "redis.call('del', KEYS[3] .. ':' .. (n + 1)); "
     "local res = 0; "
@@ -139,12 +142,15 @@ static dl_script read_release_script = DL_SCRIPT("rw_read_release",
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); "
     "return res");
 
-/* KEYS: lock, channel, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
+/* KEYS: lock, channel, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms, its
+ * count expected before this release ('': not known; below it: counted
+ * already, a copy of this release's request).
  * -> -1 not held | 0 still held | 1 released */
 static dl_script write_release_script = DL_SCRIPT("rw_write_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' or redis.call('hget', KEYS[1], 'mode') ~= 'write' then "
     "  return -1 end "
+    "if ARGV[3] ~= '' and tonumber(v) < tonumber(ARGV[3]) then return 0 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
     "if n > 0 then "
     LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]")
@@ -347,9 +353,10 @@ static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *er
     if (!prefix) return DLOCK_ENOMEM;
     const char *keys[4] = {l->name, l->channel, prefix, k->brace};
     size_t keylens[4] = {l->name_len, l->channel_len, plen, k->brace_len};
-    const char *args[1] = {l->token};
-    size_t arglens[1] = {l->token_len};
-    int rc = run_int(l, conn, &read_release_script, "release", 4, keys, keylens, 1, args,
+    char expect[24];
+    const char *args[2] = {l->token, expect};
+    size_t arglens[2] = {l->token_len, dl_owner_expect(l, expect)};
+    int rc = run_int(l, conn, &read_release_script, "release", 4, keys, keylens, 2, args,
                      arglens, res, err);
     free(prefix);
     return rc;
@@ -361,9 +368,10 @@ static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *e
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
     const char *keys[3] = {l->name, l->channel, k->brace};
     size_t keylens[3] = {l->name_len, l->channel_len, k->brace_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    return run_int(l, conn, &write_release_script, "release", 3, keys, keylens, 2, args, arglens,
+    char expect[24];
+    const char *args[3] = {l->token, lease, expect};
+    size_t arglens[3] = {l->token_len, ll, dl_owner_expect(l, expect)};
+    return run_int(l, conn, &write_release_script, "release", 3, keys, keylens, 3, args, arglens,
                    res, err);
 }
 

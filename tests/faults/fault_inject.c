@@ -684,6 +684,76 @@ static void sc_dup_request(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* (d2b) a release of a re-entered hold (count 2) whose request is doubled:
+ * the copy must not take the count down a second time (which deleted the
+ * hold while the handle still counted 1, and a second client then took the
+ * lock). The release scripts of the counted kinds take the count the owner
+ * should have before the release and change nothing below it.            */
+
+static void sc_dup_release(void)
+{
+    th_server *ls = srv_start(NULL);
+    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
+    redisContext *lrc = th_redis(ls);
+    static const dlock_kind kinds[] = {DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR, DLOCK_KIND_WRITE,
+                                       DLOCK_KIND_READ};
+    static const char *kname[] = {"reentrant", "fair", "write", "read"};
+    int ops = 0;
+    for (int ki = 0; ki < 4; ki++) {
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = url;
+        o.command_timeout_ms = 500;
+        dlock_client *c = NULL, *other = NULL;
+        ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+        o.url = th_server_url(ls); /* the rival goes around the proxy */
+        ASSERT_EQ(dlock_client_new(&o, &other), DLOCK_OK);
+        char name[32];
+        snprintf(name, sizeof name, "duprel-%s", kname[ki]);
+        dlock_lock *l = NULL, *rival = NULL;
+        ASSERT_EQ(dlock_lock_new(c, name, DLOCK_CSTR, kinds[ki], &l), DLOCK_OK);
+        ASSERT_EQ(dlock_lock_new(other, name, DLOCK_CSTR, DLOCK_KIND_WRITE == kinds[ki] ||
+                                 DLOCK_KIND_READ == kinds[ki] ? DLOCK_KIND_WRITE : kinds[ki],
+                                 &rival), DLOCK_OK);
+        /* a first pair: the scripts cached, so the doubled chunk is one EVALSHA */
+        ASSERT_EQ(dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL), DLOCK_OK);
+        ASSERT_EQ(dlock_release(l), DLOCK_OK);
+        ASSERT_EQ(dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL), DLOCK_OK);
+        ASSERT_EQ(dlock_acquire(l, DLOCK_NOWAIT, 10000, NULL), DLOCK_OK); /* count 2 */
+        fl_proxy_cmd(&px, '2');
+        int r = dlock_release(l);
+        th_sleep_ms(50); /* the copy is in by now */
+        ops += 5;
+        printf("dup_release %s: release of count 2, doubled: %d (%s)\n", kname[ki], r,
+               r ? dlock_lock_errmsg(l) : "");
+        ASSERT_EQ(r, DLOCK_OK);
+        /* still held by l: the rival is refused, the server counts 1 */
+        int rr = dlock_acquire(rival, DLOCK_NOWAIT, 10000, NULL);
+        ASSERT_MSG(rr == DLOCK_EBUSY, "%s: a second client took the lock after a doubled "
+                   "release of a re-entered hold: %d", kname[ki], rr);
+        int held = 0;
+        int64_t n = 0;
+        ASSERT_EQ(dlock_lock_check(l, &held, &n), DLOCK_OK);
+        ASSERT_EQ(held, 1);
+        ASSERT_EQ(n, 1);
+        ASSERT_EQ(dlock_release(l), DLOCK_OK);
+        ASSERT_EQ(dlock_acquire(rival, DLOCK_NOWAIT, 10000, NULL), DLOCK_OK);
+        ASSERT_EQ(dlock_release(rival), DLOCK_OK);
+        ASSERT_EQ(th_cmd_int(lrc, "EXISTS %s", name), 0);
+        ops += 5;
+        dlock_lock_free(rival);
+        dlock_lock_free(l);
+        dlock_client_free(other);
+        dlock_client_free(c);
+    }
+    fl_proxy_stop(&px);
+    printf("dup_release: ops %d, faults 4, overlaps 0, stale writes accepted 0\n", ops);
+    redisFree(lrc);
+}
+
+/* ------------------------------------------------------------------------ */
 /* (d3) a semaphore's release or add whose request is doubled, dropped, or
  * whose reply is dropped: counted exactly once. The Redisson layout is a
  * bare counter; each change carries an id the script counts once, and a
@@ -1073,6 +1143,7 @@ int main(int argc, char **argv)
     else if (!strcmp(v, "proxy")) sc_proxy();
     else if (!strcmp(v, "dup_request")) sc_dup_request();
     else if (!strcmp(v, "dup_semaphore")) sc_dup_semaphore();
+    else if (!strcmp(v, "dup_release")) sc_dup_release();
     else if (!strcmp(v, "redlock_minority")) sc_redlock_minority();
     else if (!strcmp(v, "redlock_majority")) sc_redlock_majority();
     else if (!strcmp(v, "redlock_restart")) sc_redlock_restart(0);
