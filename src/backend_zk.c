@@ -6,8 +6,17 @@
  *   bytes in lowercase hex make one valid znode name whatever they are ('/',
  *   NUL, "..", ...). The per-name parent is a container node (the server
  *   deletes it some time after its last child goes); {chroot}, dlock and
- *   locks are persistent. Parents are created as needed, and re-created when
- *   a container vanished between our check and our create.
+ *   locks are persistent. Parents are created when a create under them
+ *   answers ZNONODE (a container vanished, or a first use): the parent
+ *   alone first, every ancestor from the top only when that answers ZNONODE
+ *   too.
+ * - Requests: an uncontended acquire + release sends the recipe's minimum,
+ *   a create, a get-children and a delete, whatever the kind (a re-entry
+ *   sends nothing); plus a create that fails and the container's create when
+ *   the name's container is gone (its first use, or the server deleted it
+ *   after its last child went). Waiting adds a get with a watch on the
+ *   predecessor and a get-children per wake-up; a connection loss during the
+ *   create adds the get-children that looks for our guid and an exists.
  * - An acquire creates an ephemeral sequential child. Kind is "write" for
  *   plain, reentrant and write locks, "read" for read locks, so every kind of
  *   one name shares one queue: a writer (or plain holder) waits for the child
@@ -881,10 +890,18 @@ static int list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opo
     return DLOCK_OK;
 }
 
-/* Creates parent (with last_flags: a container for a lock's queue) and its
- * ancestors (persistent) where missing. */
+/* Creates parent (with last_flags: a container for a lock's queue) and,
+ * when needed, its ancestors (persistent). Called after a create under
+ * parent answered ZNONODE: the usual cause is the container of a name that
+ * the server deleted after its last child went (or never made), with its
+ * ancestors there, so parent alone is tried first (one request); when that
+ * answers ZNONODE too, every ancestor is created from the top (ZNODEEXISTS
+ * is fine), then parent. */
 static int ensure_parents(zk_client *zc, zk_sess *s, const char *parent, int last_flags,
                           dl_err *err) {
+    int zrc = zk_req(zc, s, OP_CREATE, parent, last_flags, NULL);
+    if (zrc == ZOK || zrc == ZNODEEXISTS) return DLOCK_OK;
+    if (zrc != ZNONODE) return zk_fail(zrc, "create the parent nodes", err);
     char *buf = strdup(parent);
     if (!buf) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     int rc = DLOCK_OK;
@@ -892,7 +909,7 @@ static int ensure_parents(zk_client *zc, zk_sess *s, const char *parent, int las
         if (*q != '/' && *q != '\0') continue;
         char saved = *q;
         *q = '\0';
-        int zrc = zk_req(zc, s, OP_CREATE, buf, saved ? ZOO_PERSISTENT : last_flags, NULL);
+        zrc = zk_req(zc, s, OP_CREATE, buf, saved ? ZOO_PERSISTENT : last_flags, NULL);
         *q = saved;
         if (zrc != ZOK && zrc != ZNODEEXISTS) {
             rc = zk_fail(zrc, "create the parent nodes", err);

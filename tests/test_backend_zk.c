@@ -9,7 +9,9 @@
  * and `dlock run` (argv[1]: the CLI); the semaphore recipe: 12 processes on
  * 3 permits, a killed holder, busy / timed out leaving no node, FIFO, a
  * waiter woken by release and by add, try_set / add / available, a multi
- * create cut by the proxy. DLOCK_ZK_ONLY=sem runs the semaphore part only.
+ * create cut by the proxy; the requests an uncontended acquire + release
+ * sends, per kind. DLOCK_ZK_ONLY=sem runs the semaphore part only,
+ * DLOCK_ZK_ONLY=ops the request count only.
  * Skips (77) without java or zookeeper.jar.
  *
  * Clients live in forked children, or in the parent only between forks and
@@ -1417,6 +1419,82 @@ static void test_sem_no_herd(void) {
     dlock_client_free(hc);
 }
 
+/* ---- requests per uncontended acquire + release ---- */
+
+/* The requests the server received (srvr "Received:", which counts the
+ * srvr itself as one) during one uncontended pair of l, with a re-entry if
+ * reenter; *ms gets its duration. */
+static long pair_requests(dlock_lock *l, int reenter, int64_t *ms) {
+    long r0 = received();
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+    if (reenter) {
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    ASSERT_LOK(l, dlock_release(l));
+    *ms = th_now_ms() - t0;
+    long r1 = received();
+    ASSERT(r0 >= 0 && r1 > r0);
+    return r1 - r0 - 1;
+}
+
+/* The lock recipe's minimum per uncontended pair is 3 requests: create
+ * (ephemeral sequential), get-children, delete, whatever the kind, and a
+ * re-entry adds none. When the name's container parent is gone (a first
+ * use, or the server deleted it after its last child went: it looks every
+ * 60 s, the Java property znode.container.checkIntervalMs) a pair adds 2:
+ * the create that answers ZNONODE and the container's create, not its
+ * persistent ancestors'. Only this client talks to the server; it pings
+ * after a third of its session idle, so a pair that took that long may add
+ * one. */
+#define OPS_PAIRS 40
+static void test_requests_per_pair(void) {
+    long a = received(), b = received();
+    ASSERT_EQ(b - a, 1); /* srvr counts itself: one packet, taken off */
+    dlock_client *c = client();
+    static const struct {
+        const char *what;
+        dlock_kind kind;
+        int reenter;
+    } kinds[] = {{"plain", DLOCK_KIND_PLAIN, 0},
+                 {"reentrant", DLOCK_KIND_REENTRANT, 1},
+                 {"write", DLOCK_KIND_WRITE, 0},
+                 {"read", DLOCK_KIND_READ, 0}};
+    const int64_t ping_after = LONG_SESSION_MS / 3;
+    int64_t ms;
+    /* the persistent ancestors, made once per server */
+    dlock_lock *w = lock(c, "ops:warm-up", DLOCK_KIND_PLAIN);
+    th_log("first pair on this server: %ld requests", pair_requests(w, 0, &ms));
+    dlock_lock_free(w);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "ops:%s", kinds[k].what);
+        dlock_lock *l = lock(c, name, kinds[k].kind);
+        long first = pair_requests(l, 0, &ms);
+        th_log("%s: first pair of a name: %ld requests", kinds[k].what, first);
+        ASSERT_MSG(first == 5 || (first == 6 && ms >= ping_after),
+                   "%s: %ld requests for the first pair of a name (%lld ms), want 5",
+                   kinds[k].what, first, (long long)ms);
+        int n[7] = {0};
+        for (int i = 0; i < OPS_PAIRS; i++) {
+            long r = pair_requests(l, kinds[k].reenter, &ms);
+            long base = r >= 5 ? 5 : 3;
+            ASSERT_MSG(r == base || (r == base + 1 && ms >= ping_after),
+                       "%s: pair %d: %ld requests in %lld ms, want 3 (5 with the container "
+                       "re-made)", kinds[k].what, i, r, (long long)ms);
+            n[r]++;
+        }
+        th_log("%s%s: %d pairs: %d of 3 requests, %d of 5 (container re-made), %d with a "
+               "ping", kinds[k].what, kinds[k].reenter ? " with a re-entry" : "", OPS_PAIRS,
+               n[3], n[5], n[4] + n[6]);
+        /* the container goes at most once a minute: most pairs find it */
+        ASSERT_GE(n[3], OPS_PAIRS / 2);
+        dlock_lock_free(l);
+    }
+    dlock_client_free(c);
+}
+
 /* ---- threads sharing one client (one session), a handle each ---- */
 #define NTHREADS 4
 #define TROUNDS 40
@@ -1479,17 +1557,23 @@ int main(int argc, char **argv) {
     atexit(zk_stop);
     th_on_fatal_signals(on_signal);
     zk_start();
+    const char *only = getenv("DLOCK_ZK_ONLY");
+    if (only && !strcmp(only, "ops")) {
+        test_requests_per_pair();
+        th_log("request counts passed (DLOCK_ZK_ONLY=ops)");
+        return 0;
+    }
     /* every client in the parent is freed before the next fork */
     test_sem_procs();
     test_sem_killed_holder();
     test_sem_calls();
     test_sem_fifo_wake();
     test_sem_no_herd();
-    const char *only = getenv("DLOCK_ZK_ONLY");
     if (only && !strcmp(only, "sem")) {
         th_log("semaphore tests passed (DLOCK_ZK_ONLY=sem)");
         return 0;
     }
+    test_requests_per_pair();
     test_counter();
     test_fifo();
     test_killed_holder();
