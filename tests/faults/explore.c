@@ -34,7 +34,10 @@
  *   plain (plus a foreign client: raw SET NX PX, a DEL-if-equal release, no
  *   PUBLISH, as redis-py's Lock), reentrant (re-entry), fair, read/write
  *   (readers and writers), semaphore (1-3 permits), permit semaphore
- *   (leases), multi-lock (sets of 2-3 of three names, plain or reentrant).
+ *   (leases), multi-lock (sets of 2-3 of three names, plain or reentrant),
+ *   latch (one seed in eight that is not RedLock, drawn from a stream of its
+ *   own: counters count down, awaiters await, in 1 to 3 rounds, each on a
+ *   latch "x:<round>" of its own; latch_worker).
  *   Per worker: explicit leases or the watchdog, extends, waits of every
  *   form (try, timed, forever), and cancels (SIGUSR1, whose handler calls the
  *   async-signal-safe cancel).
@@ -78,6 +81,10 @@
  *   m w t kind ms (a one-shot proxy fault armed: 0 drop request, 1 drop
  *   reply, 2 duplicate request, 3 delay reply by ms); the proxy: M w t kind
  *   chunk (it fired on that chunk)
+ *   latch: d w r t (a count-down of round r's latch sent), e w r code t msg
+ *   (it returned), A w r wait t (an await), k w r t (it returned DLOCK_OK),
+ *   T / X as above; parent: z r t / j r t (its zero of round r's latch after
+ *   the run: begun / done)
  *
  * Checks:
  *   overlaps: two sections on one name at once (a reader with a reader is
@@ -116,6 +123,15 @@
  *     MSG_STALL_MS after one hit a worker's acquire or hold (a lost acquire
  *     reply, or a doubled re-entry, leaves a hold nobody knows of until its
  *     lease ends);
+ *   awaits at count > 0: a latch await that returned DLOCK_OK while fewer
+ *     count-downs had begun (plus requests doubled on counters' traffic)
+ *     than the round's count, no restart without persistence before it
+ *     (never exempt);
+ *   latch liveness: once the round's count of count-downs returned OK (or
+ *     the parent's zero is done), every live await of that latch returns
+ *     within the bound (the same 2000 ms: DL_WAIT_RECHECK_MS, the backstop
+ *     re-check of every wait); an await that timed out although the count
+ *     was surely 0 before its deadline is one too;
  *   leftovers: at the end, with every client gone, a key without expiry
  *     other than the documented long-lived ones (fence counters
  *     "redisson_lock_token:*", a semaphore's counter).
@@ -133,7 +149,7 @@
 
 /* the library's named constants the checks derive from (src/lock_plain.c,
  * src/lock_fair.c): not public, mirrored here */
-#define DL_PLAIN_RECHECK_MS 2000
+#define DL_PLAIN_RECHECK_MS 2000 /* = DL_WAIT_RECHECK_MS (src/internal.h), latches too */
 #define DL_BACKOFF_MAX_MS 2000 /* src/client.c: a client's reconnect backoff after a failure */
 #define DL_OUTAGE_PAUSE_MAX_MS 1000 /* src/wait.c: a wait's pause after a failure, at most */
 #define CMD_TIMEOUT_MS 1000        /* the workers' command timeout */
@@ -164,9 +180,11 @@ static int64_t rr(uint64_t *s, int64_t lo, int64_t hi)
 /* ------------------------------------------------------------------------ */
 /* the plan                                                                 */
 
-enum { K_PLAIN, K_REENTRANT, K_FAIR, K_RW, K_SEM, K_PERMITS, K_MULTI, K_N };
+/* K_LATCH is not in the main stream's kind draw (make_plan): a stream of its
+ * own picks it, so that the other seeds keep their kinds */
+enum { K_PLAIN, K_REENTRANT, K_FAIR, K_RW, K_SEM, K_PERMITS, K_MULTI, K_LATCH, K_N };
 static const char *KIND_NAME[K_N] = {"plain", "reentrant", "fair", "rw",
-                                     "semaphore", "permits", "multi"};
+                                     "semaphore", "permits", "multi", "latch"};
 enum { T_NONE, T_RDB, T_AOF, T_REDLOCK, T_REPLICA, T_N };
 static const char *TOPO_NAME[T_N] = {"redis", "redis-rdb", "redis-aof", "redlock", "replica"};
 #define NODES 5
@@ -180,7 +198,7 @@ static const char *FAULT_NAME[F_N] = {"pause", "kill", "restart", "psubscribe", 
                                       "drop-request", "drop-reply", "dup-request", "delay-reply"};
 static int msg_fault(int type) { return type >= F_DROPREQ && type <= F_DELAYREP; }
 
-enum { R_DLOCK, R_FOREIGN, R_READER, R_WRITER };
+enum { R_DLOCK, R_FOREIGN, R_READER, R_WRITER, R_COUNTER, R_AWAITER };
 
 #define MAX_W 6
 #define MAX_IDS 24
@@ -205,6 +223,8 @@ typedef struct plan {
     int topo, kind, nw, permits, mkind;
     int fence, pass; /* RedLock: a fence server; passwords on the masters */
     int wr;          /* replica: wait_replicas 1 */
+    int rounds;      /* latch: 1 to 3 latches "x:0".., one per round */
+    int64_t count[NAMES]; /* latch: each round's initial count */
     int64_t run_ms, wd_ms;
     wspec w[MAX_W];
     int nf;
@@ -219,7 +239,7 @@ static void make_plan(uint64_t seed, plan *p)
     uint64_t s = seed;
     p->seed = seed;
     p->topo = (int)rr(&s, 0, T_REPLICA - 1);
-    p->kind = (int)rr(&s, 0, K_N - 1);
+    p->kind = (int)rr(&s, 0, K_MULTI);
     p->fence = (int)rr(&s, 0, 1);
     p->pass = (int)rr(&s, 0, 1);
     if (p->topo == T_REDLOCK) { /* the kinds RedLock has */
@@ -299,6 +319,28 @@ static void make_plan(uint64_t seed, plan *p)
             f->dur = f->type == F_DELAYREP ? rr(&s3, 300, 2000) : 0;
         }
     }
+    /* the latch: one seed in eight of those that are not RedLock (a latch
+     * is one key on one server), drawn from a stream of its own; the
+     * workers keep their drawn waits and work times, their roles are drawn
+     * here: worker 0 counts down, worker 1 awaits, the others one in three
+     * counts down. The run is cut into 1 to 3 rounds, each on a latch of its
+     * own ("x:<round>", count 1 to 8, set by the parent before the run).
+     * The stream's constant is one under which no seed of CI's batches
+     * (tests/faults/CMakeLists.txt) draws a latch */
+    uint64_t s4 = seed ^ 0x3fc1ea36f17fd374ULL;
+    if (p->topo != T_REDLOCK && rr(&s4, 0, 7) == 0) {
+        p->kind = K_LATCH;
+        p->permits = 1;
+        p->rounds = (int)rr(&s4, 1, NAMES);
+        for (int r = 0; r < p->rounds; r++) p->count[r] = rr(&s4, 1, 8);
+        for (int i = 0; i < p->nw; i++) {
+            wspec *w = &p->w[i];
+            w->role = i == 0 ? R_COUNTER : i == 1 ? R_AWAITER
+                      : rr(&s4, 0, 2) == 0 ? R_COUNTER : R_AWAITER;
+            /* the semaphores drew no forever waits */
+            if (!w->forever_pct) w->forever_pct = (int)rr(&s4, 0, 40);
+        }
+    }
 }
 
 static void print_plan(const plan *p)
@@ -312,10 +354,22 @@ static void print_plan(const plan *p)
         printf(", %s, %s", p->fence ? "fence server" : "no fence server",
                p->pass ? "passwords" : "no passwords");
     if (p->topo == T_REPLICA) printf(", wait_replicas %d", p->wr);
+    if (p->kind == K_LATCH) {
+        printf(", %d round%s, counts", p->rounds, p->rounds > 1 ? "s" : "");
+        for (int r = 0; r < p->rounds; r++) printf(" %lld", (long long)p->count[r]);
+    }
     printf("\n");
-    static const char *role[] = {"dlock", "foreign", "reader", "writer"};
+    static const char *role[] = {"dlock", "foreign", "reader", "writer", "counter", "awaiter"};
     for (int i = 0; i < p->nw; i++) {
         const wspec *w = &p->w[i];
+        if (p->kind == K_LATCH) {
+            if (w->role == R_COUNTER)
+                printf("  worker %d: counter, pause 5..%lld ms\n", i, (long long)w->work_max);
+            else
+                printf("  worker %d: awaiter, try %d%%, forever %d%%\n", i, w->try_pct,
+                       w->forever_pct);
+            continue;
+        }
         printf("  worker %d: %s, lease %s%lld ms, work <= %lld ms, re-entry %d%%, extend %d%%, "
                "try %d%%, forever %d%%\n", i, role[w->role], w->lease ? "" : "watchdog ",
                (long long)(w->lease ? w->lease : p->wd_ms), (long long)w->work_max,
@@ -364,6 +418,7 @@ static void on_lost(dlock_lock *l, int reason, void *ud)
 static dlock_lock *volatile g_cl[NAMES];
 static dlock_semaphore *volatile g_cs;
 static dlock_permits *volatile g_cp;
+static dlock_latch *volatile g_clt;
 
 static void on_usr1(int sig)
 {
@@ -372,6 +427,7 @@ static void on_usr1(int sig)
         if (g_cl[i]) dlock_lock_cancel(g_cl[i]);
     if (g_cs) dlock_semaphore_cancel(g_cs);
     if (g_cp) dlock_permits_cancel(g_cp);
+    if (g_clt) dlock_latch_cancel(g_clt);
 }
 
 static void name_of(int n, char *buf, size_t len) { snprintf(buf, len, "x:%d", n); }
@@ -488,6 +544,68 @@ static void foreign_worker(const wctx *x, redisContext *rc, uint64_t *s)
     if (fc) redisFree(fc);
 }
 
+/* The latch workload. The run is cut into p->rounds equal rounds, round r
+ * on latch "x:<r>" (its count set by the parent before the run, and set to
+ * 0 by the parent after it, so that forever waits end). A counter counts
+ * the current round's latch down by 1 after a pause of 5..work_max ms, and
+ * goes on past zero (a count-down at zero changes nothing). An awaiter
+ * awaits the current round's latch with a drawn wait (try, timed, forever),
+ * cancels included.
+ * How the count is observed: not read from the server (a read races with
+ * the count-downs). Each count-down logs "d w r t" before it is sent and
+ * "e w r code t" when it returned, so the checker knows, at each position of
+ * the history, an upper bound of the count-downs the server may have applied
+ * (those begun, plus one per doubled request on a counter's traffic) and a
+ * lower bound (those that returned DLOCK_OK): the count is surely above 0
+ * while the upper bound is below the round's count, and surely 0 once the
+ * lower bound reaches it. An await logs "A w r wait t", then "k w r t"
+ * (DLOCK_OK), "T w code t" (timed out, cancelled) or "X w code t msg". */
+static int latch_worker(const wctx *x, redisContext *rc, uint64_t *s, dlock_client *c)
+{
+    const plan *p = x->p;
+    const wspec *w = &p->w[x->slot];
+    dlock_latch *lt[NAMES] = {0};
+    char nm[16];
+    for (int r = 0; r < p->rounds; r++) {
+        name_of(r, nm, sizeof nm);
+        if (dlock_latch_new(c, nm, DLOCK_CSTR, &lt[r]) != DLOCK_OK) return 4;
+    }
+    int64_t start = x->end - p->run_ms;
+    while (th_now_ms() < x->end) {
+        if (w->role == R_COUNTER) th_sleep_ms(rr(s, 5, w->work_max));
+        int64_t now = th_now_ms();
+        if (now >= x->end) break;
+        int r = (int)((now - start) * p->rounds / p->run_ms);
+        if (r < 0) r = 0;
+        if (r >= p->rounds) r = p->rounds - 1;
+        if (w->role == R_COUNTER) {
+            fl_ev(rc, "d %d %d %lld", x->id, r, (long long)now);
+            int rc2 = dlock_latch_count_down(lt[r], 1);
+            fl_ev(rc, "e %d %d %d %lld %s", x->id, r, rc2, (long long)th_now_ms(),
+                  rc2 ? dlock_latch_errmsg(lt[r]) : "");
+            if (rc2) th_sleep_ms(30);
+            continue;
+        }
+        int64_t wait = draw_wait(s, w);
+        fl_ev(rc, "A %d %d %lld %lld", x->id, r, (long long)wait, (long long)now);
+        g_clt = lt[r];
+        int rc2 = dlock_latch_await(lt[r], wait);
+        g_clt = NULL;
+        now = th_now_ms();
+        if (rc2 == DLOCK_OK) {
+            fl_ev(rc, "k %d %d %lld", x->id, r, (long long)now);
+        } else if (rc2 == DLOCK_ETIMEDOUT || rc2 == DLOCK_ECANCELED) {
+            fl_ev(rc, "T %d %d %lld", x->id, rc2, (long long)now);
+        } else {
+            fl_ev(rc, "X %d %d %lld %s", x->id, rc2, (long long)now, dlock_latch_errmsg(lt[r]));
+            th_sleep_ms(30);
+        }
+        th_sleep_ms(rr(s, 0, 30));
+    }
+    for (int r = 0; r < p->rounds; r++) dlock_latch_free(lt[r]);
+    return 0;
+}
+
 static int run_worker(const wctx *x)
 {
     const plan *p = x->p;
@@ -538,6 +656,13 @@ static int run_worker(const wctx *x)
         th_sleep_ms(50);
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
+    if (p->kind == K_LATCH) {
+        int lr = latch_worker(x, rc, &s, c);
+        dlock_client_free(c);
+        redisFree(rc);
+        redisFree(g_cbrc);
+        return lr;
+    }
 
     int nn = kind_names(p);
     dlock_lock *l[NAMES] = {0};
@@ -735,8 +860,9 @@ typedef struct att {
     int w, n;
     int64_t wait, at, et;
     long a, e;
-    int result; /* 'B', 'T', 'X', 'K', 0 open */
+    int result; /* 'B' (latch: returned DLOCK_OK), 'T', 'X', 'K', 0 open */
     int code;
+    int cd; /* latch: a count-down (else an await) */
 } att;
 
 typedef struct evt {
@@ -749,7 +875,7 @@ typedef struct evt {
 
 typedef struct stats {
     long seeds, ops, faults, effective, overlaps, exempt, stale, tokens, shortv, live,
-        slow, leftover, stuck, errors, lostlate, tokens_exempt, noquorum, proto;
+        slow, leftover, stuck, errors, lostlate, tokens_exempt, noquorum, proto, early;
     int64_t worst_stall;
     long by_fault[F_N], by_fault_eff[F_N];
 } stats;
@@ -784,6 +910,7 @@ static void stat_add(stats *a, const stats *b)
     a->lostlate += b->lostlate;
     a->noquorum += b->noquorum;
     a->proto += b->proto;
+    a->early += b->early;
     a->tokens_exempt += b->tokens_exempt;
     if (b->worst_stall > a->worst_stall) a->worst_stall = b->worst_stall;
     for (int i = 0; i < F_N; i++) {
@@ -934,6 +1061,17 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
     }
     uint64_t last_tok[NAMES] = {0}, max_acc[NAMES] = {0};
     int have_acc[NAMES] = {0};
+    /* the latch (latch_worker): per round, count-downs begun and returned
+     * OK so far, the parent's final zero begun; requests doubled on a
+     * counter's traffic so far; where the count surely reached 0 */
+    long cd_begun[NAMES] = {0}, cd_ok[NAMES] = {0}, cd_dup = 0;
+    int zero_begun[NAMES] = {0}, lost_key = 0;
+    long zero_pos[NAMES];
+    int64_t zero_t[NAMES];
+    for (int k = 0; k < NAMES; k++) {
+        zero_pos[k] = -1;
+        zero_t[k] = 0;
+    }
     int fail = 0;
     char first_err[200] = "";
     if (verbose && getenv("EXPLORE_DUMP"))
@@ -956,6 +1094,9 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 snprintf(g_fdesc[nf], sizeof g_fdesc[nf], "%s", d ? d : "");
             }
             g_f[nf++] = (evt){c, (long)i, w, (int)v[2], v[1], c == 'm' ? v[3] : 0};
+            if (c == 'M' && v[2] == F_DUPREQ - F_DROPREQ && w >= 0 && w < MAX_IDS &&
+                roles[w].role == R_COUNTER)
+                cd_dup++;
             continue;
         }
         if (strchr("PCKUDGI", c)) {
@@ -979,8 +1120,21 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             }
             continue;
         }
+        if (c == 'z' || c == 'j') { /* the parent's final zero of latch v[0]: begun, done */
+            int rd = (int)v[0];
+            ASSERT(rd >= 0 && rd < NAMES);
+            if (c == 'z') zero_begun[rd] = 1;
+            else if (zero_pos[rd] < 0) {
+                zero_pos[rd] = (long)i;
+                zero_t[rd] = v[1];
+            }
+            continue;
+        }
         if (strchr("ZYFQHJ", c)) {
             ASSERT(nf < 256);
+            /* one Redis without persistence: a restart loses the latches
+             * (an absent latch is at 0) */
+            if (c == 'Z' && p->topo == T_NONE) lost_key = 1;
             /* the node (RedLock) is the last field: it goes in w */
             if (c == 'Z') g_f[nf++] = (evt){c, (long)i, (int)v[2], (int)v[0], (int64_t)v[1], 0};
             else g_f[nf++] = (evt){c, (long)i, (int)v[1], 0, v[0], 0};
@@ -989,10 +1143,67 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
         ASSERT_MSG(n >= 1 && w >= 0 && w < MAX_IDS, "bad event \"%s\"", e);
         switch (c) {
         case 'A':
+        case 'd':
             ASSERT(na < MAX_ATT);
-            g_a[na] = (att){w, (int)v[1], v[2], v[3], -1, (long)i, -1, 0, 0};
+            if (c == 'A') g_a[na] = (att){w, (int)v[1], v[2], v[3], -1, (long)i, -1, 0, 0, 0};
+            else g_a[na] = (att){w, (int)v[1], 0, v[2], -1, (long)i, -1, 0, 0, 1};
+            if (c == 'd') {
+                ASSERT(v[1] >= 0 && v[1] < NAMES);
+                cd_begun[v[1]]++;
+            }
             open_a[w] = na++;
             break;
+        case 'e': { /* w round code t: a count-down returned */
+            int rd = (int)v[1];
+            ASSERT(rd >= 0 && rd < NAMES);
+            if (open_a[w] >= 0) {
+                att *a = &g_a[open_a[w]];
+                a->result = v[2] == DLOCK_OK ? 'B' : 'X';
+                a->code = (int)v[2];
+                a->e = (long)i;
+                a->et = v[3];
+                open_a[w] = -1;
+            }
+            if (v[2] == DLOCK_EPROTO) {
+                st->proto++;
+                fail = 1;
+                printf("  VIOLATION stale reply: worker %d's count-down at #%zu read a reply "
+                       "that was not its own (%s)\n", w, i, e);
+            }
+            if (v[2] != DLOCK_OK) {
+                st->errors++;
+                if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", e);
+                break;
+            }
+            if (++cd_ok[rd] >= p->count[rd] && zero_pos[rd] < 0) {
+                zero_pos[rd] = (long)i;
+                zero_t[rd] = v[3];
+            }
+            break;
+        }
+        case 'k': { /* w round t: an await returned DLOCK_OK */
+            int rd = (int)v[1];
+            ASSERT(rd >= 0 && rd < NAMES);
+            if (open_a[w] >= 0) {
+                att *a = &g_a[open_a[w]];
+                a->result = 'B';
+                a->e = (long)i;
+                a->et = v[2];
+                open_a[w] = -1;
+            }
+            /* surely above 0: fewer count-downs may have been applied than
+             * the count, and neither the parent's zero nor a restart that
+             * lost the key came before */
+            long most = cd_begun[rd] + cd_dup;
+            if (!zero_begun[rd] && !lost_key && most < p->count[rd]) {
+                st->early++;
+                fail = 1;
+                printf("  VIOLATION await at count > 0: worker %d's await of latch %d returned "
+                       "DLOCK_OK at #%zu, with at most %ld of %lld count-downs applied\n", w, rd,
+                       i, most, (long long)p->count[rd]);
+            }
+            break;
+        }
         case 'B': {
             int nm = (int)v[1];
             ASSERT(nm >= 0 && nm < NAMES && ns < MAX_SEC);
@@ -1194,7 +1405,7 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             g_a[i].e = nev;
             g_a[i].et = tend;
         }
-    st->ops = ns;
+    st->ops = p->kind == K_LATCH ? na : ns;
 
     /* faults that took effect */
     for (int i = 0; i < nf; i++) {
@@ -1227,13 +1438,17 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 if (a->w != f->w || a->at > tm || a->et < tm) continue;
                 eff = 1;
                 char res[48];
-                if (a->result == 'B') snprintf(res, sizeof res, "it acquired");
+                if (a->result == 'B')
+                    snprintf(res, sizeof res, "%s", p->kind == K_LATCH ? "it returned OK"
+                                                                       : "it acquired");
                 else if (a->result == 'T' || a->result == 'X')
                     snprintf(res, sizeof res, "it ended with %s %d",
                              a->result == 'T' ? "no lock" : "error", a->code);
                 else snprintf(res, sizeof res, "its end not logged");
-                snprintf(whatbuf, sizeof whatbuf, "fired %lld ms later during an acquire (%s) on "
-                         "\"%s\"", (long long)(tm - f->t), res, g_fdesc[m]);
+                snprintf(whatbuf, sizeof whatbuf, "fired %lld ms later during %s (%s) on \"%s\"",
+                         (long long)(tm - f->t),
+                         p->kind != K_LATCH ? "an acquire" : a->cd ? "a count-down" : "an await",
+                         res, g_fdesc[m]);
             }
             for (int k = 0; k < ns && !eff; k++) {
                 const sec *x = &g_s[k];
@@ -1261,7 +1476,16 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             for (int k = 0; k < na && !eff; k++)
                 if (g_a[k].w == f->w && g_a[k].a < f->pos && g_a[k].e >= f->pos) {
                     eff = 1;
-                    what = "hit a waiter";
+                    what = p->kind != K_LATCH ? "hit a waiter"
+                           : g_a[k].cd ? "hit a count-down" : "hit an await";
+                }
+            /* a counter stopped, cut off or killed between two count-downs
+             * holds the count back while a latch is not yet at 0 */
+            for (int k = 0; p->kind == K_LATCH && k < p->rounds && !eff; k++)
+                if (f->w >= 0 && f->w < MAX_IDS && roles[f->w].role == R_COUNTER &&
+                    zero_pos[k] > f->pos) {
+                    eff = 1;
+                    what = "held a counter back";
                 }
             break;
         case 'U':
@@ -1301,6 +1525,11 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 if (g_s[k].e > f->pos && g_s[k].e < nev) {
                     eff = 1;
                     what = "releases published to it";
+                }
+            for (int k = 0; p->kind == K_LATCH && k < p->rounds && !eff; k++)
+                if (zero_pos[k] > f->pos) {
+                    eff = 1;
+                    what = "a latch's zero published to it";
                 }
             break;
         default: break;
@@ -1505,6 +1734,52 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                    (long long)stall, (long long)g_stall_bound);
         }
     }
+    /* the latch: once the count surely reached 0 (the round's count of
+     * count-downs returned OK, or the parent's zero after the run), every
+     * live await of that latch returns, with DLOCK_OK, within the bound: the
+     * zero's message wakes it, a lost message is made good by the backstop
+     * re-check (DL_WAIT_RECHECK_MS, the same 2000 ms as the locks' bound).
+     * Not live: a stopped awaiter, its link frozen or cut, or a one-shot
+     * fault on its own traffic (MSG_STALL_MS), a server stopped or
+     * restarted meanwhile. The count may come back above 0 after a restart
+     * from a snapshot or a promotion (a latch is not waited for): after
+     * such a restart neither is checked. An await that timed out although
+     * the count was surely 0 before its deadline (before its start: a try)
+     * is a violation as well, counted with the liveness ones. */
+    for (int k = 0; p->kind == K_LATCH && k < na; k++) {
+        const att *a = &g_a[k];
+        int rd = a->n;
+        if (a->cd || a->result == 'K' || rd < 0 || rd >= p->rounds || zero_pos[rd] < 0) continue;
+        if (a->e < zero_pos[rd]) continue; /* it ended before the zero */
+        int back = 0;
+        for (int j = 0; j < nf; j++)
+            if (g_f[j].c == 'Z' && (p->topo == T_RDB || p->topo == T_REPLICA) &&
+                g_f[j].pos > zero_pos[rd] && g_f[j].pos < a->e)
+                back = 1;
+        if (back) continue;
+        int64_t from = a->at > zero_t[rd] ? a->at : zero_t[rd];
+        int64_t stall = a->et - from;
+        if (stall < 0) stall = 0;
+        int timed_out = a->result == 'T' && a->code == DLOCK_ETIMEDOUT &&
+                        (a->wait == 0 ? zero_pos[rd] < a->a
+                                      : a->wait > 0 && zero_t[rd] < a->at + a->wait);
+        if (paused_in(nf, a->w, a->at, a->et, NULL) ||
+            msg_fired_in(nf, a->w, a->at, a->et, MSG_STALL_MS) ||
+            server_fault_in(nf, from, a->et))
+            continue;
+        if (stall > st->worst_stall) st->worst_stall = stall;
+        if (stall > 1000) st->slow++;
+        if (stall > g_stall_bound || timed_out) {
+            st->live++;
+            fail = 1;
+            printf("  VIOLATION liveness: worker %d's await of latch %d (from #%ld, wait %lld) "
+                   "%s at #%ld, %lld ms after the count surely reached 0 at #%ld (bound %lld)\n",
+                   a->w, rd, a->a, (long long)a->wait,
+                   a->result == 'B' ? "returned OK" : a->result == 'T' ? "timed out or was cancelled"
+                                                                       : "failed",
+                   a->e, (long long)stall, zero_pos[rd], (long long)g_stall_bound);
+        }
+    }
     (void)nids;
     if (first_err[0] && verbose) printf("  first acquire error: %s\n", first_err);
     return fail;
@@ -1594,6 +1869,10 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     redisContext *rrc = th_redis(res);
     redisContext *lrc = th_redis(ls);
     if (p.kind == K_SEM || p.kind == K_PERMITS) th_cmd_ok(lrc, "SET x:0 %d", p.permits);
+    for (int r = 0; p.kind == K_LATCH && r < p.rounds; r++)
+        th_cmd_ok(lrc, "SET x:%d %lld", r, (long long)p.count[r]);
+    if (p.kind == K_LATCH && replica) /* the replica has the counts before any promotion */
+        ASSERT_EQ(th_cmd_int(lrc, "WAIT 1 5000"), 1);
     if (p.topo == T_RDB) th_cmd_ok(lrc, "SAVE");
 
     /* each worker reaches the lock server through a proxy of its own, so
@@ -1843,6 +2122,23 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
             fl_ev(rrc, "I %d %lld", id, (long long)th_now_ms());
         }
     }
+    /* the latch: after the run, the parent counts every round's latch to 0
+     * (as dlock_latch_set 0 does: DEL, PUBLISH "0"), so that forever awaits
+     * end; "z" before, "j" after */
+    if (p.kind == K_LATCH) {
+        int64_t d = t0 + p.run_ms - th_now_ms();
+        if (d > 0) th_sleep_ms(d);
+        for (int r = 0; r < p.rounds; r++) {
+            fl_ev(rrc, "z %d %lld", r, (long long)th_now_ms());
+            redisReply *zr = redisCommand(lrc, "EVAL %s 2 x:%d redisson_countdownlatch__channel__{x:%d}",
+                                          "redis.call('del', KEYS[1]) "
+                                          "redis.call('publish', KEYS[2], '0') return 1",
+                                          r, r);
+            ASSERT_MSG(zr && zr->type == REDIS_REPLY_INTEGER, "the latch's final zero failed");
+            freeReplyObject(zr);
+            fl_ev(rrc, "j %d %lld", r, (long long)th_now_ms());
+        }
+    }
     /* every worker ends: a forever wait must be served once the others
      * stop (leases of killed holders run out) */
     int64_t grace = t0 + p.run_ms + 20000;
@@ -1885,11 +2181,12 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     if (st->leftover || st->stuck) fail = 1;
     printf("seed %llu %s %s: ops %ld, faults %ld (%ld took effect), overlaps %ld (exempt %ld), "
            "stale writes accepted %ld, stale replies %ld, tokens not increasing %ld, short leases "
-           "%ld, late lost callbacks %ld, no quorum %ld, liveness %ld, worst stall %lld ms, "
-           "leftover keys %ld, acquire errors %ld, %lld s: %s\n",
+           "%ld, late lost callbacks %ld, no quorum %ld, awaits at count > 0 %ld, liveness %ld, "
+           "worst stall %lld ms, leftover keys %ld, acquire errors %ld, %lld s: %s\n",
            (unsigned long long)seed, TOPO_NAME[p.topo], KIND_NAME[p.kind], st->ops, st->faults,
            st->effective, st->overlaps, st->exempt, st->stale, st->proto, st->tokens, st->shortv,
-           st->lostlate, st->noquorum, st->live, (long long)st->worst_stall, st->leftover, st->errors,
+           st->lostlate, st->noquorum, st->early, st->live, (long long)st->worst_stall,
+           st->leftover, st->errors,
            (long long)((th_now_ms() - t0) / 1000), fail ? "FAIL" : "ok");
     if (fail && !verbose) {
         print_plan(&p);
@@ -1916,8 +2213,8 @@ static void print_table(void)
 {
     printf("\n| topology | kind | seeds | operations | faults (took effect) | overlaps "
            "(exempt) | stale writes accepted | stale replies | tokens not increasing | short "
-           "leases | late lost callbacks | no quorum | liveness | worst stall ms |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "leases | late lost callbacks | no quorum | awaits at count > 0 | liveness | worst stall ms "
+           "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     stats all;
     memset(&all, 0, sizeof all);
     for (int t = 0; t < T_N; t++)
@@ -1926,14 +2223,15 @@ static void print_table(void)
             if (!s->seeds) continue;
             stat_add(&all, s);
             printf("| %s | %s | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | "
-                   "%ld | %ld | %lld |\n", TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops, s->faults,
-                   s->effective, s->overlaps, s->exempt, s->stale, s->proto, s->tokens, s->shortv,
-                   s->lostlate, s->noquorum, s->live, (long long)s->worst_stall);
+                   "%ld | %ld | %ld | %lld |\n", TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops,
+                   s->faults, s->effective, s->overlaps, s->exempt, s->stale, s->proto, s->tokens,
+                   s->shortv, s->lostlate, s->noquorum, s->early, s->live,
+                   (long long)s->worst_stall);
         }
     printf("| all | all | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | %ld | "
-           "%ld | %lld |\n", all.seeds, all.ops, all.faults, all.effective, all.overlaps,
-           all.exempt, all.stale, all.proto, all.tokens, all.shortv, all.lostlate, all.noquorum, all.live,
-           (long long)all.worst_stall);
+           "%ld | %ld | %lld |\n", all.seeds, all.ops, all.faults, all.effective,
+           all.overlaps, all.exempt, all.stale, all.proto, all.tokens, all.shortv, all.lostlate,
+           all.noquorum, all.early, all.live, (long long)all.worst_stall);
     printf("\nfaults that took effect:");
     for (int i = 0; i < F_N; i++)
         printf(" %s %ld/%ld%s", FAULT_NAME[i], all.by_fault_eff[i], all.by_fault[i],
