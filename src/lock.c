@@ -225,6 +225,12 @@ void dlock_lock_free(dlock_lock *l) {
     while (l->holds > 0) {
         if (dlock_release(l) != DLOCK_OK) break;
     }
+    /* holds a release could not give back are no handle's from now on: the
+     * owner's next last release among its other handles gives them back
+     * (the surplus, above), or their lease ends them. Kept in the owner's
+     * sum, they would stay on the server for as long as another handle of
+     * the same owner re-entered them, each release renewing their lease. */
+    if (l->holds > 0) set_holds(l, 0);
     wd_off(l);
     if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
     dl_cancel_destroy(&l->cancel);
