@@ -29,7 +29,11 @@
  * RedLock over 5 masters, with or without a fence server and passwords; a
  * primary with a replica (one seed in six, drawn from a stream of its own),
  * with or without wait_replicas, whose "restart" fault kills the primary
- * and promotes the replica (REPLICAOF NO ONE, every proxy switched to it).
+ * and promotes the replica (REPLICAOF NO ONE, every proxy switched to it);
+ * in two replica seeds in three (a stream of their own) the replica's link
+ * to the primary runs through a proxy too and is cut (every connection
+ * reset, new ones left waiting) or frozen (nothing forwarded) once or twice
+ * for 0.3 to 3 s.
  * Workloads (one per seed, on one name "x:0", or "x:0".."x:2" for multi):
  *   plain (plus a foreign client: raw SET NX PX, a DEL-if-equal release, no
  *   PUBLISH, as redis-py's Lock), reentrant (re-entry), fair, read/write
@@ -81,6 +85,8 @@
  *   m w t kind ms (a one-shot proxy fault armed: 0 drop request, 1 drop
  *   reply, 2 duplicate request, 3 delay reply by ms); the proxy: M w t kind
  *   chunk (it fired on that chunk)
+ *   c t mode / h t (the replication link cut (mode 0) or frozen (1) / about
+ *   to work again)
  *   latch: d w r t (a count-down of round r's latch sent), e w r code t msg
  *   (it returned), A w r wait t (an await), k w r t (it returned DLOCK_OK),
  *   T / X as above; parent: z r t / j r t (its zero of round r's latch after
@@ -123,6 +129,10 @@
  *     MSG_STALL_MS after one hit a worker's acquire or hold (a lost acquire
  *     reply, or a doubled re-entry, leaves a hold nobody knows of until its
  *     lease ends);
+ *   unacknowledged acquires: with wait_replicas, a lock acquire that began
+ *     after the replication link was cut or frozen and returned OK before
+ *     it worked again (nothing reached the replica: the library must fail
+ *     with DLOCK_EREPLICAS or wait);
  *   awaits at count > 0: a latch await that returned DLOCK_OK while fewer
  *     count-downs had begun (plus requests doubled on counters' traffic)
  *     than the round's count, no restart without persistence before it
@@ -192,10 +202,11 @@ static const char *TOPO_NAME[T_N] = {"redis", "redis-rdb", "redis-aof", "redlock
  * (faultlib.h: 0 drop request, 1 drop reply, 2 duplicate request, 3 delay
  * reply) */
 enum { F_PAUSE, F_KILL, F_RESTART, F_PSUB, F_CANCEL, F_SAVE, F_SRVPAUSE, F_CUT, F_FREEZE,
-       F_DROPREQ, F_DROPREP, F_DUPREQ, F_DELAYREP, F_N };
+       F_DROPREQ, F_DROPREP, F_DUPREQ, F_DELAYREP, F_REPLCUT, F_REPLFREEZE, F_N };
 static const char *FAULT_NAME[F_N] = {"pause", "kill", "restart", "psubscribe", "cancel",
                                       "save", "server-pause", "link-cut", "link-freeze",
-                                      "drop-request", "drop-reply", "dup-request", "delay-reply"};
+                                      "drop-request", "drop-reply", "dup-request", "delay-reply",
+                                      "repl-cut", "repl-freeze"};
 static int msg_fault(int type) { return type >= F_DROPREQ && type <= F_DELAYREP; }
 
 enum { R_DLOCK, R_FOREIGN, R_READER, R_WRITER, R_COUNTER, R_AWAITER };
@@ -317,6 +328,21 @@ static void make_plan(uint64_t seed, plan *p)
             f->at = rr(&s3, 200, p->run_ms - 200);
             f->target = (int)rr(&s3, 0, p->nw - 1);
             f->dur = f->type == F_DELAYREP ? rr(&s3, 300, 2000) : 0;
+        }
+    }
+    /* the replication link between primary and replica (it runs through a
+     * proxy of its own then) cut or frozen for 0.3 to 3 s: in two replica
+     * seeds in three, 1 or 2 of them, drawn from a stream of their own. The
+     * stream's constant is one under which CI's replica seed (6) draws
+     * none */
+    uint64_t s5 = seed ^ 0x3d9c172411e20b8fULL;
+    if (p->topo == T_REPLICA && rr(&s5, 0, 2) > 0) {
+        int k = (int)rr(&s5, 1, 2);
+        for (int i = 0; i < k && p->nf < MAX_F; i++) {
+            fault *f = &p->f[p->nf++];
+            f->type = rr(&s5, 0, 1) ? F_REPLFREEZE : F_REPLCUT;
+            f->at = rr(&s5, 200, p->run_ms - 200);
+            f->dur = rr(&s5, 300, 3000);
         }
     }
     /* the latch: one seed in eight of those that are not RedLock (a latch
@@ -875,7 +901,7 @@ typedef struct evt {
 
 typedef struct stats {
     long seeds, ops, faults, effective, overlaps, exempt, stale, tokens, shortv, live,
-        slow, leftover, stuck, errors, lostlate, tokens_exempt, noquorum, proto, early;
+        slow, leftover, stuck, errors, lostlate, tokens_exempt, noquorum, proto, early, unacked;
     int64_t worst_stall;
     long by_fault[F_N], by_fault_eff[F_N];
 } stats;
@@ -911,6 +937,7 @@ static void stat_add(stats *a, const stats *b)
     a->noquorum += b->noquorum;
     a->proto += b->proto;
     a->early += b->early;
+    a->unacked += b->unacked;
     a->tokens_exempt += b->tokens_exempt;
     if (b->worst_stall > a->worst_stall) a->worst_stall = b->worst_stall;
     for (int i = 0; i < F_N; i++) {
@@ -944,10 +971,25 @@ static int paused_in(int nf, int w, int64_t from, int64_t to, long *pos_from)
     return 0;
 }
 
+static int g_wr; /* the seed's wait_replicas */
+
+/* a server stopped, restarting or saving, or (with wait_replicas, whose
+ * acquires fail then) the replication link cut or frozen, during [from,
+ * to] */
 static int server_fault_in(int nf, int64_t from, int64_t to)
 {
     for (int i = 0; i < nf; i++) {
         char c = g_f[i].c;
+        if (c == 'c' && g_wr) {
+            int64_t p1 = INT64_MAX;
+            for (int j = i + 1; j < nf; j++)
+                if (g_f[j].c == 'h') {
+                    p1 = g_f[j].t + DL_BACKOFF_MAX_MS;
+                    break;
+                }
+            if (g_f[i].t <= to && p1 >= from) return 1;
+            continue;
+        }
         if (c != 'Z' && c != 'H' && c != 'F') continue;
         int64_t p1 = g_f[i].t + 200; /* a SAVE: a short stop */
         if (c != 'F') {
@@ -979,7 +1021,6 @@ static int msg_fired_in(int nf, int w, int64_t from, int64_t to, int64_t slack)
 /* the server forgot a hold taken at position a before position b: a
  * restart (from its kill Z to its answering again Y) after a and before b,
  * without persistence, or from a snapshot taken before a */
-static int g_wr; /* the seed's wait_replicas */
 
 static int forgot_between(int nf, int topo, long a, long b)
 {
@@ -1118,6 +1159,11 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                     open_a[w] = -1;
                 }
             }
+            continue;
+        }
+        if (c == 'c' || c == 'h') { /* the replication link cut (t mode) or healed (t) */
+            ASSERT(nf < 256);
+            g_f[nf++] = (evt){c, (long)i, 0, c == 'c' ? (int)v[1] : 0, (int64_t)v[0], 0};
             continue;
         }
         if (c == 'z' || c == 'j') { /* the parent's final zero of latch v[0]: begun, done */
@@ -1511,6 +1557,31 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                     what = "while waited for";
                 }
             break;
+        case 'c': {
+            /* the replication link cut or frozen: it took effect when an
+             * acquire ran or a hold was kept while it was (with
+             * wait_replicas, the acquire cannot be acknowledged) */
+            type = f->mode ? F_REPLFREEZE : F_REPLCUT;
+            long hp = nev;
+            for (int j = i + 1; j < nf; j++)
+                if (g_f[j].c == 'h') {
+                    hp = g_f[j].pos;
+                    break;
+                }
+            int nrep = 0, nacq = 0, nheld = 0;
+            for (int k = 0; k < na; k++)
+                if (!g_a[k].cd && g_a[k].a < hp && g_a[k].e > f->pos) {
+                    nacq++;
+                    if (g_a[k].result == 'X' && g_a[k].code == DLOCK_EREPLICAS) nrep++;
+                }
+            for (int k = 0; k < ns; k++)
+                if (g_s[k].b < hp && g_s[k].e > f->pos) nheld++;
+            eff = nacq || nheld;
+            snprintf(whatbuf, sizeof whatbuf, "%d acquire(s) during it (%d failed with "
+                     "DLOCK_EREPLICAS), %d hold(s) kept", nacq, nrep, nheld);
+            what = whatbuf;
+            break;
+        }
         case 'F':
             type = F_SAVE;
             for (int k = i + 1; k < nf && !eff; k++)
@@ -1548,6 +1619,29 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 snprintf(who, sizeof who, " of node %d", f->w);
             printf("  fault #%ld %s%s: %s\n", f->pos, FAULT_NAME[type], who,
                    eff ? what : "no effect");
+        }
+    }
+
+    /* wait_replicas: an acquire that began after the replication link was
+     * cut or frozen and returned OK before it worked again was not
+     * acknowledged by the replica (nothing passed), yet the library must
+     * not return OK then (DLOCK_EREPLICAS, or wait) */
+    for (int i = 0; p->wr && p->kind != K_LATCH && i < nf; i++) {
+        if (g_f[i].c != 'c') continue;
+        long hp = nev;
+        for (int j = i + 1; j < nf; j++)
+            if (g_f[j].c == 'h') {
+                hp = g_f[j].pos;
+                break;
+            }
+        for (int k = 0; k < na; k++) {
+            const att *a = &g_a[k];
+            if (a->cd || a->result != 'B' || a->a < g_f[i].pos || a->e > hp) continue;
+            st->unacked++;
+            fail = 1;
+            printf("  VIOLATION unacknowledged acquire: worker %d's acquire from #%ld returned OK "
+                   "at #%ld while the replication link was %s (#%ld to #%ld)\n", a->w, a->a,
+                   a->e, g_f[i].mode ? "frozen" : "cut", g_f[i].pos, hp);
         }
     }
 
@@ -1813,7 +1907,8 @@ static int leftovers(redisContext *lrc, const plan *p)
 
 typedef struct sched {
     int64_t at;
-    int what; /* 0 fault, 1 SIGCONT worker, 2 server unpause, 3 link unfreeze */
+    int what; /* 0 fault, 1 SIGCONT worker, 2 server unpause, 3 link unfreeze, 4 the
+               * replication link healed */
     int i;
 } sched;
 
@@ -1849,10 +1944,16 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     }
     th_server *replica = NULL;
     g_wr = p.wr;
+    /* the replication link through a proxy, when the seed cuts or freezes it */
+    fl_proxy rpx = {0};
+    int repl_faults = 0;
+    for (int i = 0; i < p.nf; i++)
+        if (p.f[i].type == F_REPLCUT || p.f[i].type == F_REPLFREEZE) repl_faults = 1;
     if (p.topo == T_REPLICA) {
         replica = th_server_start(NULL);
         redisContext *rc = th_redis(replica);
-        th_cmd_ok(rc, "REPLICAOF 127.0.0.1 %d", th_server_port(ls));
+        if (repl_faults) rpx = fl_proxy_start(th_server_port(ls));
+        th_cmd_ok(rc, "REPLICAOF 127.0.0.1 %d", repl_faults ? rpx.port : th_server_port(ls));
         int64_t dl = th_now_ms() + 10000;
         for (;;) {
             char *info = th_cmd_str(rc, "INFO replication");
@@ -1910,7 +2011,7 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     for (int i = 0; i < p.nf; i++) q[nq++] = (sched){p.f[i].at, 0, i};
     qsort(q, (size_t)nq, sizeof q[0], cmp_sched);
     redisContext *psub = NULL;
-    int paused[MAX_IDS] = {0}, frozen[MAX_IDS] = {0}, srv_paused = 0;
+    int paused[MAX_IDS] = {0}, frozen[MAX_IDS] = {0}, srv_paused = 0, repl_cut = 0;
     for (int k = 0; k < nq; k++) {
         int64_t d = t0 + q[k].at - th_now_ms();
         if (d > 0) th_sleep_ms(d);
@@ -1922,6 +2023,12 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                 paused[id] = 0;
                 fl_ev(rrc, "C %d %lld", id, (long long)now);
             }
+            continue;
+        }
+        if (q[k].what == 4) { /* logged before the link works again */
+            fl_ev(rrc, "h %lld", (long long)now);
+            fl_proxy_cmd(&rpx, 'U');
+            repl_cut = 0;
             continue;
         }
         if (q[k].what == 3) {
@@ -2086,6 +2193,26 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
             if (type == F_DELAYREP) fl_proxy_delay(&px[id], (int)f->dur);
             else fl_proxy_cmd(&px[id], type == F_DROPREQ ? 'r' : type == F_DROPREP ? 'p' : '2');
             break;
+        case F_REPLCUT:
+        case F_REPLFREEZE:
+            /* the replica's link to the primary: cut (every connection
+             * reset, and new ones left unanswered: the proxy accepts
+             * nothing while frozen, so the replica's reconnect waits) or
+             * frozen (nothing forwarded; the primary still counts the
+             * replica as connected, its WAIT times out). Logged once in
+             * place ("c t 0|1"), healed after dur ("h t", then the proxy
+             * forwards again, the replica catches up). Nothing after a
+             * promotion (no replica left) */
+            if (ls == replica || repl_cut || rpx.pid <= 0) break;
+            if (type == F_REPLCUT) fl_proxy_cmd(&rpx, 'D');
+            fl_proxy_cmd(&rpx, 'F');
+            fl_ev(rrc, "c %lld %d", (long long)th_now_ms(), type == F_REPLFREEZE);
+            repl_cut = 1;
+            if (nq < 3 * MAX_F) {
+                q[nq++] = (sched){q[k].at + f->dur, 4, 0};
+                qsort(q + k + 1, (size_t)(nq - k - 1), sizeof q[0], cmp_sched);
+            }
+            break;
         case F_SRVPAUSE: {
             /* RedLock: 1 to 3 masters (3: the majority), or one for a
              * link fault */
@@ -2112,6 +2239,10 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
             th_server_unpause(rl ? node[nd] : ls);
             fl_ev(rrc, "J %lld %d", (long long)th_now_ms(), nd);
         }
+    if (repl_cut) {
+        fl_ev(rrc, "h %lld", (long long)th_now_ms());
+        fl_proxy_cmd(&rpx, 'U');
+    }
     for (int id = 0; id < nids; id++) {
         if (pid[id] > 0 && paused[id]) {
             kill(pid[id], SIGCONT);
@@ -2171,6 +2302,7 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     if (psub) redisFree(psub);
     for (int id = 0; id < nids; id++)
         if (px[id].pid > 0) fl_proxy_stop(&px[id]);
+    if (rpx.pid > 0) fl_proxy_stop(&rpx);
     int fail = check(rrc, &p, roles, nids, st, verbose);
     st->leftover = leftovers(lrc, &p);
     for (int nd = 1; rl && nd < NODES; nd++) {
@@ -2181,11 +2313,12 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     if (st->leftover || st->stuck) fail = 1;
     printf("seed %llu %s %s: ops %ld, faults %ld (%ld took effect), overlaps %ld (exempt %ld), "
            "stale writes accepted %ld, stale replies %ld, tokens not increasing %ld, short leases "
-           "%ld, late lost callbacks %ld, no quorum %ld, awaits at count > 0 %ld, liveness %ld, "
+           "%ld, late lost callbacks %ld, no quorum %ld, unacknowledged acquires %ld, awaits at "
+           "count > 0 %ld, liveness %ld, "
            "worst stall %lld ms, leftover keys %ld, acquire errors %ld, %lld s: %s\n",
            (unsigned long long)seed, TOPO_NAME[p.topo], KIND_NAME[p.kind], st->ops, st->faults,
            st->effective, st->overlaps, st->exempt, st->stale, st->proto, st->tokens, st->shortv,
-           st->lostlate, st->noquorum, st->early, st->live, (long long)st->worst_stall,
+           st->lostlate, st->noquorum, st->unacked, st->early, st->live, (long long)st->worst_stall,
            st->leftover, st->errors,
            (long long)((th_now_ms() - t0) / 1000), fail ? "FAIL" : "ok");
     if (fail && !verbose) {
@@ -2213,8 +2346,9 @@ static void print_table(void)
 {
     printf("\n| topology | kind | seeds | operations | faults (took effect) | overlaps "
            "(exempt) | stale writes accepted | stale replies | tokens not increasing | short "
-           "leases | late lost callbacks | no quorum | awaits at count > 0 | liveness | worst stall ms "
-           "|\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "leases | late lost callbacks | no quorum | unacknowledged acquires | awaits at count > 0 | "
+           "liveness | worst stall ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     stats all;
     memset(&all, 0, sizeof all);
     for (int t = 0; t < T_N; t++)
@@ -2223,15 +2357,15 @@ static void print_table(void)
             if (!s->seeds) continue;
             stat_add(&all, s);
             printf("| %s | %s | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | "
-                   "%ld | %ld | %ld | %lld |\n", TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops,
+                   "%ld | %ld | %ld | %ld | %lld |\n", TOPO_NAME[t], KIND_NAME[k], s->seeds, s->ops,
                    s->faults, s->effective, s->overlaps, s->exempt, s->stale, s->proto, s->tokens,
-                   s->shortv, s->lostlate, s->noquorum, s->early, s->live,
+                   s->shortv, s->lostlate, s->noquorum, s->unacked, s->early, s->live,
                    (long long)s->worst_stall);
         }
     printf("| all | all | %ld | %ld | %ld (%ld) | %ld (%ld) | %ld | %ld | %ld | %ld | %ld | %ld | "
-           "%ld | %ld | %lld |\n", all.seeds, all.ops, all.faults, all.effective,
+           "%ld | %ld | %ld | %lld |\n", all.seeds, all.ops, all.faults, all.effective,
            all.overlaps, all.exempt, all.stale, all.proto, all.tokens, all.shortv, all.lostlate,
-           all.noquorum, all.early, all.live, (long long)all.worst_stall);
+           all.noquorum, all.unacked, all.early, all.live, (long long)all.worst_stall);
     printf("\nfaults that took effect:");
     for (int i = 0; i < F_N; i++)
         printf(" %s %ld/%ld%s", FAULT_NAME[i], all.by_fault_eff[i], all.by_fault[i],
