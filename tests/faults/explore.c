@@ -53,8 +53,10 @@
  * (drawn from a stream of their own), 1 to 3 one-shot faults of a worker's
  * proxy on the next chunk that passes (faultlib.h): a request dropped, a
  * reply dropped (a pub/sub message too: a lost wake-up), a request sent
- * twice, a reply held back 0.3 to 2 s. Not on RedLock, whose workers reach
- * the masters without proxies.
+ * twice, a reply held back 0.3 to 2 s. On RedLock the same, on one
+ * worker's link to one master (from a stream of their own too: the
+ * workers reach the masters through proxies of their own, one per master,
+ * in those seeds only).
  * Each fault logs itself in the history; the checker says which took effect
  * (a pause that hit no holder and no waiter did nothing; a one-shot fault
  * that fired while its worker acquired or held; which command its chunk
@@ -227,6 +229,7 @@ typedef struct wspec {
 typedef struct fault {
     int64_t at, dur;
     int type, target;
+    int node; /* a one-shot fault on RedLock: the master whose link it is on */
 } fault;
 
 typedef struct plan {
@@ -317,8 +320,8 @@ static void make_plan(uint64_t seed, plan *p)
     }
     /* single requests or replies dropped, duplicated or delayed by a
      * worker's proxy: in half the seeds, 1 to 3 of them, drawn from a stream
-     * of their own (the other faults keep their schedules). Not on RedLock:
-     * its workers reach the masters without proxies */
+     * of their own (the other faults keep their schedules). RedLock draws
+     * its own below */
     uint64_t s3 = seed ^ 0x2545f4914f6cdd1dULL;
     if (p->topo != T_REDLOCK && rr(&s3, 0, 1)) {
         int k = (int)rr(&s3, 1, 3);
@@ -343,6 +346,23 @@ static void make_plan(uint64_t seed, plan *p)
             f->type = rr(&s5, 0, 1) ? F_REPLFREEZE : F_REPLCUT;
             f->at = rr(&s5, 200, p->run_ms - 200);
             f->dur = rr(&s5, 300, 3000);
+        }
+    }
+    /* one-shot proxy faults on RedLock: in half the RedLock seeds, 1 to 3,
+     * each on one worker's link to one master (the workers reach every
+     * master through proxies of their own then), drawn from a stream of
+     * their own. The stream's constant is one under which none of CI's
+     * RedLock seeds draws one */
+    uint64_t s6 = seed ^ 0xcdcc69292f45e678ULL;
+    if (p->topo == T_REDLOCK && rr(&s6, 0, 1)) {
+        int k = (int)rr(&s6, 1, 3);
+        for (int i = 0; i < k && p->nf < MAX_F; i++) {
+            fault *f = &p->f[p->nf++];
+            f->type = F_DROPREQ + (int)rr(&s6, 0, 3);
+            f->at = rr(&s6, 200, p->run_ms - 200);
+            f->target = (int)rr(&s6, 0, p->nw - 1);
+            f->node = (int)rr(&s6, 0, NODES - 1);
+            f->dur = f->type == F_DELAYREP ? rr(&s6, 300, 2000) : 0;
         }
     }
     /* the latch: one seed in eight of those that are not RedLock (a latch
@@ -407,6 +427,7 @@ static void print_plan(const plan *p)
         if (f->type == F_PAUSE || f->type == F_KILL || f->type == F_CANCEL ||
             f->type == F_CUT || f->type == F_FREEZE || msg_fault(f->type))
             printf(" of worker slot %d", f->target);
+        if (p->topo == T_REDLOCK && msg_fault(f->type)) printf(" on node %d", f->node);
         if (f->dur) printf(" for %lld ms", (long long)f->dur);
         printf("\n");
     }
@@ -897,6 +918,7 @@ typedef struct evt {
     int w, mode;
     int64_t t;
     int64_t dur; /* m: the delay of a reply held back */
+    int node;    /* m on RedLock: the master */
 } evt;
 
 typedef struct stats {
@@ -1134,7 +1156,8 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 }
                 snprintf(g_fdesc[nf], sizeof g_fdesc[nf], "%s", d ? d : "");
             }
-            g_f[nf++] = (evt){c, (long)i, w, (int)v[2], v[1], c == 'm' ? v[3] : 0};
+            g_f[nf++] = (evt){c, (long)i, w, (int)v[2], v[1], c == 'm' ? v[3] : 0,
+                              c == 'm' && n >= 5 ? (int)v[4] : 0};
             if (c == 'M' && v[2] == F_DUPREQ - F_DROPREQ && w >= 0 && w < MAX_IDS &&
                 roles[w].role == R_COUNTER)
                 cd_dup++;
@@ -1614,7 +1637,9 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
         }
         if (verbose) {
             char who[32] = "";
-            if (strchr("PKDGUm", f->c)) snprintf(who, sizeof who, " of worker %d", f->w);
+            if (f->c == 'm' && p->topo == T_REDLOCK)
+                snprintf(who, sizeof who, " of worker %d on node %d", f->w, f->node);
+            else if (strchr("PKDGUm", f->c)) snprintf(who, sizeof who, " of worker %d", f->w);
             else if (p->topo == T_REDLOCK && f->c != 'Q')
                 snprintf(who, sizeof who, " of node %d", f->w);
             printf("  fault #%ld %s%s: %s\n", f->pos, FAULT_NAME[type], who,
@@ -1905,6 +1930,20 @@ static int leftovers(redisContext *lrc, const plan *p)
 /* ------------------------------------------------------------------------ */
 /* one seed                                                                 */
 
+/* RedLock with one-shot faults: worker id reaches each master through a
+ * proxy of its own (logging to the resource as id); url gets their list */
+static void rl_proxies(fl_proxy *npx, th_server *const *node, const char *res_sock, int id,
+                       char *url, size_t len)
+{
+    size_t off = (size_t)snprintf(url, len, "redlock://");
+    for (int nd = 0; nd < NODES; nd++) {
+        npx[nd] = fl_proxy_start_log(th_server_port(node[nd]), th_server_port(node[nd]),
+                                     res_sock, id);
+        off += (size_t)snprintf(url + off, len - off, "%s127.0.0.1:%d", nd ? "," : "",
+                                npx[nd].port);
+    }
+}
+
 typedef struct sched {
     int64_t at;
     int what; /* 0 fault, 1 SIGCONT worker, 2 server unpause, 3 link unfreeze, 4 the
@@ -1981,6 +2020,13 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     fl_proxy px[MAX_IDS];
     static char urls[MAX_IDS][64];
     for (int id = 0; id < MAX_IDS; id++) px[id].pid = 0;
+    /* RedLock with one-shot faults: a proxy per worker and master */
+    static fl_proxy npx[MAX_IDS][NODES];
+    static char rlurls[MAX_IDS][512];
+    memset(npx, 0, sizeof npx);
+    int rl_os = 0;
+    for (int i = 0; rl && i < p.nf; i++)
+        if (msg_fault(p.f[i].type)) rl_os = 1;
     pid_t pid[MAX_IDS] = {0};
     int slot_id[MAX_W];
     wrole roles[MAX_IDS];
@@ -1996,7 +2042,8 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                                         th_server_sock(res), id);
             snprintf(urls[id], sizeof urls[id], "redis://127.0.0.1:%d", px[id].port);
         }
-        cx[id] = (wctx){&p, i, id, rl ? rlurl : urls[id], th_server_sock(res),
+        if (rl_os) rl_proxies(npx[id], node, th_server_sock(res), id, rlurls[id], sizeof rlurls[id]);
+        cx[id] = (wctx){&p, i, id, rl ? (rl_os ? rlurls[id] : rlurl) : urls[id], th_server_sock(res),
                         rl ? 0 : px[id].port, t0 + p.run_ms,
                         fence ? th_server_url(fence) : NULL,
                         rl && p.pass ? "explore-secret" : NULL, p.wr};
@@ -2083,6 +2130,10 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
                     snprintf(urls[nid], sizeof urls[nid], "redis://127.0.0.1:%d", px[nid].port);
                     cx[nid].url = urls[nid];
                     cx[nid].port = px[nid].port;
+                } else if (rl_os) {
+                    rl_proxies(npx[nid], node, th_server_sock(res), nid, rlurls[nid],
+                               sizeof rlurls[nid]);
+                    cx[nid].url = rlurls[nid];
                 }
                 roles[nid] = roles[id];
                 slot_id[f->target] = nid;
@@ -2187,11 +2238,15 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
         case F_DELAYREP:
             /* armed now, fired on the next chunk that passes in that
              * direction (the proxy logs "M" then) */
-            if (rl || px[id].pid <= 0) break;
-            fl_ev(rrc, "m %d %lld %d %lld", id, (long long)now, type - F_DROPREQ,
-                  (long long)f->dur);
-            if (type == F_DELAYREP) fl_proxy_delay(&px[id], (int)f->dur);
-            else fl_proxy_cmd(&px[id], type == F_DROPREQ ? 'r' : type == F_DROPREP ? 'p' : '2');
+            {
+                /* RedLock: the worker's proxy to that master */
+                fl_proxy *tp = rl ? (rl_os ? &npx[id][f->node] : NULL) : &px[id];
+                if (!tp || tp->pid <= 0) break;
+                fl_ev(rrc, "m %d %lld %d %lld %d", id, (long long)now, type - F_DROPREQ,
+                      (long long)f->dur, rl ? f->node : 0);
+                if (type == F_DELAYREP) fl_proxy_delay(tp, (int)f->dur);
+                else fl_proxy_cmd(tp, type == F_DROPREQ ? 'r' : type == F_DROPREP ? 'p' : '2');
+            }
             break;
         case F_REPLCUT:
         case F_REPLFREEZE:
@@ -2302,6 +2357,9 @@ static int run_seed(uint64_t seed, int verbose, stats *st)
     if (psub) redisFree(psub);
     for (int id = 0; id < nids; id++)
         if (px[id].pid > 0) fl_proxy_stop(&px[id]);
+    for (int id = 0; id < nids; id++)
+        for (int nd = 0; nd < NODES; nd++)
+            if (npx[id][nd].pid > 0) fl_proxy_stop(&npx[id][nd]);
     if (rpx.pid > 0) fl_proxy_stop(&rpx);
     int fail = check(rrc, &p, roles, nids, st, verbose);
     st->leftover = leftovers(lrc, &p);
