@@ -32,6 +32,28 @@
  *            trip after the call), and MySQL's table mode, which polls (4 ms
  *            doubling to 100 ms), is caught at a random point of its poll
  *            schedule. Handoffs go round-robin over the backends.
+ *
+ * Full mode only (--quick prints a SKIP line for them):
+ *
+ *   contention  K = 8 and 32 processes on one lock, each acquiring (wait
+ *            120 s), GET + SET of a counter in the bench's Redis on its own
+ *            connection, releasing: dlock on ZooKeeper and etcd (bench_procs
+ *            children, forked while this process has no client), then the
+ *            peers; 3 rounds x 1 s per series in balanced order; acq/s (the
+ *            median of the rounds, a round ending with its last critical
+ *            section), waits (p50, p99, longest), the exact counter.
+ *   peers    kazoo's Lock beside zk, python-etcd3's Lock beside etcd, on the
+ *            same servers (bench/peers/coord_worker.py under
+ *            /usr/bin/python3, driven by the line protocol of the Redis peers
+ *            through bench_peer_*): their pairs series in the pairs rounds
+ *            (timed in the worker), the contention series above, and their
+ *            handoffs in the round-robin (two workers, A holding and B
+ *            waiting; B says "waiting" just before its blocking acquire and
+ *            A releases after the round's settle time plus 10 ms, as nothing
+ *            shows B queued from outside). A peer that cannot run prints
+ *            "SKIP <peer>: <reason>" and the rest goes on. Then the ratios
+ *            dlock / peer: pairs/s (median of the per-round ratios), pair
+ *            p50, acq/s and longest wait at K = 8 and 32, handoff p50.
  */
 #include <errno.h>
 #include <poll.h>
@@ -235,14 +257,312 @@ static int parse_urls(const bench_ctx *ctx, backend *bk, int *n) {
     return 0;
 }
 
+/* ---- peers: kazoo's and python-etcd3's Lock (bench/peers/coord_worker.py) ---- */
+
+typedef struct peerst {
+    const char *name;      /* "kazoo" */
+    const char *kind;      /* the worker's first argument */
+    const char *backend;   /* the dlock backend it stands beside */
+    backend *b;            /* that backend (its server), NULL: skipped */
+    char server[300];      /* host:port */
+    char version[96];
+    int ok;
+    bench_peer a, w;       /* A: pairs and the holder of the handoffs; B: the waiter */
+    bench_samples handoff;
+} peerst;
+
+#define NPEERS 2
+#define PEER_LINE_MS 60000
+#define PEER_SETTLE_EXTRA_US 10000
+
+/* host:port of a zk:// or etcd:// URL */
+static void url_server(const char *url, char *out, size_t len) {
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t n = strcspn(p, "/?");
+    snprintf(out, len, "%.*s", (int)n, p);
+}
+
+/* Starts one worker of pe. 0 ok, 1 skipped (reason printed, pe->ok = 0), -1 failed. */
+static int peer_spawn_one(const bench_ctx *ctx, peerst *pe, bench_peer *w) {
+    char script[1024], rport[16];
+    snprintf(script, sizeof script, "%s/coord_worker.py", bench_peers_dir());
+    snprintf(rport, sizeof rport, "%d", ctx->port);
+    char *const argv[] = {"/usr/bin/python3", script, (char *)pe->kind, "--server", pe->server,
+                          "--redis-host", (char *)ctx->host, "--redis-port", rport, NULL};
+    if (bench_peer_exec(w, argv)) return -1;
+    char *l = bench_peer_line(w, PEER_LINE_MS);
+    if (!l || strncmp(l, "hello ", 6)) {
+        if (pe->ok)
+            printf("   SKIP %s: %s\n", pe->name,
+                   !l                       ? "the worker did not start (no hello within 60 s)"
+                   : !strncmp(l, "skip ", 5) ? l + 5
+                                             : l);
+        pe->ok = 0;
+        bench_peer_stop(w);
+        return 1;
+    }
+    snprintf(pe->version, sizeof pe->version, "%s", l + 6);
+    if (bench_peer_clock(w, pe->name)) {
+        bench_peer_stop(w);
+        return -1;
+    }
+    return 0;
+}
+
+/* "ok <a> <b> <us> <us> ...": the us go to out (as ns) when out is not NULL. */
+static int parse_ok(char *l, long long *a, long long *b, bench_samples *out) {
+    char *e;
+    if (!l || strncmp(l, "ok ", 3)) return -1;
+    l += 3;
+    *a = strtoll(l, &e, 10);
+    if (e == l) return -1;
+    l = e;
+    *b = strtoll(l, &e, 10);
+    if (e == l) return -1;
+    for (l = e;;) {
+        long long v = strtoll(l, &e, 10);
+        if (e == l) break;
+        l = e;
+        if (out && bench_samples_add(out, (int64_t)v * 1000)) return -1;
+    }
+    return 0;
+}
+
+static char *peer_reply(peerst *pe, bench_peer *w, int timeout_ms, const char *what) {
+    char *l = bench_peer_line(w, timeout_ms);
+    if (!l) fprintf(stderr, "dlock_bench: backends: %s: no reply to %s\n", pe->name, what);
+    else if (strncmp(l, "ok", 2) && strncmp(l, "got", 3) && strncmp(l, "waiting", 7)) {
+        fprintf(stderr, "dlock_bench: backends: %s: %s: %s\n", pe->name, what, l);
+        return NULL;
+    }
+    return l;
+}
+
+/* ---- contention: K processes on one lock, a Redis counter under it ---- */
+
+/* dlock on ZooKeeper and etcd (bench_procs children) and the peers (K
+ * workers each): each acquires (no time limit), GET + SET of a counter in
+ * the bench's Redis on its own connection, releases. */
+#define MAX_CS (2 + NPEERS)
+static const char *cur_url, *cur_series;
+static int cur_k;
+
+typedef struct cworker {
+    dlock_client *c;
+    dlock_lock *l;
+    redisContext *rc;
+    char counter[128];
+} cworker;
+
+static void cs_names(const char *series, int k, char *lock, char *counter, size_t len) {
+    snprintf(lock, len, "bench:backends:contention:%s-k%d", series, k);
+    snprintf(counter, len, "bench:backends:counter:%s-k%d", series, k);
+}
+
+static void cw_teardown(void *state) {
+    cworker *w = state;
+    dlock_lock_free(w->l);
+    dlock_client_free(w->c);
+    if (w->rc) redisFree(w->rc);
+    free(w);
+}
+
+static int cw_setup(const bench_ctx *ctx, int idx, void **state) {
+    (void)idx;
+    cworker *w = calloc(1, sizeof *w);
+    if (!w) return -1;
+    *state = w;
+    char lock[128], why[600];
+    cs_names(cur_series, cur_k, lock, w->counter, sizeof lock);
+    w->rc = bench_redis_connect(ctx);
+    if (!w->rc) return -1;
+    if (new_client(cur_url, &w->c, why, sizeof why)) {
+        fprintf(stderr, "dlock_bench: backends: contention: %s\n", why);
+        return -1;
+    }
+    return dlock_lock_new(w->c, lock, DLOCK_CSTR, DLOCK_KIND_PLAIN, &w->l) ? -1 : 0;
+}
+
+static int cw_op(void *state, int64_t *wait_ns) {
+    cworker *w = state;
+    int64_t t0 = bench_now_ns();
+    int rc = dlock_acquire(w->l, 120000, DLOCK_WATCHDOG, NULL);
+    if (rc) {
+        fprintf(stderr, "dlock_bench: backends: contention acquire: %s: %s\n",
+                dlock_strerror(rc), dlock_lock_errmsg(w->l));
+        return -1;
+    }
+    *wait_ns = bench_now_ns() - t0;
+    long long v = 0;
+    redisReply *r = redisCommand(w->rc, "GET %s", w->counter);
+    int ok = r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING);
+    if (ok && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    if (r) freeReplyObject(r);
+    if (ok) {
+        r = redisCommand(w->rc, "SET %s %lld", w->counter, v + 1);
+        ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+    }
+    if (dlock_release(w->l)) return -1;
+    return ok ? 0 : -1;
+}
+
+static long long get_int(redisContext *rc, const char *key) {
+    redisReply *r = redisCommand(rc, "GET %s", key);
+    long long v = -1;
+    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    else if (r && r->type == REDIS_REPLY_NIL) v = 0;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+/* A contention series' figures at one K. */
+typedef struct cs_result {
+    int have;
+    double rate;           /* acq/s, median of the rounds */
+    double wait_max_ms, wait_p50_ms;
+    int counter_ok;
+} cs_result;
+
+/* One K: dlock on every backend of dl (zk, etcd) and every peer that runs. */
+static int contention_k(const bench_ctx *ctx, redisContext *rc, backend **dl, int ndl,
+                        peerst *pe, int k, cs_result *res) {
+    enum { ROUNDS = 3 };
+    const int64_t round_ns = 1000000000LL;
+    int ns = ndl + NPEERS;
+    bench_procs procs[2];
+    bench_peer *ws[NPEERS] = {0};
+    bench_samples waits[MAX_CS];
+    double rate[MAX_CS][ROUNDS];
+    int64_t ops[32], fin[32];
+    char name[MAX_CS][48], lock[128], counter[128];
+    int failed = 0;
+    memset(procs, 0, sizeof procs);
+    memset(waits, 0, sizeof waits);
+    for (int s = 0; s < ns; s++) {
+        res[s].have = 0;
+        res[s].counter_ok = 1;
+        snprintf(name[s], sizeof name[s], "%s%s", s < ndl ? "dlock-" : "",
+                 s < ndl ? dl[s]->name : pe[s - ndl].name);
+    }
+    static const bench_procs_spec spec = {cw_setup, cw_op, cw_teardown, 1};
+    for (int s = 0; !failed && s < ndl; s++) {
+        cur_url = dl[s]->url;
+        cur_series = name[s];
+        cur_k = k;
+        if (bench_procs_start(ctx, &spec, k, &procs[s])) {
+            printf("   %s-k%d: FAILED (its workers did not start; see above)\n", name[s], k);
+            continue;
+        }
+        res[s].have = 1;
+    }
+    for (int i = 0; i < NPEERS; i++) {
+        if (!pe[i].ok) continue;
+        ws[i] = calloc((size_t)k, sizeof *ws[i]);
+        if (!ws[i]) return -1;
+        int r = 0, j = 0;
+        for (; j < k && !r; j++) r = peer_spawn_one(ctx, &pe[i], &ws[i][j]);
+        if (r) {
+            for (int m = 0; m < j - 1; m++) bench_peer_stop(&ws[i][m]);
+            free(ws[i]);
+            ws[i] = NULL;
+            if (r < 0) printf("   %s-k%d: FAILED (a worker did not start)\n", name[ndl + i], k);
+            continue;
+        }
+        res[ndl + i].have = 1;
+    }
+    for (int round = 0; !failed && round < ROUNDS; round++) {
+        for (int j = 0; !failed && j < ns; j++) {
+            int s = bench_order(round, j, ns);
+            if (!res[s].have) continue;
+            cs_names(name[s], k, lock, counter, sizeof lock);
+            redisReply *r = redisCommand(rc, "SET %s 0", counter);
+            if (r) freeReplyObject(r);
+            int64_t start = bench_now_ns() + 50000000, end = start + round_ns;
+            int bad = 0;
+            if (s < ndl) {
+                bad = bench_procs_round(&procs[s], start, end, ops, fin, &waits[s]);
+            } else {
+                bench_peer *w = ws[s - ndl];
+                for (int i = 0; i < k && !bad; i++)
+                    bad = bench_peer_send(&w[i], "contend %s %s %lld %lld", lock, counter,
+                                          (long long)(start + w[i].offset),
+                                          (long long)(end + w[i].offset));
+                int tmo = (int)((end - bench_now_ns()) / 1000000) + 2 * PEER_LINE_MS;
+                for (int i = 0; i < k && !bad; i++) {
+                    long long n, f;
+                    char *l = peer_reply(&pe[s - ndl], &w[i], tmo, "contend");
+                    bad = parse_ok(l, &n, &f, &waits[s]);
+                    ops[i] = n;
+                    fin[i] = f - w[i].offset;
+                }
+            }
+            if (bad) {
+                printf("   %s-k%d: FAILED in round %d (see above)\n", name[s], k, round + 1);
+                res[s].have = 0;
+                if (s < ndl) failed = 1; /* dlock's failure fails the scenario */
+                continue;
+            }
+            int64_t sum = 0, last = start;
+            for (int i = 0; i < k; i++) {
+                sum += ops[i];
+                if (fin[i] > last) last = fin[i];
+            }
+            rate[s][round] = (double)sum * 1e9 / (double)(last - start);
+            long long got = get_int(rc, counter);
+            if (got != sum) {
+                printf("   FAIL %s-k%d round %d: counter %lld != %lld acquisitions\n", name[s], k,
+                       round + 1, got, (long long)sum);
+                res[s].counter_ok = 0;
+                if (s < ndl) failed = 1;
+            }
+            if (ctx->verbose)
+                printf("   round %d %s-k%d %.0f acq/s\n", round + 1, name[s], k, rate[s][round]);
+        }
+    }
+    for (int s = 0; s < ndl; s++)
+        if (procs[s].k && bench_procs_stop(&procs[s], failed) && !failed) failed = 1;
+    for (int i = 0; i < NPEERS; i++) {
+        if (!ws[i]) continue;
+        for (int j = 0; j < k; j++) bench_peer_stop(&ws[i][j]);
+        free(ws[i]);
+    }
+    for (int s = 0; s < ns; s++) {
+        if (res[s].have && !failed) {
+            char sn[64];
+            snprintf(sn, sizeof sn, "%s-k%d", name[s], k);
+            res[s].rate = bench_median_d(rate[s], ROUNDS);
+            res[s].wait_p50_ms = (double)bench_samples_quantile(&waits[s], 0.5) / 1e6;
+            res[s].wait_max_ms = (double)bench_samples_max(&waits[s]) / 1e6;
+            double p99 = (double)bench_samples_quantile(&waits[s], 0.99) / 1e6;
+            bench_metric("backends", sn, "acq_per_s", res[s].rate, "1/s");
+            bench_metric("backends", sn, "wait_p50_us", res[s].wait_p50_ms * 1e3, "us");
+            bench_metric("backends", sn, "wait_p99_us", p99 * 1e3, "us");
+            bench_metric("backends", sn, "wait_max_us", res[s].wait_max_ms * 1e3, "us");
+            bench_metric("backends", sn, "counter_ok", res[s].counter_ok, "");
+            char rb[32];
+            bench_fmt_num(rb, sizeof rb, res[s].rate);
+            printf("   %-22s %9s %9.1f ms %9.1f ms %9.1f ms %6s\n", sn, rb, res[s].wait_p50_ms,
+                   p99, res[s].wait_max_ms, res[s].counter_ok ? "exact" : "FAIL");
+        } else {
+            res[s].have = 0;
+        }
+        bench_samples_free(&waits[s]);
+    }
+    return failed ? -1 : 0;
+}
+
 /* ---- pairs ---- */
 
 typedef struct series {
     backend *b;
+    peerst *pe;            /* a peer's series (its worker A times the pairs) */
     int64_t lease;         /* DLOCK_WATCHDOG or LEASE_MS */
     char name[40];
     double rate[MAX_ROUNDS];
     bench_samples pair;
+    double median;         /* pairs/s, set by run_pairs */
     int ok;
 } series;
 
@@ -270,6 +590,22 @@ static int run_pairs(const bench_ctx *ctx, series *sr, int ns) {
         for (int k = 0; k < ns; k++) {
             series *s = &sr[bench_order(r, k, ns)];
             if (!s->ok) continue;
+            if (s->pe) {
+                long long n = 0, el = 0;
+                char *l = NULL;
+                if (!bench_peer_send(&s->pe->a, "pairs %s %d", pair_lock,
+                                     (int)(round_ns / 1000000)))
+                    l = peer_reply(s->pe, &s->pe->a, (int)(round_ns / 1000000) + PEER_LINE_MS,
+                                   "pairs");
+                if (parse_ok(l, &n, &el, &s->pair) || n <= 0 || el <= 0) {
+                    s->ok = 0; /* a peer's failure is its own: printed, not the scenario's */
+                    continue;
+                }
+                s->rate[r] = (double)n * 1e9 / (double)el;
+                if (ctx->verbose)
+                    printf("   round %d %-18s %8.0f pairs/s\n", r + 1, s->name, s->rate[r]);
+                continue;
+            }
             int64_t t;
             for (int i = 0; s->ok && i < WARMUP_PAIRS; i++)
                 if (one_pair(s, &t)) s->ok = 0;
@@ -301,6 +637,7 @@ static int run_pairs(const bench_ctx *ctx, series *sr, int ns) {
             continue;
         }
         double med = bench_median_d(s->rate, (size_t)rounds);
+        s->median = med;
         double p50 = (double)bench_samples_quantile(&s->pair, 0.50) / 1e3;
         double p99 = (double)bench_samples_quantile(&s->pair, 0.99) / 1e3;
         bench_metric("backends", s->name, "pairs_per_s", med, "1/s");
@@ -381,7 +718,32 @@ static int one_handoff(const bench_ctx *ctx, redisContext *rc, backend *b, int64
     return 0;
 }
 
-static int run_handoffs(const bench_ctx *ctx, backend *bk, int n) {
+/* A peer's handoff: its worker A holds, B says "waiting" just before its
+ * blocking acquire, then the round's settle time plus
+ * PEER_SETTLE_EXTRA_US (the peers give no way to see B queued from outside:
+ * the extra covers B's own requests before it waits), A releases. */
+static int one_peer_handoff(peerst *pe, int64_t settle_us, int64_t *ns) {
+    char *l = NULL;
+    if (!bench_peer_send(&pe->a, "hold %s", handoff_lock))
+        l = peer_reply(pe, &pe->a, PEER_LINE_MS, "hold");
+    if (!l) return -1;
+    l = NULL;
+    if (!bench_peer_send(&pe->w, "wait %s", handoff_lock))
+        l = peer_reply(pe, &pe->w, PEER_LINE_MS, "wait");
+    if (!l || strcmp(l, "waiting")) return -1;
+    bench_sleep_us(settle_us + PEER_SETTLE_EXTRA_US);
+    long long t0 = 0, t1 = 0, cpu = 0;
+    l = NULL;
+    if (!bench_peer_send(&pe->a, "release"))
+        l = peer_reply(pe, &pe->a, PEER_LINE_MS, "release");
+    if (!l || sscanf(l, "ok %lld", &t0) != 1) return -1;
+    l = peer_reply(pe, &pe->w, PEER_LINE_MS, "wait");
+    if (!l || sscanf(l, "got %lld %lld", &t1, &cpu) != 2) return -1;
+    *ns = ((int64_t)t1 - pe->w.offset) - ((int64_t)t0 - pe->a.offset);
+    return 0;
+}
+
+static int run_handoffs(const bench_ctx *ctx, backend *bk, int n, peerst *pe) {
     const int per = ctx->quick ? 30 : 200;
     const int64_t smin = ctx->quick ? 2000 : 5000, smax = ctx->quick ? 10000 : 50000;
     int failed = 0;
@@ -404,6 +766,16 @@ static int run_handoffs(const bench_ctx *ctx, backend *bk, int n) {
                 failed = 1;
                 stop_waiter(b, 1);
                 if (dlock_lock_holding(b->lock)) dlock_release(b->lock);
+            }
+        }
+        for (int k = 0; k < NPEERS; k++) {
+            peerst *p = &pe[k];
+            if (!p->ok) continue;
+            int64_t t = 0;
+            if (one_peer_handoff(p, settle, &t) ||
+                (i >= HANDOFF_WARMUP && bench_samples_add(&p->handoff, t))) {
+                printf("   %s: handoff FAILED (see above)\n", p->name);
+                p->ok = 0; /* a peer's failure is its own */
             }
         }
     }
@@ -435,7 +807,81 @@ static int run_handoffs(const bench_ctx *ctx, backend *bk, int n) {
         printf("   %-18s %8zu %7.1f us %7.1f us %7.1f us %10s\n", b->name, b->handoff.n, p50, p99,
                mx, rtext);
     }
+    for (int k = 0; k < NPEERS; k++) {
+        peerst *p = &pe[k];
+        if (!p->ok || !p->handoff.n) continue;
+        double p50 = (double)bench_samples_quantile(&p->handoff, 0.50) / 1e3;
+        double p99 = (double)bench_samples_quantile(&p->handoff, 0.99) / 1e3;
+        double mx = (double)bench_samples_max(&p->handoff) / 1e3;
+        bench_metric("backends", p->name, "handoff_p50_us", p50, "us");
+        bench_metric("backends", p->name, "handoff_p99_us", p99, "us");
+        bench_metric("backends", p->name, "handoff_max_us", mx, "us");
+        bench_metric("backends", p->name, "handoff_samples", (double)p->handoff.n, "");
+        char rtext[32] = "-";
+        if (base > 0) snprintf(rtext, sizeof rtext, "%.1fx", p50 / base);
+        printf("   %-18s %8zu %7.1f us %7.1f us %7.1f us %10s\n", p->name, p->handoff.n, p50, p99,
+               mx, rtext);
+    }
     return failed;
+}
+
+/* dlock beside each peer on the same server: rates dlock / peer (above 1:
+ * dlock does more), latencies dlock / peer (below 1: dlock is quicker).
+ * The pairs ratio is the median of the per-round ratios. */
+static void compare_peers(series *sr, int ns, int rounds, backend **dl, int ndl, peerst *pe,
+                          cs_result cres[2][MAX_CS]) {
+    int any = 0;
+    for (int i = 0; i < NPEERS; i++) any |= pe[i].b != NULL;
+    if (!any) return;
+    printf("\n   dlock beside the peers (same run): rates dlock / peer (above 1: dlock does "
+           "more), times dlock / peer (below 1: dlock is quicker)\n");
+    printf("   %-22s %10s %10s %12s %14s %12s %14s %12s\n", "dlock : peer", "pairs/s",
+           "pair p50", "K=8 acq/s", "K=8 max wait", "K=32 acq/s", "K=32 max wait", "handoff p50");
+    for (int i = 0; i < NPEERS; i++) {
+        peerst *p = &pe[i];
+        if (!p->b) continue;
+        series *d = NULL, *q = NULL;
+        for (int s = 0; s < ns; s++) {
+            if (sr[s].b == p->b && !sr[s].pe && sr[s].lease == DLOCK_WATCHDOG) d = &sr[s];
+            if (sr[s].pe == p) q = &sr[s];
+        }
+        char c[7][32];
+        for (int j = 0; j < 7; j++) snprintf(c[j], sizeof c[j], "-");
+        char sn[64];
+        snprintf(sn, sizeof sn, "%s : %s", p->b->name, p->name);
+        if (d && q && d->ok && q->ok) {
+            double ratio[MAX_ROUNDS];
+            for (int r = 0; r < rounds; r++) ratio[r] = d->rate[r] / q->rate[r];
+            double rm = bench_median_d(ratio, (size_t)rounds);
+            double p50 = (double)bench_samples_quantile(&d->pair, 0.5) /
+                         (double)bench_samples_quantile(&q->pair, 0.5);
+            snprintf(c[0], sizeof c[0], "%.2fx", rm);
+            snprintf(c[1], sizeof c[1], "%.2fx", p50);
+            bench_metric("backends", sn, "pairs_ratio", rm, "x");
+            bench_metric("backends", sn, "pair_p50_ratio", p50, "x");
+        }
+        int di = -1;
+        for (int j = 0; j < ndl; j++)
+            if (dl[j] == p->b) di = j;
+        for (int kk = 0; kk < 2 && di >= 0; kk++) {
+            cs_result *a = &cres[kk][di], *b = &cres[kk][ndl + i];
+            if (!a->have || !b->have || b->rate <= 0 || b->wait_max_ms <= 0) continue;
+            snprintf(c[2 + 2 * kk], sizeof c[0], "%.2fx", a->rate / b->rate);
+            snprintf(c[3 + 2 * kk], sizeof c[0], "%.2fx", a->wait_max_ms / b->wait_max_ms);
+            bench_metric("backends", sn, kk ? "k32_acq_ratio" : "k8_acq_ratio", a->rate / b->rate,
+                         "x");
+            bench_metric("backends", sn, kk ? "k32_wait_max_ratio" : "k8_wait_max_ratio",
+                         a->wait_max_ms / b->wait_max_ms, "x");
+        }
+        if (p->b->ok && p->b->handoff.n && p->handoff.n) {
+            double h = (double)bench_samples_quantile(&p->b->handoff, 0.5) /
+                       (double)bench_samples_quantile(&p->handoff, 0.5);
+            snprintf(c[6], sizeof c[6], "%.2fx", h);
+            bench_metric("backends", sn, "handoff_p50_ratio", h, "x");
+        }
+        printf("   %-22s %10s %10s %12s %14s %12s %14s %12s\n", sn, c[0], c[1], c[2], c[3], c[4],
+               c[5], c[6]);
+    }
 }
 
 int bench_backends(bench_ctx *ctx) {
@@ -463,6 +909,55 @@ int bench_backends(bench_ctx *ctx) {
                    b->name);
             stop_waiter(b, 1);
             b->ok = 0;
+        }
+    }
+    /* the peers' workers (exec'd: safe to start while this process has
+     * threads, but started here anyway), then contention, while this
+     * process has no client and no thread: its workers are forked */
+    peerst pe[NPEERS] = {{.name = "kazoo", .kind = "kazoo", .backend = "zk"},
+                         {.name = "python-etcd3", .kind = "etcd3", .backend = "etcd"}};
+    cs_result cres[2][MAX_CS];
+    backend *dl[2];
+    int ndl = 0;
+    memset(cres, 0, sizeof cres);
+    if (ctx->quick) {
+        printf("   SKIP peers (kazoo, python-etcd3) and contention: --quick\n");
+    } else {
+        for (int i = 0; i < NPEERS; i++) {
+            for (int j = 0; j < n; j++)
+                if (bk[j].ok && !strcmp(bk[j].name, pe[i].backend)) pe[i].b = &bk[j];
+            if (!pe[i].b) {
+                printf("   SKIP %s: no %s server (its dlock backend is skipped)\n", pe[i].name,
+                       pe[i].backend);
+                continue;
+            }
+            url_server(pe[i].b->url, pe[i].server, sizeof pe[i].server);
+            pe[i].ok = 1;
+            int r = peer_spawn_one(ctx, &pe[i], &pe[i].a);
+            if (!r) {
+                r = peer_spawn_one(ctx, &pe[i], &pe[i].w);
+                if (r) bench_peer_stop(&pe[i].a);
+            }
+            if (r < 0) printf("   SKIP %s: its worker did not start\n", pe[i].name);
+            if (r) pe[i].ok = 0;
+            else printf("   %-12s %s (%s)\n", pe[i].name, pe[i].server, pe[i].version);
+        }
+        for (int i = 0; i < n; i++)
+            if (bk[i].ok && (!strcmp(bk[i].name, "zk") || !strcmp(bk[i].name, "etcd")))
+                dl[ndl++] = &bk[i];
+        redisContext *rc = bench_redis_connect(ctx);
+        if (!rc) {
+            printf("   SKIP contention: no connection to the bench's Redis (the counter)\n");
+        } else {
+            printf("\n   contention: K processes on one lock, each acquiring (no limit), GET+SET "
+                   "of a counter in Redis, releasing (3 rounds x 1 s per series, balanced "
+                   "order)\n");
+            printf("   %-22s %9s %12s %12s %12s %6s\n", "series", "acq/s", "wait p50", "wait p99",
+                   "wait max", "count");
+            static const int ks[2] = {8, 32};
+            for (int i = 0; i < 2 && !failed; i++)
+                if (contention_k(ctx, rc, dl, ndl, pe, ks[i], cres[i])) failed = 1;
+            redisFree(rc);
         }
     }
     /* A's clients */
@@ -515,6 +1010,12 @@ int bench_backends(bench_ctx *ctx) {
         snprintf(sr[ns].name, sizeof sr[ns].name, "%.31s-lease", bk[i].name);
         ns++;
     }
+    for (int i = 0; i < NPEERS; i++) {
+        if (!pe[i].ok) continue;
+        sr[ns].pe = &pe[i], sr[ns].ok = 1;
+        snprintf(sr[ns].name, sizeof sr[ns].name, "%s", pe[i].name);
+        ns++;
+    }
     if (!bk[0].ok) printf("   (no Redis figures: the ratios are left out)\n");
 
     if (ns) failed |= run_pairs(ctx, sr, ns);
@@ -531,7 +1032,8 @@ int bench_backends(bench_ctx *ctx) {
             failed = 1;
         }
     }
-    if (ns) failed |= run_handoffs(ctx, bk, n);
+    if (ns) failed |= run_handoffs(ctx, bk, n, pe);
+    if (!ctx->quick) compare_peers(sr, ns, (int)(ctx->quick ? 3 : MAX_ROUNDS), dl, ndl, pe, cres);
 
     for (int i = 0; i < n; i++) {
         if (stop_waiter(&bk[i], 0) && bk[i].ok) {
@@ -543,5 +1045,10 @@ int bench_backends(bench_ctx *ctx) {
         bench_samples_free(&bk[i].handoff);
     }
     for (int i = 0; i < ns; i++) bench_samples_free(&sr[i].pair);
+    for (int i = 0; i < NPEERS; i++) {
+        if (pe[i].a.pid > 0) bench_peer_stop(&pe[i].a);
+        if (pe[i].w.pid > 0) bench_peer_stop(&pe[i].w);
+        bench_samples_free(&pe[i].handoff);
+    }
     return failed ? -1 : 0;
 }

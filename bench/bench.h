@@ -130,6 +130,35 @@ int bench_procs_round(bench_procs *p, int64_t start_ns, int64_t end_ns, int64_t 
 /* Stops and reaps the workers (kill_it: SIGTERM too). -1 if one failed. */
 int bench_procs_stop(bench_procs *p, int kill_it);
 
+/* ---- peer workers (peers.c): another program driven by a line protocol
+ * on its stdin / stdout (the scripts in bench/peers: "hello ..." or "skip <reason>" at
+ * start, "clock" -> "clock <CLOCK_MONOTONIC ns>", then the scenario's
+ * commands) ---- */
+typedef struct bench_peer {
+    pid_t pid;
+    int wfd, rfd;
+    char *buf;
+    size_t len, cap, consumed;
+    int64_t offset; /* worker clock - driver clock */
+} bench_peer;
+
+/* The directory of the worker scripts ($DLOCK_BENCH_PEERS_DIR or the
+ * source tree's bench/peers). */
+const char *bench_peers_dir(void);
+/* Starts argv (argv[0] looked up in PATH) with pipes on its stdin and
+ * stdout; an exec failure makes the worker say "skip cannot run ...". 0 or
+ * -1. */
+int bench_peer_exec(bench_peer *p, char *const argv[]);
+/* Sends one line (printf format, newline added). 0 or -1. */
+int bench_peer_send(bench_peer *p, const char *fmt, ...);
+/* The next line (valid until the next call), NULL on timeout or EOF. */
+char *bench_peer_line(bench_peer *p, int timeout_ms);
+/* Measures the worker's clock offset (15 "clock" exchanges, the closest
+ * kept; 0 within its uncertainty, else printed with what). 0 or -1. */
+int bench_peer_clock(bench_peer *p, const char *what);
+/* Sends "quit", waits up to 3 s, then SIGKILL; frees the buffer. */
+void bench_peer_stop(bench_peer *p);
+
 /* ---- in-process series in alternating rounds (rounds.c) ---- */
 typedef struct bench_rounds_spec {
     const char *scenario;

@@ -99,28 +99,12 @@ static const peer_cfg cfgs[NCFG] = {
 static int kind_ok[NKINDS];
 static char kind_version[NKINDS][96];
 
-typedef struct peer {
-    pid_t pid;
-    int wfd, rfd;
-    char *buf;
-    size_t len, cap, consumed;
-    int64_t offset; /* worker clock - driver clock */
-} peer;
+typedef bench_peer peer;
 
-static const char *peers_dir(void) {
-    const char *d = getenv("DLOCK_BENCH_PEERS_DIR");
-    return d && *d ? d : DLOCK_BENCH_PEERS_DIR;
-}
-
-static int peer_spawn(const bench_ctx *ctx, int kind, peer *p) {
+int bench_peer_exec(bench_peer *p, char *const argv[]) {
     memset(p, 0, sizeof *p);
     p->pid = -1;
     p->wfd = p->rfd = -1;
-    char script[1024], port[16];
-    const char *prog = kind == K_PY ? "/usr/bin/python3" : "node";
-    snprintf(script, sizeof script, "%s/%s", peers_dir(),
-             kind == K_PY ? "redispy_worker.py" : "node/worker.js");
-    snprintf(port, sizeof port, "%d", ctx->port);
     int a2b[2], b2a[2];
     if (pipe(a2b)) return -1;
     if (pipe(b2a)) {
@@ -137,8 +121,8 @@ static int peer_spawn(const bench_ctx *ctx, int kind, peer *p) {
         dup2(a2b[0], 0);
         dup2(b2a[1], 1);
         close(a2b[0]), close(a2b[1]), close(b2a[0]), close(b2a[1]);
-        execlp(prog, prog, script, "--host", ctx->host, "--port", port, (char *)NULL);
-        printf("skip cannot run %s: %s\n", prog, strerror(errno));
+        execvp(argv[0], argv);
+        printf("skip cannot run %s: %s\n", argv[0], strerror(errno));
         fflush(stdout);
         _exit(0);
     }
@@ -152,7 +136,22 @@ static int peer_spawn(const bench_ctx *ctx, int kind, peer *p) {
     return 0;
 }
 
-static int peer_send(peer *p, const char *fmt, ...) {
+const char *bench_peers_dir(void) {
+    const char *d = getenv("DLOCK_BENCH_PEERS_DIR");
+    return d && *d ? d : DLOCK_BENCH_PEERS_DIR;
+}
+
+static int peer_spawn(const bench_ctx *ctx, int kind, peer *p) {
+    char script[1024], port[16];
+    const char *prog = kind == K_PY ? "/usr/bin/python3" : "node";
+    snprintf(script, sizeof script, "%s/%s", bench_peers_dir(),
+             kind == K_PY ? "redispy_worker.py" : "node/worker.js");
+    snprintf(port, sizeof port, "%d", ctx->port);
+    char *const argv[] = {(char *)prog, script, "--host", (char *)ctx->host, "--port", port, NULL};
+    return bench_peer_exec(p, argv);
+}
+
+int bench_peer_send(bench_peer *p, const char *fmt, ...) {
     char line[512];
     va_list ap;
     va_start(ap, fmt);
@@ -171,7 +170,7 @@ static int peer_send(peer *p, const char *fmt, ...) {
 
 /* The next line (NUL-terminated, valid until the next call), or NULL on
  * timeout or end of file. */
-static char *peer_line(peer *p, int timeout_ms) {
+char *bench_peer_line(bench_peer *p, int timeout_ms) {
     if (p->consumed) {
         memmove(p->buf, p->buf + p->consumed, p->len - p->consumed);
         p->len -= p->consumed;
@@ -205,9 +204,9 @@ static char *peer_line(peer *p, int timeout_ms) {
     }
 }
 
-static void peer_stop(peer *p) {
+void bench_peer_stop(bench_peer *p) {
     if (p->pid > 0) {
-        peer_send(p, "quit");
+        bench_peer_send(p, "quit");
         close(p->wfd);
         int status;
         /* up to 3 s to exit on its own, then SIGKILL */
@@ -230,7 +229,7 @@ static void peer_stop(peer *p) {
 /* Reads the worker's hello and measures its clock offset. 0 ok, 1 skipped
  * (reason printed once per kind), -1 failed. */
 static int peer_ready(peer *p, int kind) {
-    char *l = peer_line(p, LINE_TIMEOUT_MS);
+    char *l = bench_peer_line(p, LINE_TIMEOUT_MS);
     if (!l || strncmp(l, "hello ", 6)) {
         if (kind_ok[kind] >= 0) {
             printf("   SKIP %s: %s\n", kind_name[kind],
@@ -242,11 +241,17 @@ static int peer_ready(peer *p, int kind) {
         return 1;
     }
     if (!kind_ok[kind]) snprintf(kind_version[kind], sizeof kind_version[kind], "%s", l + 6);
+    if (bench_peer_clock(p, kind_name[kind])) return -1;
+    kind_ok[kind] = 1;
+    return 0;
+}
+
+int bench_peer_clock(bench_peer *p, const char *what) {
     int64_t best = -1, off = 0;
     for (int i = 0; i < 15; i++) {
         int64_t a = bench_now_ns();
-        if (peer_send(p, "clock")) return -1;
-        l = peer_line(p, LINE_TIMEOUT_MS);
+        if (bench_peer_send(p, "clock")) return -1;
+        char *l = bench_peer_line(p, LINE_TIMEOUT_MS);
         int64_t b = bench_now_ns();
         long long w;
         if (!l || sscanf(l, "clock %lld", &w) != 1) return -1;
@@ -257,9 +262,8 @@ static int peer_ready(peer *p, int kind) {
     }
     p->offset = (off < best / 2 + 1 && off > -best / 2 - 1) ? 0 : off;
     if (p->offset)
-        printf("   note: %s worker clock offset %lld ns (+-%lld), converted\n", kind_name[kind],
+        printf("   note: %s worker clock offset %lld ns (+-%lld), converted\n", what,
                (long long)p->offset, (long long)best / 2);
-    kind_ok[kind] = 1;
     return 0;
 }
 
@@ -272,12 +276,12 @@ static int peers_start(const bench_ctx *ctx, int kind, peer *ps, int n) {
     for (int i = 0; i < n && !rc; i++) rc = peer_spawn(ctx, kind, &ps[i]);
     for (int i = 0; i < n && !rc; i++) rc = peer_ready(&ps[i], kind);
     if (rc)
-        for (int i = 0; i < n; i++) peer_stop(&ps[i]);
+        for (int i = 0; i < n; i++) bench_peer_stop(&ps[i]);
     return rc;
 }
 
 static char *peer_reply(peer *p, int timeout_ms, const char *what) {
-    char *l = peer_line(p, timeout_ms);
+    char *l = bench_peer_line(p, timeout_ms);
     if (!l) fprintf(stderr, "dlock_bench: peer worker: no reply to %s\n", what);
     else if (!strncmp(l, "err", 3)) {
         fprintf(stderr, "dlock_bench: peer worker: %s: %s\n", what, l);
@@ -379,7 +383,7 @@ int bench_peer_pairs(bench_ctx *ctx) {
             int s = bench_order(round, k, P_COUNT);
             if (!have[s] || !bench_series_on(ctx, pp_name[s])) continue;
             if (s >= P_PY) {
-                if (peer_send(&pw[s], "pairs bench:peer_pairs:%s %d", pp_name[s], round_ms)) {
+                if (bench_peer_send(&pw[s], "pairs bench:peer_pairs:%s %d", pp_name[s], round_ms)) {
                     failed = 1;
                     break;
                 }
@@ -454,7 +458,7 @@ int bench_peer_pairs(bench_ctx *ctx) {
             if (kind_ok[k] > 0) printf("   %s: %s\n", kind_name[k], kind_version[k]);
     }
     for (int s = 0; s < P_COUNT; s++) {
-        if (s >= P_PY) peer_stop(&pw[s]);
+        if (s >= P_PY) bench_peer_stop(&pw[s]);
         bench_samples_free(&lat[s]);
     }
     dlock_lock_free(l);
@@ -486,10 +490,10 @@ static int peer_handoff_once(redisContext *rc, const peer_cfg *c, peer *a, peer 
                              double *cmds, int64_t *waited_ns) {
     char name[96];
     snprintf(name, sizeof name, "bench:peer_handoff:%s", c->series);
-    if (peer_send(a, "hold %s %s", name, c->arg)) return -1;
+    if (bench_peer_send(a, "hold %s %s", name, c->arg)) return -1;
     char *l = peer_reply(a, LINE_TIMEOUT_MS, "hold");
     if (!l || strcmp(l, "ok")) return -1;
-    if (peer_send(b, "wait %s %s", name, c->arg)) return -1;
+    if (bench_peer_send(b, "wait %s %s", name, c->arg)) return -1;
     l = peer_reply(b, LINE_TIMEOUT_MS, "wait");
     if (!l || strcmp(l, "waiting")) return -1;
     int64_t tw = bench_now_ns();
@@ -505,7 +509,7 @@ static int peer_handoff_once(redisContext *rc, const peer_cfg *c, peer *a, peer 
     } else {
         bench_sleep_us(2000 + (int64_t)(rand() % (int)(c->poll_us + 1)));
     }
-    if (peer_send(a, "release")) return -1;
+    if (bench_peer_send(a, "release")) return -1;
     l = peer_reply(a, LINE_TIMEOUT_MS, "release");
     long long t0, t1, cpu = 0;
     if (!l || sscanf(l, "ok %lld", &t0) != 1) return -1;
@@ -620,7 +624,7 @@ int bench_peer_handoff(bench_ctx *ctx) {
         int r = peers_start(ctx, k, &pa[k], 1);
         if (!r) {
             r = peers_start(ctx, k, &pb[k], 1);
-            if (r) peer_stop(&pa[k]);
+            if (r) bench_peer_stop(&pa[k]);
         }
         if (r < 0) failed = 1;
         have[k] = r == 0;
@@ -679,8 +683,8 @@ int bench_peer_handoff(bench_ctx *ctx) {
     }
     for (int k = 0; k < NKINDS; k++)
         if (have[k]) {
-            peer_stop(&pa[k]);
-            peer_stop(&pb[k]);
+            bench_peer_stop(&pa[k]);
+            bench_peer_stop(&pb[k]);
         }
     for (int s = 0; s < NCFG; s++) bench_samples_free(&lat[s]);
     redisFree(rc);
@@ -812,7 +816,7 @@ static int peer_round(peer *ws, int k, const peer_cfg *c, const char *lock, cons
                       int64_t start, int64_t end, int64_t *ops, int64_t *fin,
                       bench_samples *waits) {
     for (int i = 0; i < k; i++)
-        if (peer_send(&ws[i], "contend %s %s %s %lld %lld", lock, counter, c->arg,
+        if (bench_peer_send(&ws[i], "contend %s %s %s %lld %lld", lock, counter, c->arg,
                       (long long)(start + ws[i].offset), (long long)(end + ws[i].offset)))
             return -1;
     int tmo = (int)((end - bench_now_ns()) / 1000000) + 2 * LINE_TIMEOUT_MS;
@@ -908,7 +912,7 @@ static int contention_k(bench_ctx *ctx, redisContext *rc, int k) {
         if (procs[s].k && bench_procs_stop(&procs[s], failed) && !failed) failed = 1;
     for (int kind = 0; kind < NKINDS; kind++) {
         if (!ws[kind]) continue;
-        for (int i = 0; i < k; i++) peer_stop(&ws[kind][i]);
+        for (int i = 0; i < k; i++) bench_peer_stop(&ws[kind][i]);
         free(ws[kind]);
     }
     for (int s = 0; !failed && s < NCS; s++) {
