@@ -116,7 +116,9 @@ class Etcd3:
                 pass
 
     def close(self):
-        self.client.close()
+        # not client.close(): its watch threads would print tracebacks about
+        # the closed channel; the process ends at once (os._exit) anyway
+        pass
 
 
 def main():
