@@ -12,7 +12,8 @@
 # For the backends scenario (issue 9: --only backends, or full mode without
 # --only) it also starts private PostgreSQL, MariaDB, ZooKeeper and etcd
 # servers, whichever are installed ("SKIP <backend>: <reason>" for the others),
-# and passes their URLs as --backend-urls.
+# and passes their URLs as --backend-urls (the scenario also runs kazoo's and
+# python-etcd3's Lock on the ZooKeeper and etcd servers, full mode only).
 # Exits 77 (skipped) when redis-server is not installed.
 #   --quick  well under a minute, for CI: timings are printed, never asserted
 #   (full mode: about 8 minutes with issue 7's peer scenarios and issue 9's
