@@ -295,7 +295,7 @@ static int peer_spawn_one(const bench_ctx *ctx, peerst *pe, bench_peer *w) {
     if (!l || strncmp(l, "hello ", 6)) {
         if (pe->ok)
             printf("   SKIP %s: %s\n", pe->name,
-                   !l                       ? "the worker did not start (no hello within 60 s)"
+                   !l                       ? "the worker ended or said no hello within 60 s"
                    : !strncmp(l, "skip ", 5) ? l + 5
                                              : l);
         pe->ok = 0;
