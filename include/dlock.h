@@ -178,7 +178,9 @@ typedef struct dlock_options {
     const char *fence_url;
     /* After each lock acquire, wait until this many replicas acknowledged it
      * (Redis WAIT), for at most wait_replicas_timeout_ms (0: 1000 ms). Fewer
-     * acknowledgements: the lock is released and DLOCK_EREPLICAS returned.
+     * acknowledgements: the lock is released and DLOCK_EREPLICAS returned;
+     * so too when they come only after the lease ran out (the lock is no
+     * longer held then).
      * Every way of acquiring is covered, the fair lock's handoff by a
      * release included (the new owner takes the grant up with an attempt on
      * its own connection, a write after the grant, so its WAIT covers it). With Sentinel this keeps an

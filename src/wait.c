@@ -93,6 +93,9 @@ static int64_t wait_left(int64_t deadline) {
 }
 
 /* wait_replicas: WAIT until enough replicas have the acquire, or release it.
+ * Acknowledged only after the lease ran out (WAIT may take longer than a
+ * short lease): the lock is no longer held, maybe taken by another client
+ * meanwhile, so that is a failure too (the release is owner-checked).
  * WAIT counts the replicas that acknowledged this connection's own latest
  * write. That covers a fair lock handed over by a release too: the grant is
  * written by the releaser's connection, but the new owner takes it up with
@@ -112,12 +115,18 @@ static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
                              3, argv, lens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, "WAIT", &acks, err);
     if (r) freeReplyObject(r);
-    if (!rc && acks >= c->wait_replicas) return DLOCK_OK;
-    /* not safe across a failover: give it back */
+    int late = !rc && acks >= c->wait_replicas && dl_now_ms() >= l->expires_at;
+    if (!rc && acks >= c->wait_replicas && !late) return DLOCK_OK;
+    /* not safe across a failover, or no longer held: give it back */
     long long res;
     dl_err ignored;
     if (!conn->broken) l->ops->release(l, conn, &res, &ignored);
     if (rc) return rc;
+    if (late)
+        return dl_seterr(err, DLOCK_EREPLICAS,
+                         "lock '%s' acquired, but its lease ran out before %d replicas "
+                         "acknowledged it; released",
+                         dl_name_msg(l->name, l->name_len, nm, sizeof nm), c->wait_replicas);
     return dl_seterr(err, DLOCK_EREPLICAS,
                      "lock '%s' acquired, but only %lld of %d replicas acknowledged within "
                      "%lld ms; released",

@@ -8,7 +8,13 @@
  *      has the lock the moment it does;
  *   2. replica paused (SIGSTOP) after it acknowledged the waiter's queue
  *      entry: the handoff is not on it, so the waiter gets DLOCK_EREPLICAS
- *      and the lock is given back (before the fix: DLOCK_OK). */
+ *      and the lock is given back (before the fix: DLOCK_OK);
+ *   3. replica paused, and resumed after the lease ran out but within the
+ *      WAIT timeout (explorer seed 227: a replication link frozen for less
+ *      than wait_replicas_timeout_ms, an acquire with a 706 ms lease): the
+ *      acknowledgement comes too late, the lock is no longer held, so the
+ *      acquire fails with DLOCK_EREPLICAS (before the fix: DLOCK_OK with
+ *      dlock_lock_valid_ms() 0, while another client could take it). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -41,6 +47,13 @@ static dlock_client *replicated_client(const th_server *s)
     dlock_client *c = NULL;
     ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
     return c;
+}
+
+static void *unpause_later(void *arg)
+{
+    th_sleep_ms(700);
+    th_server_unpause(arg);
+    return NULL;
 }
 
 static int link_up(redisContext *rc)
@@ -108,6 +121,28 @@ int main(void)
     ASSERT_EQ(th_cmd_int(rp, "EXISTS %s", NAME), 0);
     th_server_unpause(r);
     ASSERT_EVENTUALLY(th_cmd_int(rr, "EXISTS %s", NAME) == 0, 5000);
+
+    /* 3. the replica acknowledges only after the lease (300 ms) ran out,
+     * within the WAIT timeout (1000 ms) */
+    th_cmd_ok(rp, "SET rep:marker 2");
+    ASSERT_EQ(th_cmd_int(rp, "WAIT 1 5000"), 1);
+    dlock_lock *pl = th_lock(ca, "rep:plain", DLOCK_KIND_PLAIN);
+    th_server_pause(r);
+    pthread_t un;
+    ASSERT_EQ(pthread_create(&un, NULL, unpause_later, r), 0);
+    int64_t t0 = th_now_ms();
+    int prc = dlock_acquire(pl, DLOCK_NOWAIT, 300, NULL);
+    int64_t took = th_now_ms() - t0;
+    ASSERT_EQ(pthread_join(un, NULL), 0);
+    th_log("acknowledged after %lld ms, past a 300 ms lease: %s (valid %lld ms)",
+           (long long)took, prc ? dlock_lock_errmsg(pl) : "OK",
+           (long long)dlock_lock_valid_ms(pl));
+    ASSERT_MSG(took >= 300, "the acknowledgement came before the lease ran out (%lld ms)",
+               (long long)took);
+    ASSERT_MSG(prc == DLOCK_EREPLICAS, "acknowledged after the lease ran out: %d (%s)", prc,
+               dlock_lock_errmsg(pl));
+    ASSERT_EQ(dlock_lock_holding(pl), 0);
+    dlock_lock_free(pl);
 
     dlock_lock_free(a);
     dlock_lock_free(b);
