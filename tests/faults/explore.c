@@ -1725,13 +1725,17 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
 
     /* the lost callback ran before another client held (item 9's contract:
      * it runs before the server can expire the hold), unless the holder was
-     * stopped or the server forgot the hold */
+     * stopped or the server forgot the hold, or the holder had already ended
+     * its section and called release (the callback tells a holder to stop:
+     * it had; a release whose reply is held back past the lease's due time
+     * gets the callback, while the server already let the next one in) */
     for (int i = 0; i < ns; i++) {
         const sec *x = &g_s[i];
         if (!x->lost_t) continue;
         for (int j = 0; j < ns; j++) {
             const sec *y = &g_s[j];
             if (y->n != x->n || y->w == x->w || y->b <= x->b || y->bt >= x->lost_t) continue;
+            if (x->e > 0 && y->b > x->e) continue;
             if (!conflict(p, x, y)) continue;
             if (forgot_between(nf, p->topo, x->b, y->b)) continue;
             int pz = 0;
