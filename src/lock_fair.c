@@ -171,9 +171,9 @@
  * less of an idle server than string.format('%d', f). A granted owner's entry
  * in the lease hash stays (it is rewritten if it queues again, and the hash
  * goes with the queue). */
-#define FAIR_LUA_ADVANCE(h)                                                            \
+#define FAIR_LUA_ADVANCE(h, pfx)                                                      \
     "while " h " do "                                                                  \
-    "local ch = ARGV[1] .. ':' .. " h " "                                              \
+    "local ch = " pfx " .. ':' .. " h " "                                              \
     "local lease = tonumber(redis.call('hget', KEYS[5], " h ")) "                      \
     "local keep = not lease "                                                          \
     "if lease then if lease < 0 then lease, keep = -lease, true end "                  \
@@ -184,7 +184,7 @@
     "redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) "             \
     "for _, n in ipairs(redis.call('lrange', KEYS[3], 0, 1)) do "                      \
     "if redis.call('hexists', KEYS[5], n) == 1 then "                                  \
-    "redis.call('publish', ARGV[1] .. ':' .. n, 'next:" DL_STR(DL_FAIR_GRANT_MS) "') end end " \
+    "redis.call('publish', " pfx " .. ':' .. n, 'next:" DL_STR(DL_FAIR_GRANT_MS) "') end end " \
     "break end end "                                                                   \
     "if keep then local now = 0 " FAIR_LUA_CLOCK("now")                                \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
@@ -217,7 +217,12 @@
  * The queue head is read (and dead heads dropped) only when the lock is
  * free: while it is held, an attempt just joins or refreshes the queue (8
  * calls, not 10); the release that frees it drops dead heads
- * (FAIR_LUA_ADVANCE). Under contention this is the attempt of the process
+ * (FAIR_LUA_ADVANCE). A lock that came free without a release (its holder
+ * died, its lease ran out) has granted nobody: an attempt that finds it free
+ * with a live head other than itself grants that head as a release would
+ * (FAIR_LUA_ADVANCE: provisionally, the next two waiters told), so that a
+ * head paused or hung then costs the queue one grant, not the head's whole
+ * deadline, and comes back when that grant has run out. Under contention this is the attempt of the process
  * that has just released and queues again, which the server runs while the
  * next owner starts its critical section. */
 static dl_script acquire_script = DL_SCRIPT("fair_acquire",
@@ -257,6 +262,9 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "redis.call('zadd', KEYS[4], d, me) "
     "redis.call('hset', KEYS[5], me, ARGV[7] == '1' and -tonumber(ARGV[1]) or ARGV[1]) "
     FAIR_LUA_EXPIRE "end "
+    "if p == -2 and head and head ~= me then "
+    "local h = redis.call('lpop', KEYS[3]) " FAIR_LUA_ADVANCE("h", "ARGV[8]")
+    "if redis.call('exists', KEYS[1]) == 1 then return {0, " DL_STR(DL_FAIR_GRANT_MS) " + 1} end end "
     "if p == -2 then "
     "local d = head and tonumber(redis.call('zscore', KEYS[4], head)) "
     "if d then p = d - now + 1 else p = ka end "
@@ -277,7 +285,7 @@ static dl_script release_script = DL_SCRIPT("fair_release",
     "local h = redis.call('lpop', KEYS[3]) "
     "if not h then redis.call('del', KEYS[1], KEYS[5]); return 1 end "
     "redis.call('del', KEYS[1]) "
-    FAIR_LUA_ADVANCE("h")
+    FAIR_LUA_ADVANCE("h", "ARGV[1]")
     "return 1");
 
 /* A waiter gives up (it holds nothing through this handle). ARGV: channel
@@ -294,7 +302,7 @@ static dl_script abandon_script = DL_SCRIPT("fair_abandon",
     "redis.call('lrem', KEYS[3], 0, me); redis.call('zrem', KEYS[4], me) "
     "redis.call('hdel', KEYS[5], me) "
     "go = head == me and redis.call('exists', KEYS[1]) == 0 end "
-    "if go then local h = redis.call('lpop', KEYS[3]) " FAIR_LUA_ADVANCE("h") "end "
+    "if go then local h = redis.call('lpop', KEYS[3]) " FAIR_LUA_ADVANCE("h", "ARGV[1]") "end "
     "return res");
 
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */

@@ -18,6 +18,9 @@
  *   paused_next_dead  the head SIGSTOPped and the waiter behind it killed
  *            within the grant: the third has the lock when the grant runs
  *            out (the grant told the next two waiters), not at its keep-alive
+ *   expired_paused  the holder's lease runs out (no release) with the head
+ *            SIGSTOPped: the next waiter's attempt grants the paused head
+ *            provisionally and has the lock when that grant runs out
  *   joining_dead  a head that joined and died before it subscribed (its lease
  *            stored negative, a deadline 60 s ahead) is kept by one release,
  *            then dropped: the waiter behind has the lock within a keep-alive
@@ -533,6 +536,60 @@ static void part_paused_next_dead(th_server *s)
     redisFree(rc);
 }
 
+/* ---- expired_paused ---- */
+
+/* The holder's lease runs out without a release (it died, or hung) while
+ * the queue head is SIGSTOPped: no release grants anybody, so the next
+ * waiter's attempt that finds the lock free grants the paused head
+ * provisionally, as a release would, and takes the lock when that grant ran
+ * out: one grant (DL_FAIR_GRANT_MS) after the expiry, not the paused head's
+ * queue deadline (W, 5 s, stacked). Found by the explorer (test_explore
+ * --seed 677: a holder killed, the head paused: 2.1 s of live waiting). */
+static void part_expired_paused(th_server *s)
+{
+    pid_t pids[2];
+    int go[2];
+    for (int i = 0; i < 2; i++) pids[i] = fork_gated(s, i, 50, &go[i]);
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    for (int i = 0; i < 2; i++) {
+        start(go[i]);
+        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
+    }
+    ASSERT_EVENTUALLY(waiter_channels(rc) == 2, 5000);
+    ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+    int st = 0;
+    ASSERT_EQ(waitpid(pids[0], &st, WUNTRACED), pids[0]);
+    ASSERT(WIFSTOPPED(st));
+    /* the holder goes away without releasing: its lease ends now */
+    th_cmd_int(rc, "PEXPIRE %s 1", NAME);
+    int64_t t_exp = th_now_ms();
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "EXISTS fair:at:1") == 1, 15000);
+    char *at1 = th_cmd_str(rc, "GET fair:at:1");
+    ASSERT_NOT_NULL(at1);
+    long long took = atoll(at1) - t_exp;
+    free(at1);
+    th_log("holder gone without a release, head paused: the next waiter had the lock %lld ms "
+           "after the expiry (grant bound %d ms, keep-alive %d ms, W 5000 ms)",
+           took, GRANT_MS, KEEPALIVE_MS);
+    /* one grant, plus the waiter's keep-alive return to find the lock free
+     * (it waits at most a keep-alive period), plus a loaded host's delays */
+    ASSERT_LT(took, KEEPALIVE_MS + GRANT_MS + 800);
+    ASSERT_EQ(kill(pids[0], SIGCONT), 0);
+    for (int i = 0; i < 2; i++) ASSERT_EQ(th_wait_child(pids[i], 20000), 0);
+    redisReply *r = th_cmd(rc, "LRANGE fair:order 0 -1");
+    ASSERT_EQ(r->elements, 2);
+    ASSERT_EQ(atoi(r->element[0]->str), 1);
+    ASSERT_EQ(atoi(r->element[1]->str), 0);
+    freeReplyObject(r);
+    ASSERT_EVENTUALLY(llen(rc) == 0, 5000);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 /* ---- joining_dead ---- */
 
 static void part_joining_dead(th_server *s)
@@ -837,6 +894,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "kill_psub")) part_kill(s, 1);
     else if (!strcmp(part, "paused")) part_paused(s);
     else if (!strcmp(part, "paused_next_dead")) part_paused_next_dead(s);
+    else if (!strcmp(part, "expired_paused")) part_expired_paused(s);
     else if (!strcmp(part, "joining_dead")) part_joining_dead(s);
     else if (!strcmp(part, "handoff")) part_handoff(s);
     else if (!strcmp(part, "mutex")) part_mutex(s);
