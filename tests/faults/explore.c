@@ -370,7 +370,7 @@ static void make_plan(uint64_t seed, plan *p)
      * workers keep their drawn waits and work times, their roles are drawn
      * here: worker 0 counts down, worker 1 awaits, the others one in three
      * counts down. The run is cut into 1 to 3 rounds, each on a latch of its
-     * own ("x:<round>", count 1 to 8, set by the parent before the run).
+     * own ("x:<round>", its count set by the parent before the run).
      * The stream's constant is one under which no seed of CI's batches
      * (tests/faults/CMakeLists.txt) draws a latch */
     uint64_t s4 = seed ^ 0x3fc1ea36f17fd374ULL;
@@ -378,13 +378,22 @@ static void make_plan(uint64_t seed, plan *p)
         p->kind = K_LATCH;
         p->permits = 1;
         p->rounds = (int)rr(&s4, 1, NAMES);
-        for (int r = 0; r < p->rounds; r++) p->count[r] = rr(&s4, 1, 8);
+        int64_t pct[NAMES];
+        for (int r = 0; r < p->rounds; r++) pct[r] = rr(&s4, 40, 100);
+        double rate = 0; /* count-downs per ms, without faults */
         for (int i = 0; i < p->nw; i++) {
             wspec *w = &p->w[i];
             w->role = i == 0 ? R_COUNTER : i == 1 ? R_AWAITER
                       : rr(&s4, 0, 2) == 0 ? R_COUNTER : R_AWAITER;
             /* the semaphores drew no forever waits */
             if (!w->forever_pct) w->forever_pct = (int)rr(&s4, 0, 40);
+            if (w->role == R_COUNTER) rate += 2.0 / (double)(5 + w->work_max + 4);
+        }
+        /* each round's count: what the counters count down in 40% to 100%
+         * of the round (so awaiters wait for most of it), at least 1 */
+        for (int r = 0; r < p->rounds; r++) {
+            p->count[r] = (int64_t)((double)p->run_ms / p->rounds * rate * (double)pct[r] / 100);
+            if (p->count[r] < 1) p->count[r] = 1;
         }
     }
 }
@@ -401,7 +410,7 @@ static void print_plan(const plan *p)
                p->pass ? "passwords" : "no passwords");
     if (p->topo == T_REPLICA) printf(", wait_replicas %d", p->wr);
     if (p->kind == K_LATCH) {
-        printf(", %d round%s, counts", p->rounds, p->rounds > 1 ? "s" : "");
+        printf(", %d round%s, count%s", p->rounds, p->rounds > 1 ? "s" : "", p->rounds > 1 ? "s" : "");
         for (int r = 0; r < p->rounds; r++) printf(" %lld", (long long)p->count[r]);
     }
     printf("\n");
