@@ -185,7 +185,12 @@ typedef struct dlock_options {
      * release included (the new owner takes the grant up with an attempt on
      * its own connection, a write after the grant, so its WAIT covers it). With Sentinel this keeps an
      * acquired lock across a failover to an acknowledging replica. 0: no
-     * waiting. Not for RedLock; semaphores and latches are not waited for. */
+     * waiting. Not for RedLock; semaphores and latches are not waited for.
+     * Lease renewals (the watchdog's) and dlock_extend wait too: a renewal
+     * unacknowledged in time does not count (the hold is renewed again soon,
+     * and lost at its due time if none is acknowledged), and an extend
+     * unacknowledged fails with DLOCK_EREPLICAS, the hold keeping the
+     * validity it had. Releases are not waited for. */
     int wait_replicas;
     int64_t wait_replicas_timeout_ms;
     /* TLS, for rediss:// (one server; not yet for redlock / sentinel / cluster

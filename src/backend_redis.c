@@ -48,6 +48,21 @@ static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err 
     conn->post = dl_who_post(l, 'e', lease_ms);
     rc = l->ops->extend(l, conn, lease_ms, res, err);
     conn->post = NULL;
+    if (!rc && *res == 1 && l->c->wait_replicas > 0) {
+        /* the new lease counts only once the replicas have it: a failover to
+         * one that has the old expiry would end the hold before the holder
+         * thinks (the hold keeps its old validity, which they do have) */
+        long long acks = 0;
+        rc = dl_conn_wait_replicas(l->c, conn, l->c->wait_replicas_timeout_ms, 0, &acks, err);
+        if (!rc && acks < l->c->wait_replicas) {
+            char nm[80];
+            rc = dl_seterr(err, DLOCK_EREPLICAS,
+                           "extend of lock '%s': only %lld of %d replicas acknowledged within "
+                           "%lld ms; its validity stays as it was",
+                           dl_name_msg(l->name, l->name_len, nm, sizeof nm), acks,
+                           l->c->wait_replicas, (long long)l->c->wait_replicas_timeout_ms);
+        }
+    }
     dl_pool_put(l->c, conn);
     return rc;
 }

@@ -166,6 +166,12 @@ int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err);
  * blocks): DLOCK_OK with *out NULL when none is complete yet. */
 int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err);
 /* append + flush + read. */
+/* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
+ * write, at most timeout_ms; *acks the count the server answered. The
+ * reply is read until io_deadline (0: timeout_ms plus the command timeout
+ * from now). wait.c. */
+int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
+                          int64_t io_deadline, long long *acks, dl_err *err);
 int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
                     const size_t *lens, redisReply **out, dl_err *err);
 /* 1 if the idle connection shows EOF or unexpected data (so is stale). */

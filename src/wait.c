@@ -102,19 +102,26 @@ static int64_t wait_left(int64_t deadline) {
  * an attempt on this connection (lock_fair.c), a write that follows the
  * grant in the replication stream, so a replica that acknowledges it has
  * the grant (test_replicas). */
+int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
+                          int64_t io_deadline, long long *acks, dl_err *err) {
+    char n[24], ms[24];
+    if (timeout_ms < 1) timeout_ms = 1;
+    const char *argv[3] = {"WAIT", n, ms};
+    size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas), dl_fmt_ll(ms, timeout_ms)};
+    redisReply *r = NULL;
+    *acks = 0;
+    if (!io_deadline) io_deadline = dl_deadline(timeout_ms + c->command_timeout_ms);
+    int rc = dl_conn_command(conn, io_deadline, 3, argv, lens, &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, "WAIT", acks, err);
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
 static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];
-    char n[24], ms[24];
-    const char *argv[3] = {"WAIT", n, ms};
-    size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas),
-                      dl_fmt_ll(ms, c->wait_replicas_timeout_ms)};
-    redisReply *r = NULL;
     long long acks = 0;
-    int rc = dl_conn_command(conn, dl_deadline(c->wait_replicas_timeout_ms + c->command_timeout_ms),
-                             3, argv, lens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "WAIT", &acks, err);
-    if (r) freeReplyObject(r);
+    int rc = dl_conn_wait_replicas(c, conn, c->wait_replicas_timeout_ms, 0, &acks, err);
     int late = !rc && acks >= c->wait_replicas && dl_now_ms() >= l->expires_at;
     if (!rc && acks >= c->wait_replicas && !late) return DLOCK_OK;
     /* not safe across a failover, or no longer held: give it back */

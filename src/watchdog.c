@@ -193,6 +193,22 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
         }
         freeReplyObject(r);
     }
+    /* wait_replicas: a renewal counts once the replicas have it, or a
+     * failover to one with the older expiry would end the hold while the
+     * holder counts on the renewed lease; unacknowledged, the items stay
+     * unconfirmed (retried soon, lost at their due time) */
+    const dlock_client *cl = node->client;
+    if (!rc && cl->wait_replicas > 0 && cl->mode != DL_MODE_REDLOCK) {
+        long long acks = 0;
+        int64_t left = deadline - dl_now_ms();
+        if (left > cl->wait_replicas_timeout_ms) left = cl->wait_replicas_timeout_ms;
+        int wrc = left > 0 ? dl_conn_wait_replicas(cl, conn, left, deadline, &acks, &err) : DLOCK_ETIMEDOUT;
+        if (wrc || acks < cl->wait_replicas)
+            for (size_t first = 0; first < n; first += batch_len(snap, first, n))
+                if (batch_here(node, &snap[first]))
+                    for (size_t i = first; i < first + batch_len(snap, first, n); i++)
+                        snap[i].yes = 0;
+    }
     /* the identity script was not in the server's cache: its text, which
      * loads it (the keys go one renewal late at worst, as it is) */
     for (size_t first = 0; first < n && !rc && who_noscript; first += batch_len(snap, first, n)) {

@@ -14,7 +14,10 @@
  *      than wait_replicas_timeout_ms, an acquire with a 706 ms lease): the
  *      acknowledgement comes too late, the lock is no longer held, so the
  *      acquire fails with DLOCK_EREPLICAS (before the fix: DLOCK_OK with
- *      dlock_lock_valid_ms() 0, while another client could take it). */
+ *      dlock_lock_valid_ms() 0, while another client could take it).
+ *   4. replica paused under a watchdog hold and an explicit one: renewals
+ *      unacknowledged leave the watchdog hold to run out (lost), an extend
+ *      fails with DLOCK_EREPLICAS and keeps the validity it had. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -143,6 +146,50 @@ int main(void)
                dlock_lock_errmsg(pl));
     ASSERT_EQ(dlock_lock_holding(pl), 0);
     dlock_lock_free(pl);
+
+    /* 4. renewals and extends count only once the replica has them: with the
+     * replica paused, a watchdog hold's renewals go unacknowledged, so its
+     * validity runs out (and the lost callback comes) as the replica's copy
+     * does, and an extend fails with DLOCK_EREPLICAS keeping the validity it
+     * had (before: renewed and extended on the primary alone, the holder
+     * counted on leases a promoted replica would not have) */
+    {
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = th_server_url(p);
+        o.wait_replicas = 1;
+        o.wait_replicas_timeout_ms = 1000;
+        o.watchdog_lease_ms = 900;
+        dlock_client *cw = NULL;
+        ASSERT_CCODE(cw, dlock_client_new(&o, &cw), DLOCK_OK);
+        dlock_lock *wl = th_lock(cw, "rep:wd", DLOCK_KIND_PLAIN);
+        dlock_lock *xl = th_lock(cw, "rep:ext", DLOCK_KIND_REENTRANT);
+        ASSERT_LOK(wl, dlock_acquire(wl, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        ASSERT_LOK(xl, dlock_acquire(xl, DLOCK_NOWAIT, 2000, NULL));
+        th_cmd_ok(rp, "SET rep:marker 3");
+        ASSERT_EQ(th_cmd_int(rp, "WAIT 1 5000"), 1);
+        th_server_pause(r);
+        int64_t tp = th_now_ms();
+        int erc = dlock_extend(xl, 20000);
+        int64_t xv = dlock_lock_valid_ms(xl);
+        th_log("extend with the replica paused: %s (valid %lld ms)",
+               erc ? dlock_lock_errmsg(xl) : "OK", (long long)xv);
+        ASSERT_MSG(erc == DLOCK_EREPLICAS, "extend with the replica paused: %d (%s)", erc,
+                   dlock_lock_errmsg(xl));
+        ASSERT_LE(xv, 2000);
+        th_sleep_ms(1500);
+        int64_t wv = dlock_lock_valid_ms(wl);
+        th_log("watchdog hold %lld ms after the replica paused: valid %lld ms, lost %d",
+               (long long)(th_now_ms() - tp), (long long)wv, dlock_lock_is_lost(wl));
+        ASSERT_EQ(wv, 0);
+        ASSERT_EQ(dlock_lock_is_lost(wl), 1);
+        th_server_unpause(r);
+        dlock_release(wl);
+        dlock_release(xl);
+        dlock_lock_free(wl);
+        dlock_lock_free(xl);
+        dlock_client_free(cw);
+    }
 
     dlock_lock_free(a);
     dlock_lock_free(b);
