@@ -284,6 +284,26 @@ static void start(int go)
     close(go);
 }
 
+/* Starts the n gated children in order, each in the queue before the next
+ * starts, and waits until all n listen on their channels. */
+static void queue_in_order(redisContext *rc, int *go, int n)
+{
+    for (int i = 0; i < n; i++) {
+        start(go[i]);
+        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
+    }
+    ASSERT_EVENTUALLY(waiter_channels(rc) == n, 5000);
+}
+
+/* SIGSTOPs a child and waits until it is stopped. */
+static void stop_child(pid_t pid)
+{
+    ASSERT_EQ(kill(pid, SIGSTOP), 0);
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, WUNTRACED), pid);
+    ASSERT(WIFSTOPPED(st));
+}
+
 #define NFIFO 16
 
 static void part_fifo(th_server *s)
@@ -296,11 +316,7 @@ static void part_fifo(th_server *s)
     dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
     /* one at a time: each is in the queue before the next starts */
-    for (int i = 0; i < NFIFO; i++) {
-        start(go[i]);
-        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
-    }
-    ASSERT_EVENTUALLY(waiter_channels(rc) == NFIFO, 5000);
+    queue_in_order(rc, go, NFIFO);
     th_log("%d waiters queued", NFIFO);
     ASSERT_LOK(h, dlock_release(h));
     for (int i = 0; i < NFIFO; i++) ASSERT_EQ(th_wait_child(pids[i], 20000), 0);
@@ -350,11 +366,7 @@ static void part_kill(th_server *s, int psub)
     dlock_client *c = th_client(s, 0);
     dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
-    for (int i = 0; i < 4; i++) {
-        start(go[i]);
-        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
-    }
-    ASSERT_EVENTUALLY(waiter_channels(rc) == 4, 5000);
+    queue_in_order(rc, go, 4);
     /* the second waiter dies in the queue */
     ASSERT_EQ(kill(pids[1], SIGKILL), 0);
     ASSERT_EQ(th_wait_child(pids[1], 5000), 128 + SIGKILL);
@@ -410,15 +422,8 @@ static void part_paused(th_server *s)
     dlock_client *c = th_client(s, 0);
     dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
-    for (int i = 0; i < 4; i++) {
-        start(go[i]);
-        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
-    }
-    ASSERT_EVENTUALLY(waiter_channels(rc) == 4, 5000);
-    ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
-    int st = 0;
-    ASSERT_EQ(waitpid(pids[0], &st, WUNTRACED), pids[0]);
-    ASSERT(WIFSTOPPED(st));
+    queue_in_order(rc, go, 4);
+    stop_child(pids[0]);
     int64_t t_rel = th_now_ms();
     ASSERT_LOK(h, dlock_release(h));
     /* (the order list is written before the time) */
@@ -480,15 +485,8 @@ static void part_paused_next_dead(th_server *s)
     dlock_client *c = th_client(s, 0);
     dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
-    for (int i = 0; i < 4; i++) {
-        start(go[i]);
-        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
-    }
-    ASSERT_EVENTUALLY(waiter_channels(rc) == 4, 5000);
-    ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
-    int st = 0;
-    ASSERT_EQ(waitpid(pids[0], &st, WUNTRACED), pids[0]);
-    ASSERT(WIFSTOPPED(st));
+    queue_in_order(rc, go, 4);
+    stop_child(pids[0]);
     int64_t t_rel = th_now_ms();
     ASSERT_LOK(h, dlock_release(h));
     ASSERT_EQ(kill(pids[1], SIGKILL), 0);
@@ -554,15 +552,8 @@ static void part_expired_paused(th_server *s)
     dlock_client *c = th_client(s, 0);
     dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
     ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
-    for (int i = 0; i < 2; i++) {
-        start(go[i]);
-        ASSERT_EVENTUALLY(llen(rc) == i + 1, 5000);
-    }
-    ASSERT_EVENTUALLY(waiter_channels(rc) == 2, 5000);
-    ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
-    int st = 0;
-    ASSERT_EQ(waitpid(pids[0], &st, WUNTRACED), pids[0]);
-    ASSERT(WIFSTOPPED(st));
+    queue_in_order(rc, go, 2);
+    stop_child(pids[0]);
     /* the holder goes away without releasing: its lease ends now */
     th_cmd_int(rc, "PEXPIRE %s 1", NAME);
     int64_t t_exp = th_now_ms();

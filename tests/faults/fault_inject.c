@@ -614,6 +614,29 @@ static void sc_proxy(void)
 }
 
 
+/* A private server behind a proxy (fl_proxy): *url names the proxy, *lrc
+ * reaches the server directly. */
+static void proxied_server(th_server **ls, fl_proxy *px, char *url, size_t urllen,
+                           redisContext **lrc)
+{
+    *ls = srv_start(NULL);
+    *px = fl_proxy_start(th_server_port(*ls));
+    snprintf(url, urllen, "redis://127.0.0.1:%d", px->port);
+    *lrc = th_redis(*ls);
+}
+
+/* A client of url whose commands time out after cmd_ms. */
+static dlock_client *client_at(const char *url, int64_t cmd_ms)
+{
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.command_timeout_ms = cmd_ms;
+    dlock_client *c = NULL;
+    ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+    return c;
+}
+
 /* ------------------------------------------------------------------------ */
 /* (d2) one request delivered twice (the proxy's one-shot '2'): the server
  * answers twice, and the extra reply must never be read as a later
@@ -623,21 +646,16 @@ static void sc_proxy(void)
 
 static void sc_dup_request(void)
 {
-    th_server *ls = srv_start(NULL);
-    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    th_server *ls;
+    fl_proxy px;
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
-    redisContext *lrc = th_redis(ls);
+    redisContext *lrc;
+    proxied_server(&ls, &px, url, sizeof url, &lrc);
     static const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT};
     static const char *kname[] = {"plain", "reentrant"};
     int faults = 0;
     for (int ki = 0; ki < 2; ki++) {
-        dlock_options o;
-        dlock_options_init(&o);
-        o.url = url;
-        o.command_timeout_ms = 500;
-        dlock_client *c = NULL;
-        ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+        dlock_client *c = client_at(url, 500);
         dlock_lock *l = NULL;
         ASSERT_EQ(dlock_lock_new(c, "dup", DLOCK_CSTR, kinds[ki], &l), DLOCK_OK);
         /* a first pair: the connection is open and the script cached, so
@@ -692,24 +710,18 @@ static void sc_dup_request(void)
 
 static void sc_dup_release(void)
 {
-    th_server *ls = srv_start(NULL);
-    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    th_server *ls;
+    fl_proxy px;
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
-    redisContext *lrc = th_redis(ls);
+    redisContext *lrc;
+    proxied_server(&ls, &px, url, sizeof url, &lrc);
     static const dlock_kind kinds[] = {DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR, DLOCK_KIND_WRITE,
                                        DLOCK_KIND_READ};
     static const char *kname[] = {"reentrant", "fair", "write", "read"};
     int ops = 0;
     for (int ki = 0; ki < 4; ki++) {
-        dlock_options o;
-        dlock_options_init(&o);
-        o.url = url;
-        o.command_timeout_ms = 500;
-        dlock_client *c = NULL, *other = NULL;
-        ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
-        o.url = th_server_url(ls); /* the rival goes around the proxy */
-        ASSERT_EQ(dlock_client_new(&o, &other), DLOCK_OK);
+        dlock_client *c = client_at(url, 500);
+        dlock_client *other = client_at(th_server_url(ls), 500); /* around the proxy */
         char name[32];
         snprintf(name, sizeof name, "duprel-%s", kname[ki]);
         dlock_lock *l = NULL, *rival = NULL;
@@ -765,22 +777,16 @@ static void sc_dup_release(void)
 
 static void sc_free_holding(void)
 {
-    th_server *ls = srv_start(NULL);
-    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    th_server *ls;
+    fl_proxy px;
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
-    redisContext *lrc = th_redis(ls);
+    redisContext *lrc;
+    proxied_server(&ls, &px, url, sizeof url, &lrc);
     static const dlock_kind kinds[] = {DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR, DLOCK_KIND_WRITE};
     static const char *kname[] = {"reentrant", "fair", "write"};
     for (int ki = 0; ki < 3; ki++) {
-        dlock_options o;
-        dlock_options_init(&o);
-        o.url = url;
-        o.command_timeout_ms = 300;
-        dlock_client *c = NULL, *other = NULL;
-        ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
-        o.url = th_server_url(ls);
-        ASSERT_EQ(dlock_client_new(&o, &other), DLOCK_OK);
+        dlock_client *c = client_at(url, 300);
+        dlock_client *other = client_at(th_server_url(ls), 300); /* around the proxy */
         char name[32];
         snprintf(name, sizeof name, "freeheld-%s", kname[ki]);
         dlock_lock *a = NULL, *b = NULL, *rival = NULL;
@@ -835,17 +841,12 @@ static long long get_ll(redisContext *rc, const char *key)
 
 static void sc_dup_semaphore(void)
 {
-    th_server *ls = srv_start(NULL);
-    fl_proxy px = fl_proxy_start(th_server_port(ls));
+    th_server *ls;
+    fl_proxy px;
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", px.port);
-    redisContext *lrc = th_redis(ls);
-    dlock_options o;
-    dlock_options_init(&o);
-    o.url = url;
-    o.command_timeout_ms = 500;
-    dlock_client *c = NULL;
-    ASSERT_EQ(dlock_client_new(&o, &c), DLOCK_OK);
+    redisContext *lrc;
+    proxied_server(&ls, &px, url, sizeof url, &lrc);
+    dlock_client *c = client_at(url, 500);
     dlock_semaphore *s = NULL;
     ASSERT_EQ(dlock_semaphore_new(c, "dupsem", DLOCK_CSTR, &s), DLOCK_OK);
     int set = 0;
