@@ -15,6 +15,9 @@
 # and passes their URLs as --backend-urls (the scenario also runs kazoo's and
 # python-etcd3's Lock on the ZooKeeper and etcd servers, full mode only).
 # Exits 77 (skipped) when redis-server is not installed.
+#   --disk   the backends' data on disk (under TMPDIR, /tmp by default)
+#            instead of tmpfs, so that their writes pay for their fsyncs as
+#            in a real deployment (etcd and ZooKeeper: one per write)
 #   --quick  well under a minute, for CI: timings are printed, never asserted
 #   (full mode: about 8 minutes with issue 7's peer scenarios and issue 9's
 #   backends; bench/suite runs
@@ -26,12 +29,14 @@ BIN=""
 ARGS=()
 ONLY=""
 QUICK=0
+DISK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --only) ONLY=$2; ARGS+=("$1" "$2"); shift 2 ;;
     --json|--series) ARGS+=("$1" "$2"); shift 2 ;;
     --quick) QUICK=1; ARGS+=("$1"); shift ;;
+    --disk) DISK=1; shift ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
@@ -155,7 +160,7 @@ fi
 # ---- the backends scenario (issue 9): private servers of the other backends ----
 # Each on a free port with its data in $BKDIR (tmpfs when /dev/shm is
 # writable, so that no backend pays for disk flushes: Redis runs without
-# persistence). Not installed or not starting: "SKIP <backend>: <reason>".
+# persistence; on disk with --disk). Not installed or not starting: "SKIP <backend>: <reason>".
 # Not in --quick unless asked with --only backends (java and mariadbd take
 # a few seconds to start).
 free_port() {
@@ -312,9 +317,11 @@ start_etcd() {
 }
 
 if [[ ",$ONLY," == *,backends,* ]] || { [ -z "$ONLY" ] && [ $QUICK = 0 ]; }; then
-  if [ -w /dev/shm ]; then BKDIR=$(mktemp -d /dev/shm/dlock-bench.XXXXXX); else BKDIR="$DIR/bk"; fi
+  if [ $DISK = 0 ] && [ -w /dev/shm ]; then BKDIR=$(mktemp -d /dev/shm/dlock-bench.XXXXXX); else BKDIR="$DIR/bk"; fi
+  echo "bench: backend data in $BKDIR"
   mkdir -p "$BKDIR"
   chmod 711 "$BKDIR"       # the postgres user enters its own directory in it
+  [ "$BKDIR" = "$DIR/bk" ] && chmod 711 "$DIR"   # and the one above it
   t0=$(date +%s%N)
   start_postgres
   start_mysql
