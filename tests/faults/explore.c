@@ -1770,8 +1770,11 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
     }
 
     /* liveness */
+    /* read/write: a name is freed when its last holder of either side
+     * leaves ("others still holding" below); not the multi-lock, whose
+     * attempts are of a set, not a name */
     int live_kind = p->kind == K_PLAIN || p->kind == K_REENTRANT || p->kind == K_FAIR ||
-                    p->kind == K_SEM || p->kind == K_PERMITS;
+                    p->kind == K_SEM || p->kind == K_PERMITS || p->kind == K_RW;
     int64_t sem_leak_t = INT64_MAX; /* a semaphore's permits leak with a killed holder */
     if (p->kind == K_SEM) {
         for (int i = 0; i < ns; i++)
