@@ -164,7 +164,10 @@
  * release), not kept for its whole deadline, which Redisson's stacked
  * arithmetic can put many seconds ahead.
  * A head without a registered lease (a Redisson waiter) stays the head while
- * its deadline lasts and gets Redisson's plain wake-up "0". The clock is read
+ * its deadline lasts and gets Redisson's plain wake-up "0". A head kept that
+ * was the queue's last entry re-creates the queue (its LPOP deleted the key):
+ * it takes the deadlines' expiry (FAIR_LUA_EXPIRE), if they have one, or the
+ * queue would stay after its waiters died. The clock is read
  * only for heads that are not granted. Each call saved counts: the handoff
  * runs on a server that was idle (docs/benchmarks.md, issue 7 finding 7). The
  * grant carries the counter as GET returns it: the same number as f, and 8 us
@@ -189,6 +192,8 @@
     "if keep then local now = 0 " FAIR_LUA_CLOCK("now")                                \
     "local d = tonumber(redis.call('zscore', KEYS[4], " h ")) "                        \
     "if d and d > now then redis.call('lpush', KEYS[3], " h ") "                       \
+    "if redis.call('pttl', KEYS[3]) == -1 then local t = redis.call('pttl', KEYS[4]) " \
+    "if t > 0 then redis.call('pexpire', KEYS[3], t) end end "                         \
     "if lease then redis.call('hset', KEYS[5], " h ", lease) "                         \
     "else redis.call('publish', ch, '0') end break end end "                           \
     "redis.call('zrem', KEYS[4], " h "); redis.call('hdel', KEYS[5], " h ") "          \

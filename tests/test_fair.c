@@ -21,6 +21,8 @@
  *   expired_paused  the holder's lease runs out (no release) with the head
  *            SIGSTOPped: the next waiter's attempt grants the paused head
  *            provisionally and has the lock when that grant runs out
+ *   requeue_expiry  a queue a release empties and re-creates (its head
+ *            kept) keeps an expiry
  *   joining_dead  a head that joined and died before it subscribed (its lease
  *            stored negative, a deadline 60 s ahead) is kept by one release,
  *            then dropped: the waiter behind has the lock within a keep-alive
@@ -581,6 +583,38 @@ static void part_expired_paused(th_server *s)
     redisFree(rc);
 }
 
+/* ---- requeue_expiry ---- */
+
+/* A queue whose only entry is a head the release keeps (a Redisson waiter:
+ * no lease registered) is re-created by the release (its LPOP emptied it):
+ * it must keep an expiry, or it outlives its waiters. Found by the explorer
+ * (test_explore --seed 2014: redisson_lock_queue:{x:0} left without expiry). */
+static void part_requeue_expiry(th_server *s)
+{
+    redisContext *rc = th_redis(s);
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *h = th_lock(c, NAME, DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, 60000, NULL));
+    redisReply *t = th_cmd(rc, "TIME");
+    ASSERT(t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+    long long now_ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    /* a Redisson waiter's entry, with the expiry dlock's waiters give */
+    th_cmd_int(rc, "RPUSH %s other:1", QUEUE);
+    th_cmd_int(rc, "ZADD %s %lld other:1", TIMEOUTS, now_ms + 60000);
+    th_cmd_int(rc, "PEXPIRE %s 65000", QUEUE);
+    th_cmd_int(rc, "PEXPIRE %s 65000", TIMEOUTS);
+    ASSERT_LOK(h, dlock_release(h));
+    ASSERT_EQ(llen(rc), 1); /* kept: Redisson's waiter takes it itself */
+    long long pttl = th_cmd_int(rc, "PTTL %s", QUEUE);
+    th_log("the queue re-created by the release: PTTL %lld", pttl);
+    ASSERT_GT(pttl, 0);
+    th_cmd_int(rc, "DEL %s %s", QUEUE, TIMEOUTS);
+    dlock_lock_free(h);
+    dlock_client_free(c);
+    redisFree(rc);
+}
+
 /* ---- joining_dead ---- */
 
 static void part_joining_dead(th_server *s)
@@ -886,6 +920,7 @@ int main(int argc, char **argv)
     else if (!strcmp(part, "paused")) part_paused(s);
     else if (!strcmp(part, "paused_next_dead")) part_paused_next_dead(s);
     else if (!strcmp(part, "expired_paused")) part_expired_paused(s);
+    else if (!strcmp(part, "requeue_expiry")) part_requeue_expiry(s);
     else if (!strcmp(part, "joining_dead")) part_joining_dead(s);
     else if (!strcmp(part, "handoff")) part_handoff(s);
     else if (!strcmp(part, "mutex")) part_mutex(s);
