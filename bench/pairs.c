@@ -15,6 +15,13 @@
  *                    against raw-fenced is the client library's overhead;
  *                    raw-fenced against raw is the protocol's (fencing tokens
  *                    need the acquire to be a script). No target.
+ *   raw-fenced-identity  raw-fenced with a holder record as dlock writes it:
+ *                    the acquire script also SETs the record key with the
+ *                    lease, the release script DELs it with the lock. Its
+ *                    ratio to raw-fenced is the floor of a record kept in a
+ *                    key of its own (the server's work for one more key
+ *                    per hold, no client library); dlock-identity against it
+ *                    is the library's overhead with the record on.
  *
  * Many short rounds alternate the series (this kind of machine swings between
  * a fast and a slow state every few hundred ms, so long rounds would give one
@@ -53,14 +60,29 @@ static const char fenced_release_lua[] =
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1 end "
     "return 0";
+/* the same with the holder record (KEYS[3], ARGV[3]) of src/lock_plain.c */
+static const char fenced_who_acquire_lua[] =
+    "local function fence(k) local f = redis.call('incr', k) "
+    "local t = redis.call('time') "
+    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
+    "if now > f then f = now redis.call('set', k, string.format('%d', f)) end "
+    "return f end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "redis.call('set', KEYS[3], ARGV[3], 'PX', ARGV[2]) "
+    "return {1, fence(KEYS[2])} end "
+    "return {0, redis.call('pttl', KEYS[1])}";
+static const char fenced_who_release_lua[] =
+    "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
+    "redis.call('del', KEYS[1], KEYS[3]); redis.call('publish', KEYS[2], '0'); return 1 end "
+    "redis.call('del', KEYS[3]) return 0";
 
-enum { S_RAW, S_DLOCK, S_REENTRANT, S_RAWFENCED, S_IDENTITY, S_COUNT };
-static const char *const series_name[S_COUNT] = {"raw", "dlock", "dlock-reentrant",
-                                                 "raw-fenced", "dlock-identity"};
+enum { S_RAW, S_DLOCK, S_REENTRANT, S_RAWFENCED, S_IDENTITY, S_RAWWHO, S_COUNT };
+static const char *const series_name[S_COUNT] = {
+    "raw", "dlock", "dlock-reentrant", "raw-fenced", "dlock-identity", "raw-fenced-identity"};
 
 typedef struct pair_state {
     redisContext *rc;
-    char sha[48], fa_sha[48], fr_sha[48];
+    char sha[48], fa_sha[48], fr_sha[48], wa_sha[48], wr_sha[48];
     dlock_client *client, *who_client;
     dlock_lock *plain, *reentrant, *who;
 } pair_state;
@@ -93,12 +115,20 @@ static int raw_pair(pair_state *st, int64_t *acq_ns, int64_t *pair_ns) {
     return 0;
 }
 
-static int raw_fenced_pair(pair_state *st, int64_t *acq_ns, int64_t *pair_ns) {
-    char token[33];
+/* who: with the holder record (raw-fenced-identity) */
+static int raw_fenced_pair(pair_state *st, int who, int64_t *acq_ns, int64_t *pair_ns) {
+    char token[33], key[96], rec[160];
     bench_fast_hex(token, 16);
+    /* the record as src/holder.c makes it: host, pid, since, label, command */
+    snprintf(key, sizeof key, "dlock_holder:{bench:pairs:fenced}:%s", token);
+    snprintf(rec, sizeof rec, "benchhost\t12345\t%lld\tbench\tdlock_bench pairs",
+             (long long)(bench_now_ns() / 1000000));
     int64_t t0 = bench_now_ns();
-    redisReply *r = redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s %d", st->fa_sha,
-                                 "redisson_lock_token:{bench:pairs:fenced}", token, LEASE_MS);
+    redisReply *r =
+        who ? redisCommand(st->rc, "EVALSHA %s 3 bench:pairs:fenced %s %s %s %d %s", st->wa_sha,
+                           "redisson_lock_token:{bench:pairs:fenced}", key, token, LEASE_MS, rec)
+            : redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s %d", st->fa_sha,
+                           "redisson_lock_token:{bench:pairs:fenced}", token, LEASE_MS);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 1) {
         fprintf(stderr, "dlock_bench: raw fenced acquire failed: %s\n",
@@ -108,9 +138,12 @@ static int raw_fenced_pair(pair_state *st, int64_t *acq_ns, int64_t *pair_ns) {
     }
     freeReplyObject(r);
     int64_t t1 = bench_now_ns();
-    r = redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s %s", st->fr_sha,
-                     "dlock_waiters:{bench:pairs:fenced}", token,
-                     "redisson_lock__channel:{bench:pairs:fenced}:");
+    r = who ? redisCommand(st->rc, "EVALSHA %s 3 bench:pairs:fenced %s %s %s %s", st->wr_sha,
+                           "dlock_waiters:{bench:pairs:fenced}", key, token,
+                           "redisson_lock__channel:{bench:pairs:fenced}:")
+            : redisCommand(st->rc, "EVALSHA %s 2 bench:pairs:fenced %s %s %s", st->fr_sha,
+                           "dlock_waiters:{bench:pairs:fenced}", token,
+                           "redisson_lock__channel:{bench:pairs:fenced}:");
     if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1) {
         fprintf(stderr, "dlock_bench: raw fenced release failed: %s\n",
                 r ? (r->str ? r->str : "not released") : st->rc->errstr);
@@ -149,7 +182,8 @@ static int one_pair(pair_state *st, int s, int64_t *acq_ns, int64_t *pair_ns) {
     switch (s) {
     case S_RAW: return raw_pair(st, acq_ns, pair_ns);
     case S_DLOCK: return dlock_pair(st->plain, acq_ns, pair_ns);
-    case S_RAWFENCED: return raw_fenced_pair(st, acq_ns, pair_ns);
+    case S_RAWFENCED: return raw_fenced_pair(st, 0, acq_ns, pair_ns);
+    case S_RAWWHO: return raw_fenced_pair(st, 1, acq_ns, pair_ns);
     case S_IDENTITY: return dlock_pair(st->who, acq_ns, pair_ns);
     default: return dlock_pair(st->reentrant, acq_ns, pair_ns);
     }
@@ -158,9 +192,10 @@ static int one_pair(pair_state *st, int s, int64_t *acq_ns, int64_t *pair_ns) {
 static int setup(bench_ctx *ctx, pair_state *st) {
     st->rc = bench_redis_connect(ctx);
     if (!st->rc) return -1;
-    const char *texts[3] = {release_lua, fenced_acquire_lua, fenced_release_lua};
-    char *shas[3] = {st->sha, st->fa_sha, st->fr_sha};
-    for (int i = 0; i < 3; i++) {
+    const char *texts[5] = {release_lua, fenced_acquire_lua, fenced_release_lua,
+                            fenced_who_acquire_lua, fenced_who_release_lua};
+    char *shas[5] = {st->sha, st->fa_sha, st->fr_sha, st->wa_sha, st->wr_sha};
+    for (int i = 0; i < 5; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", texts[i]};
         redisReply *r = bench_redis_cmd(st->rc, 3, argv);
         if (!r) return -1;
@@ -240,12 +275,12 @@ int bench_pairs(bench_ctx *ctx) {
             }
             rate[s][round] = (double)n * 1e9 / (double)(now - start);
             if (ctx->verbose && !failed)
-                printf("   round %d %-16s %8.0f pairs/s\n", round + 1, series_name[s],
+                printf("   round %d %-20s %8.0f pairs/s\n", round + 1, series_name[s],
                        rate[s][round]);
         }
     }
     if (!failed) {
-        printf("   %-16s %12s %10s %10s %10s %10s\n", "series", "pairs/s", "pair p50",
+        printf("   %-20s %12s %10s %10s %10s %10s\n", "series", "pairs/s", "pair p50",
                "pair p99", "acq p50", "ratio");
         int have_raw = bench_series_on(ctx, series_name[S_RAW]);
         for (int s = 0; s < S_COUNT; s++) {
@@ -285,9 +320,20 @@ int bench_pairs(bench_ctx *ctx) {
                 bench_metric("pairs", series_name[s], "ratio_to_dlock",
                              bench_median_d(ratio, (size_t)rounds), "x");
             }
+            if (s == S_IDENTITY && bench_series_on(ctx, series_name[S_RAWWHO])) {
+                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_RAWWHO][r];
+                bench_metric("pairs", series_name[s], "ratio_to_raw_fenced_identity",
+                             bench_median_d(ratio, (size_t)rounds), "x");
+            }
+            if (s == S_RAWWHO && bench_series_on(ctx, series_name[S_RAWFENCED])) {
+                /* the floor: one more key per hold on the server, no library */
+                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_RAWFENCED][r];
+                bench_metric("pairs", series_name[s], "ratio_to_raw_fenced",
+                             bench_median_d(ratio, (size_t)rounds), "x");
+            }
             char rb[32];
             bench_fmt_num(rb, sizeof rb, med);
-            printf("   %-16s %12s %7.1f us %7.1f us %7.1f us %10s\n", series_name[s], rb, p50,
+            printf("   %-20s %12s %7.1f us %7.1f us %7.1f us %10s\n", series_name[s], rb, p50,
                    p99, a50, rtext);
         }
     }
@@ -296,6 +342,13 @@ int bench_pairs(bench_ctx *ctx) {
         printf("   dlock / raw-fenced (client library overhead alone): %.2fx\n", lib);
     if (!failed && !bench_metric_get("pairs", "dlock-identity", "ratio_to_dlock", &lib))
         printf("   dlock-identity / dlock (the holder identity record): %.2fx\n", lib);
+    if (!failed && !bench_metric_get("pairs", "raw-fenced-identity", "ratio_to_raw_fenced", &lib))
+        printf("   raw-fenced-identity / raw-fenced (the record's floor: one key more per hold, "
+               "no library): %.2fx\n", lib);
+    if (!failed &&
+        !bench_metric_get("pairs", "dlock-identity", "ratio_to_raw_fenced_identity", &lib))
+        printf("   dlock-identity / raw-fenced-identity (library overhead, record on): %.2fx\n",
+               lib);
     for (int s = 0; s < S_COUNT; s++) {
         bench_samples_free(&acq[s]);
         bench_samples_free(&pair[s]);

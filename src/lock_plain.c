@@ -54,9 +54,10 @@ static dl_script acquire_script = DL_SCRIPT("plain_acquire",
  * over either way]. ARGV: token, waiter channel prefix.
  * -> 1 released (one waiter told) | 0 not ours */
 dl_script dl_script_plain_release = DL_SCRIPT("plain_release",
-    "if KEYS[3] then redis.call('del', KEYS[3]) end "
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('del', KEYS[1]) " DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end "
+    "if KEYS[3] then redis.call('del', KEYS[1], KEYS[3]) else redis.call('del', KEYS[1]) end "
+    DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end "
+    "if KEYS[3] then redis.call('del', KEYS[3]) end "
     "return 0");
 
 /* A waiter gives up. KEYS: lock, waiters. ARGV: token, channel prefix.
