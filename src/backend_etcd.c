@@ -55,11 +55,12 @@
  *   out: a lease per hold. dlock_extend grants a new lease, re-puts the key
  *   with it in a txn guarded by the key's create_revision (so the fencing
  *   token stays) and revokes the old lease (not the session's).
- * - Loss: the keep-alive finding a lease gone, or a kept hold's key deleted
- *   or replaced (ka_check, the same round), or check / release / extend
- *   finding the key gone or re-created, means the lock is lost: release says
- *   DLOCK_ELOST, check "not held", dlock_lock_is_lost 1; the keep-alive
- *   thread runs the loss callback (DLOCK_LOST_TAKEN) for the holds it keeps.
+ * - Loss: the keep-alive finding a lease gone, or the client's watch seeing
+ *   a kept hold's key deleted or replaced (at once: "the client's watch"
+ *   below), or check / release / extend finding the key gone or re-created,
+ *   means the lock is lost: release says DLOCK_ELOST, check "not held",
+ *   dlock_lock_is_lost 1; the keep-alive or the watch thread runs the loss
+ *   callback (DLOCK_LOST_TAKEN) for the holds it keeps.
  * - Fencing token: the lock key's create_revision (etcd's revision counter
  *   only grows, so tokens of one name strictly increase across holders).
  *   dlock_fence_current: the holder's token, or when free the store's
@@ -103,6 +104,18 @@
 
 typedef struct etcd_lock etcd_lock;
 
+/* An event of the client's watch that concerned no kept hold when it came:
+ * a hold kept just after (its acquire's answer raced the event) looks here
+ * for what happened to its key meanwhile. */
+typedef struct cw_event {
+    char *key;
+    size_t key_len;
+    long long mod_rev, create_rev, lease;
+    int del;
+} cw_event;
+
+#define CW_RING 256
+
 typedef struct etcd_client {
     char *eps[ETCD_MAX_EPS];      /* "http://host:port" or "https://host:port" */
     int tls;                      /* etcds:// */
@@ -125,6 +138,23 @@ typedef struct etcd_client {
                                      or found gone: the next such acquire grants another) */
     pthread_mutex_t sess_mu;      /* one grant at a time */
     atomic_ullong seq;            /* makes each session hold's key unique */
+    /* the client's watch of its kept holds' keys (cw_main; ka_mu guards the
+     * fields but cw_multi, which lives from the thread's start to close) */
+    pthread_t cw_thread;
+    pthread_cond_t cw_cv;
+    CURLM *cw_multi;              /* the stream's; curl_multi_wakeup wakes the thread */
+    int cw_started;
+    int cw_live;                  /* a stream is open, or being opened, on [lo, hi) */
+    int cw_restart;               /* a kept hold that stream does not cover */
+    char *cw_lo, *cw_hi;          /* the range watched (binary keys) */
+    size_t cw_lo_len, cw_hi_len;
+    char *cw_add_lo, *cw_add_hi;  /* to take in at the restart (NULL: nothing) */
+    size_t cw_add_lo_len, cw_add_hi_len;
+    long long cw_start;           /* the stream's start revision */
+    long long cw_next;            /* every event before it in the range was handled (0: none) */
+    cw_event cw_ring[CW_RING];    /* the latest events that concerned no kept hold */
+    size_t cw_ring_pos;
+    long long cw_ring_floor;      /* events up to it may be missing from the ring */
 } etcd_client;
 
 struct etcd_lock {
@@ -143,6 +173,8 @@ struct etcd_lock {
     int64_t ttl_s;                /* granted TTL of the lease */
     int session;                  /* lease is the client's session lease (DLOCK_WATCHDOG) */
     int kept;                     /* in the keep-alive list (ka_mu) */
+    long long wfrom;              /* its key was its own at this revision (ka_mu) */
+    int wreplay;                  /* the client's watch must replay from wfrom + 1 (ka_mu) */
     etcd_lock *next;              /* keep-alive list link (ka_mu) */
     atomic_int lost;
 };
@@ -303,6 +335,33 @@ static CURLcode perform_cx(CURL *h, dl_cancel *cx) {
     return res;
 }
 
+/* Resets h for one request to url: TLS as configured, connected within
+ * connect_timeout_ms, done within timeout_ms (0: no limit, for the client's
+ * watch stream). ebuf: CURL_ERROR_SIZE bytes. */
+static void curl_setup(etcd_client *ec, CURL *h, const char *url, char *ebuf, int64_t timeout_ms) {
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(ec->tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP));
+#endif
+    if (ec->tls) {
+        if (ec->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, ec->ca_file);
+        if (ec->ca_dir) curl_easy_setopt(h, CURLOPT_CAPATH, ec->ca_dir);
+        if (ec->cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert_file);
+        if (ec->key_file) curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key_file);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, ec->insecure ? 0L : 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, ec->insecure ? 0L : 2L);
+    }
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    int64_t cms = timeout_ms > 0 && timeout_ms < ec->connect_ms ? timeout_ms : ec->connect_ms;
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, cms > LONG_MAX ? LONG_MAX : (long)cms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms > LONG_MAX ? LONG_MAX : (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+}
+
 /* POSTs body (GET when NULL) to path on the first endpoint that accepts a
  * connection, within timeout_ms. *status: the HTTP status. A stream (watch)
  * that ends early by an event, or times out, is not an error: out->event
@@ -320,34 +379,13 @@ static int http_do_cx(etcd_client *ec, CURL *h, const char *path, const char *bo
         size_t e = (start + i) % ec->neps;
         char url[600];
         snprintf(url, sizeof url, "%s%s", ec->eps[e], path);
-        curl_easy_reset(h);
         ebuf[0] = '\0';
         out->n = 0;
         out->scanned = 0;
         out->event = out->stream_err = 0;
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, ec->tls ? "https" : "http");
-#else
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(ec->tls ? CURLPROTO_HTTPS : CURLPROTO_HTTP));
-#endif
-        if (ec->tls) {
-            if (ec->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, ec->ca_file);
-            if (ec->ca_dir) curl_easy_setopt(h, CURLOPT_CAPATH, ec->ca_dir);
-            if (ec->cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, ec->cert_file);
-            if (ec->key_file) curl_easy_setopt(h, CURLOPT_SSLKEY, ec->key_file);
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, ec->insecure ? 0L : 1L);
-            curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, ec->insecure ? 0L : 2L);
-        }
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                         (long)(ec->connect_ms < timeout_ms ? ec->connect_ms : timeout_ms));
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
-                         timeout_ms > LONG_MAX ? LONG_MAX : (long)timeout_ms);
+        curl_setup(ec, h, url, ebuf, timeout_ms);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-        curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
         if (body) {
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -592,7 +630,7 @@ static void ka_lost_locked(etcd_client *ec, etcd_lock *el) {
     ka_remove_locked(ec, el);
 }
 
-/* A kept lock hold as the keep-alive thread saw it (ka_check). */
+/* A kept lock hold as seen for a check of its key (ka_check). */
 typedef struct ka_seen {
     etcd_lock *el;
     char *key;
@@ -601,16 +639,12 @@ typedef struct ka_seen {
     int gone;
 } ka_seen;
 
-static void ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n);
-
 /* The keep-alive thread: every third of the watchdog TTL, one keep-alive of
  * the session lease (while there is one) and one per entry holding a lease of
  * its own (semaphore acquisitions). A session lease found gone is dropped, and
  * every session hold whose lease is not the current session lease is lost: all
- * the holds of a lost session at once. Then one txn checks that every kept
- * lock hold's key is still its own (ka_check): a key deleted or replaced by
- * another client (etcdctl del, a foreign put) is lost as a lost lease is, in
- * the same round. */
+ * the holds of a lost session at once. A kept hold's key deleted or replaced
+ * by another client is the client's watch's business (cw_main). */
 static void *ka_main(void *arg) {
     etcd_client *ec = arg;
     CURL *h = curl_easy_init();
@@ -641,21 +675,6 @@ static void *ka_main(void *arg) {
             }
         }
         pthread_mutex_lock(&ec->ka_mu);
-        /* the lock holds' keys, copied: checked without the lock */
-        size_t ns = 0;
-        for (etcd_lock *el = ec->ka_list; el; el = el->next) ns += el->l && el->rev > 0;
-        ka_seen *seen = ns ? calloc(ns, sizeof *seen) : NULL;
-        size_t m = 0;
-        for (etcd_lock *el = ec->ka_list; el && seen; el = el->next) {
-            if (!el->l || el->rev <= 0) continue;
-            char *kc = malloc(el->key_len);
-            if (!kc) continue;
-            memcpy(kc, el->key, el->key_len);
-            seen[m++] = (ka_seen){el, kc, el->key_len, el->rev, el->lease, 0};
-        }
-        pthread_mutex_unlock(&ec->ka_mu);
-        if (m && h && !sess_gone) ka_check(ec, h, seen, m);
-        pthread_mutex_lock(&ec->ka_mu);
         if (sess_gone && ec->sess == sess) ec->sess = 0;
         for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
             next = el->next;
@@ -665,13 +684,8 @@ static void *ka_main(void *arg) {
             } else {
                 for (size_t i = 0; i < k && !lost; i++) lost = ids[i] && ids[i] == el->lease;
             }
-            /* the same hold (one acquisition: its key's revision) as checked */
-            for (size_t i = 0; i < m && !lost; i++)
-                lost = seen[i].gone && seen[i].el == el && seen[i].rev == el->rev;
             if (lost) ka_lost_locked(ec, el);
         }
-        for (size_t i = 0; i < m; i++) free(seen[i].key);
-        free(seen);
         free(ids);
         if (ec->ka_stop) break;
         struct timespec ts;
@@ -699,15 +713,29 @@ static int ka_start_locked(etcd_client *ec, dl_err *err) {
     return DLOCK_OK;
 }
 
-/* Adds el to the keep-alive list. A session hold whose lease is no longer
+static int cw_start_locked(etcd_client *ec, dl_err *err);
+static int cw_admit_locked(etcd_client *ec, etcd_lock *el);
+static void cw_wake(etcd_client *ec);
+
+/* Adds el to the keep-alive list (a lock hold: to the client's watch too,
+ * el->wfrom set). A session hold whose lease is no longer
  * the session lease (found gone meanwhile) is not added: *stale 1 (may be
  * NULL for the others). */
 static int ka_add(etcd_client *ec, etcd_lock *el, int *stale, dl_err *err) {
     if (stale) *stale = 0;
     pthread_mutex_lock(&ec->ka_mu);
     int rc = ka_start_locked(ec, err);
+    if (!rc && el->l) rc = cw_start_locked(ec, err);
     if (!rc && el->session && el->lease != ec->sess) {
         if (stale) *stale = 1;
+    } else if (!rc && !el->kept && el->l && cw_admit_locked(ec, el)) {
+        /* its key was deleted or replaced after wfrom, before it was kept */
+        if (stale) {
+            *stale = 1;
+        } else {
+            atomic_store(&el->lost, 1);
+            atomic_store(&el->l->lease.lost, 1);
+        }
     } else if (!rc && !el->kept) {
         el->next = ec->ka_list;
         ec->ka_list = el;
@@ -775,8 +803,17 @@ static void etcd_close(dlock_client *c) {
     int started = ec->ka_started;
     ec->ka_stop = 1;
     pthread_cond_broadcast(&ec->ka_cv);
+    int cw = ec->cw_started;
+    cw_wake(ec);
     pthread_mutex_unlock(&ec->ka_mu);
     if (started) pthread_join(ec->ka_thread, NULL);
+    if (cw) pthread_join(ec->cw_thread, NULL);
+    if (ec->cw_multi) curl_multi_cleanup(ec->cw_multi);
+    for (size_t i = 0; i < CW_RING; i++) free(ec->cw_ring[i].key);
+    free(ec->cw_lo);
+    free(ec->cw_hi);
+    free(ec->cw_add_lo);
+    free(ec->cw_add_hi);
     /* a session lease no hold uses any more is revoked; one that still keeps
      * holds runs out, as documented for dlock_client_free */
     int sess_holds = 0;
@@ -792,6 +829,7 @@ static void etcd_close(dlock_client *c) {
     pthread_mutex_destroy(&ec->ka_mu);
     pthread_mutex_destroy(&ec->sess_mu);
     pthread_cond_destroy(&ec->ka_cv);
+    pthread_cond_destroy(&ec->cw_cv);
     free(ec);
     c->bctx = NULL;
 }
@@ -814,6 +852,7 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&ec->ka_cv, &ca);
+    pthread_cond_init(&ec->cw_cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&ec->cur, 0);
     c->bctx = ec;
@@ -964,9 +1003,10 @@ static int get_owner(etcd_client *ec, CURL *h, const char *prefix, size_t plen, 
     return DLOCK_OK;
 }
 
-/* The create_revision of el's key now (0: gone) and its lease. */
+/* The create_revision of el's key now (0: gone), its lease and the revision
+ * read at (lease, hrev: may be NULL). */
 static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, long long *lease,
-                     dl_err *err) {
+                     long long *hrev, dl_err *err) {
     cJSON *q = cJSON_CreateObject();
     if (!q || !add_b64(q, "key", el->key, el->key_len)) {
         cJSON_Delete(q);
@@ -979,6 +1019,7 @@ static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, l
     cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
     *crev = kv ? jnum(kv, "create_revision") : 0;
     if (lease) *lease = kv ? jnum(kv, "lease") : 0;
+    if (hrev) *hrev = jnum(jobj(r, "header"), "revision");
     cJSON_Delete(r);
     return DLOCK_OK;
 }
@@ -992,8 +1033,10 @@ static int key_state(etcd_client *ec, CURL *h, etcd_lock *el, long long *crev, l
  * re-created (another create_revision), or put again under another lease (a
  * foreign put). One txn of compares per ETCD_CHECK_PER_TXN holds answers "all
  * still ours" in the usual case; when it fails, each key of that batch is
- * read. A request that fails decides nothing (the next round looks again). */
-static void ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n) {
+ * read. *rev: a revision at which every hold not gone was still its own (the
+ * oldest txn's). -1 when a request failed: nothing is decided. */
+static int ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n, long long *rev) {
+    *rev = 0;
     for (size_t b = 0; b < n; b += ETCD_CHECK_PER_TXN) {
         size_t e = b + ETCD_CHECK_PER_TXN < n ? b + ETCD_CHECK_PER_TXN : n;
         cJSON *q = cJSON_CreateObject();
@@ -1011,21 +1054,427 @@ static void ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n) {
         }
         if (!ok) {
             cJSON_Delete(q);
-            return;
+            return -1;
         }
         cJSON *r = NULL;
         dl_err ignored = {0};
-        if (rpc(ec, h, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, &ignored)) return;
+        if (rpc(ec, h, "/v3/kv/txn", q, req_timeout(ec), &r, NULL, &ignored)) return -1;
         int all = cJSON_IsTrue(jobj(r, "succeeded"));
+        long long hrev = jnum(jobj(r, "header"), "revision");
+        if (!*rev || hrev < *rev) *rev = hrev;
         cJSON_Delete(r);
         if (all) continue;
         for (size_t i = b; i < e; i++) {
             etcd_lock probe = {.key = seen[i].key, .key_len = seen[i].key_len};
             long long crev = 0, lease = 0;
-            if (key_state(ec, h, &probe, &crev, &lease, &ignored)) return;
+            if (key_state(ec, h, &probe, &crev, &lease, NULL, &ignored)) return -1;
             seen[i].gone = crev != seen[i].rev || lease != seen[i].lease;
         }
     }
+    return 0;
+}
+
+/* ---- the client's watch ----
+ * One streaming watch per client (its own thread and curl handle) on the
+ * range spanning the prefixes of the locks it keeps held (DLOCK_WATCHDOG
+ * holds), started with its first such hold: a DELETE of a kept hold's key,
+ * or a PUT of it by another (another create_revision or lease), loses that
+ * hold at once with its callback. Not on the keep-alive thread: its requests
+ * block for up to a request timeout, and an event must not wait for them.
+ * The range only grows while the stream lives (a hold outside it restarts
+ * the stream on the union, from the revision the new hold needs); it is
+ * narrowed to the holds' span when the stream is reopened: after the client
+ * kept no hold for a keep-alive period (the stream is then closed), or after
+ * a failure. A broken stream resumes from the revision after the last event
+ * it handled; when etcd has compacted that revision away, one txn of
+ * compares (ka_check) checks every kept hold and the stream resumes after
+ * it. A dead connection without a reset is found by TCP keep-alive probes. */
+
+static int keycmp(const char *a, size_t al, const char *b, size_t bl) {
+    int c = memcmp(a, b, al < bl ? al : bl);
+    return c ? c : (al > bl) - (al < bl);
+}
+
+/* Sets *dst to a copy of src (len bytes), its last byte plus 1 when inc. */
+static int cw_set(char **dst, size_t *dlen, const char *src, size_t len, int inc) {
+    char *p = malloc(len ? len : 1);
+    if (!p) return 0;
+    memcpy(p, src, len);
+    if (inc && len) p[len - 1]++;
+    free(*dst);
+    *dst = p;
+    *dlen = len;
+    return 1;
+}
+
+/* Grows the range [*lo, *hi) (none when *lo is NULL) to take in [alo,
+ * ahi). 0 when out of memory. */
+static int cw_union(char **lo, size_t *lol, char **hi, size_t *hil, const char *alo,
+                    size_t alol, const char *ahi, size_t ahil) {
+    if ((!*lo || keycmp(alo, alol, *lo, *lol) < 0) && !cw_set(lo, lol, alo, alol, 0)) return 0;
+    if ((!*hi || keycmp(ahi, ahil, *hi, *hil) > 0) && !cw_set(hi, hil, ahi, ahil, 0)) return 0;
+    return 1;
+}
+
+/* The same with the keys under prefix (its end: its last byte, '/', plus 1). */
+static int cw_grow(char **lo, size_t *lol, char **hi, size_t *hil, const char *prefix,
+                   size_t plen) {
+    char *end = NULL;
+    size_t endl = 0;
+    if (!cw_set(&end, &endl, prefix, plen, 1)) return 0;
+    int ok = cw_union(lo, lol, hi, hil, prefix, plen, end, endl);
+    free(end);
+    return ok;
+}
+
+static void cw_wake(etcd_client *ec) {
+    pthread_cond_broadcast(&ec->cw_cv);
+#if LIBCURL_VERSION_NUM >= 0x074400
+    if (ec->cw_multi) curl_multi_wakeup(ec->cw_multi);
+#endif
+}
+
+/* Whether the event on key ends el's hold: after wfrom, a delete, or a put
+ * of another create_revision or lease. */
+static int cw_ends(const etcd_lock *el, const cw_event *e) {
+    return e->mod_rev > el->wfrom && e->key_len == el->key_len &&
+           !memcmp(e->key, el->key, e->key_len) &&
+           (e->del || e->create_rev != el->rev || e->lease != el->lease);
+}
+
+/* ka_mu held. Whether the stream saw el's key deleted or replaced after
+ * el->wfrom, before el was kept (the events that concerned no kept hold are
+ * in the ring). When the stream does not cover el from wfrom on (not open,
+ * el's key outside its range, or ring entries dropped since), it is
+ * restarted to replay el's events: 0. */
+static int cw_admit_locked(etcd_client *ec, etcd_lock *el) {
+    int covered = ec->cw_live && ec->cw_lo && ec->cw_start <= el->wfrom + 1 &&
+                  ec->cw_ring_floor <= el->wfrom &&
+                  keycmp(el->key, el->key_len, ec->cw_lo, ec->cw_lo_len) >= 0 &&
+                  keycmp(el->key, el->key_len, ec->cw_hi, ec->cw_hi_len) < 0;
+    if (!covered) {
+        /* the restart takes in el's prefix even if el is released by then:
+         * the next hold of that name is then covered */
+        cw_grow(&ec->cw_add_lo, &ec->cw_add_lo_len, &ec->cw_add_hi, &ec->cw_add_hi_len,
+                el->prefix, el->prefix_len);
+        el->wreplay = 1;
+        ec->cw_restart = 1;
+        cw_wake(ec);
+        return 0;
+    }
+    for (size_t i = 0; i < CW_RING; i++)
+        if (ec->cw_ring[i].key && cw_ends(el, &ec->cw_ring[i])) return 1;
+    return 0;
+}
+
+/* ka_mu held: one event; the key is the ring's (owned) when it ends no kept
+ * hold. */
+static void cw_event_locked(etcd_client *ec, cw_event *e) {
+    int kept = 0;
+    for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
+        next = el->next;
+        if (!el->l || el->key_len != e->key_len || memcmp(el->key, e->key, e->key_len)) continue;
+        kept = 1;
+        if (cw_ends(el, e)) ka_lost_locked(ec, el);
+    }
+    if (e->mod_rev + 1 > ec->cw_next) ec->cw_next = e->mod_rev + 1;
+    if (kept) {
+        free(e->key);
+        return;
+    }
+    cw_event *slot = &ec->cw_ring[ec->cw_ring_pos];
+    if (slot->key && slot->mod_rev > ec->cw_ring_floor) ec->cw_ring_floor = slot->mod_rev;
+    free(slot->key);
+    *slot = *e;
+    ec->cw_ring_pos = (ec->cw_ring_pos + 1) % CW_RING;
+}
+
+typedef struct cw_stream {
+    etcd_client *ec;
+    char *p;
+    size_t n, cap;
+    int created, compacted, failed; /* what the stream said */
+} cw_stream;
+
+/* One line of the stream: 1 when it ends the stream. */
+static int cw_line(cw_stream *st, const char *line) {
+    cJSON *j = cJSON_Parse(line);
+    if (!j) return 0;
+    cJSON *res = jobj(j, "result");
+    int stop = 0;
+    if (jobj(j, "error") || !res) {
+        st->failed = stop = 1;
+    } else if (cJSON_IsTrue(jobj(res, "canceled"))) {
+        st->compacted = jnum(res, "compact_revision") > 0;
+        st->failed = stop = 1;
+    } else {
+        if (cJSON_IsTrue(jobj(res, "created"))) st->created = 1;
+        cJSON *evs = jobj(res, "events"), *ev;
+        etcd_client *ec = st->ec;
+        pthread_mutex_lock(&ec->ka_mu);
+        cJSON_ArrayForEach(ev, evs) {
+            cJSON *kv = jobj(ev, "kv");
+            const char *k = jstr(kv, "key");
+            if (!k) continue;
+            size_t cap = strlen(k) / 4 * 3 + 4;
+            cw_event e = {.key = malloc(cap)};
+            if (!e.key) { /* unmatched: the hold is checked when the stream restarts */
+                st->failed = stop = 1;
+                break;
+            }
+            e.key_len = b64_dec(k, e.key, cap);
+            e.mod_rev = jnum(kv, "mod_revision");
+            e.create_rev = jnum(kv, "create_revision");
+            e.lease = jnum(kv, "lease");
+            const char *type = jstr(ev, "type");
+            e.del = type && !strcmp(type, "DELETE");
+            cw_event_locked(ec, &e);
+        }
+        pthread_mutex_unlock(&ec->ka_mu);
+    }
+    cJSON_Delete(j);
+    return stop;
+}
+
+static size_t cw_on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+    cw_stream *st = ud;
+    size_t len = size * nmemb;
+    if (st->n + len + 1 > ETCD_MAX_BODY) return 0;
+    if (st->n + len + 1 > st->cap) {
+        size_t cap = st->cap ? st->cap : 4096;
+        while (cap < st->n + len + 1) cap *= 2;
+        char *p = realloc(st->p, cap);
+        if (!p) return 0;
+        st->p = p;
+        st->cap = cap;
+    }
+    memcpy(st->p + st->n, ptr, len);
+    st->n += len;
+    st->p[st->n] = '\0';
+    char *start = st->p, *nl;
+    while ((nl = memchr(start, '\n', st->n - (size_t)(start - st->p)))) {
+        *nl = '\0';
+        if (cw_line(st, start)) return 0; /* ends the transfer */
+        start = nl + 1;
+    }
+    st->n -= (size_t)(start - st->p);
+    memmove(st->p, start, st->n + 1);
+    return len;
+}
+
+
+/* ka_mu held: the request body of the stream to open (NULL: none to open,
+ * or out of memory), and its range and start revision set: the kept holds'
+ * span, plus the old range when resuming; from the revision after the last
+ * one handled, or earlier for a hold to replay. */
+static char *cw_request_locked(etcd_client *ec) {
+    long long start = ec->cw_live ? (ec->cw_next > 0 ? ec->cw_next : ec->cw_start) : LLONG_MAX;
+    char *lo = NULL, *hi = NULL;
+    size_t lol = 0, hil = 0;
+    int ok = 1;
+    if (ec->cw_live && ec->cw_lo) {
+        ok = cw_set(&lo, &lol, ec->cw_lo, ec->cw_lo_len, 0) &&
+             cw_set(&hi, &hil, ec->cw_hi, ec->cw_hi_len, 0);
+    }
+    if (ok && ec->cw_add_lo)
+        ok = cw_union(&lo, &lol, &hi, &hil, ec->cw_add_lo, ec->cw_add_lo_len, ec->cw_add_hi,
+                      ec->cw_add_hi_len);
+    for (etcd_lock *el = ec->ka_list; el && ok; el = el->next) {
+        if (!el->l) continue;
+        if ((el->wreplay || !ec->cw_live) && el->wfrom + 1 < start) start = el->wfrom + 1;
+        ok = cw_grow(&lo, &lol, &hi, &hil, el->prefix, el->prefix_len);
+    }
+    if (!ok || !lo || start == LLONG_MAX) {
+        free(lo);
+        free(hi);
+        return NULL;
+    }
+    cJSON *q = cJSON_CreateObject();
+    cJSON *cr = q ? cJSON_AddObjectToObject(q, "create_request") : NULL;
+    char *body = NULL;
+    if (cr && add_b64(cr, "key", lo, lol) && add_b64(cr, "range_end", hi, hil) &&
+        add_ll(cr, "start_revision", start))
+        body = cJSON_PrintUnformatted(q);
+    cJSON_Delete(q);
+    if (!body) {
+        free(lo);
+        free(hi);
+        return NULL;
+    }
+    free(ec->cw_lo);
+    free(ec->cw_hi);
+    free(ec->cw_add_lo);
+    free(ec->cw_add_hi);
+    ec->cw_add_lo = ec->cw_add_hi = NULL;
+    ec->cw_lo = lo;
+    ec->cw_lo_len = lol;
+    ec->cw_hi = hi;
+    ec->cw_hi_len = hil;
+    ec->cw_start = start;
+    ec->cw_next = 0;
+    ec->cw_live = 1;
+    ec->cw_restart = 0;
+    for (etcd_lock *el = ec->ka_list; el; el = el->next) el->wreplay = 0;
+    return body;
+}
+
+/* The fallback when the stream cannot resume (its revision compacted): every
+ * kept lock hold checked by ka_check; the stream resumes after the revision
+ * checked at. ka_mu held, released meanwhile. 0, or -1 (try again later). */
+static int cw_check_locked(etcd_client *ec, CURL *h) {
+    size_t ns = 0;
+    for (etcd_lock *el = ec->ka_list; el; el = el->next) ns += el->l != NULL;
+    if (!ns) {
+        ec->cw_live = 0; /* the next hold opens a new stream */
+        return 0;
+    }
+    ka_seen *seen = calloc(ns, sizeof *seen);
+    size_t m = 0;
+    for (etcd_lock *el = ec->ka_list; el && seen; el = el->next) {
+        if (!el->l) continue;
+        char *kc = malloc(el->key_len);
+        if (!kc) break;
+        memcpy(kc, el->key, el->key_len);
+        seen[m++] = (ka_seen){el, kc, el->key_len, el->rev, el->lease, 0};
+    }
+    /* a hold kept meanwhile cannot rely on the ring: it replays */
+    ec->cw_ring_floor = LLONG_MAX;
+    pthread_mutex_unlock(&ec->ka_mu);
+    long long rev = 0;
+    int rc = seen && m == ns && h ? ka_check(ec, h, seen, m, &rev) : -1;
+    pthread_mutex_lock(&ec->ka_mu);
+    if (!rc) {
+        for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
+            next = el->next;
+            for (size_t i = 0; i < m; i++) {
+                /* the same hold (one acquisition: its key's revision) as checked */
+                if (seen[i].el != el || seen[i].rev != el->rev) continue;
+                if (seen[i].gone) ka_lost_locked(ec, el);
+                else if (el->wfrom < rev) el->wfrom = rev;
+                break;
+            }
+        }
+        ec->cw_ring_floor = rev;
+        ec->cw_next = rev + 1;
+    }
+    for (size_t i = 0; i < m; i++) free(seen[i].key);
+    free(seen);
+    return rc;
+}
+
+static void *cw_main(void *arg) {
+    etcd_client *ec = arg;
+    CURLM *m = ec->cw_multi;
+    CURL *h = curl_easy_init(), *hc = curl_easy_init();
+    cw_stream st = {.ec = ec};
+    char ebuf[CURL_ERROR_SIZE];
+    int64_t period = ec->wd_ttl_s * 1000 / 3;
+    if (period < 200) period = 200;
+    int64_t idle_since = 0, retry_at = 0, backoff = 0;
+    size_t fails = 0;
+    int running = 0;
+    char *body = NULL;
+    pthread_mutex_lock(&ec->ka_mu);
+    while (!ec->ka_stop && h) {
+        int holds = 0;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) holds += el->l != NULL;
+        int64_t now = dl_now_ms();
+        if (holds) {
+            idle_since = 0;
+        } else if (!idle_since) {
+            idle_since = now;
+        }
+        if (!holds && (!running || now - idle_since >= period)) {
+            /* nothing kept for a while: the stream closes (reopened on the
+             * holds' span by the next one) */
+            if (running) curl_multi_remove_handle(m, h);
+            running = 0;
+            ec->cw_live = 0;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&ec->cw_cv, &ec->ka_mu, &ts);
+            continue;
+        }
+        if (holds && (!running || ec->cw_restart) && now >= retry_at) {
+            if (running) curl_multi_remove_handle(m, h);
+            running = 0;
+            free(body);
+            body = cw_request_locked(ec);
+            if (body) {
+                char url[600];
+                snprintf(url, sizeof url, "%s/v3/watch",
+                         ec->eps[(atomic_load(&ec->cur) + fails) % ec->neps]);
+                curl_setup(ec, h, url, ebuf, 0);
+                curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cw_on_data);
+                curl_easy_setopt(h, CURLOPT_WRITEDATA, &st);
+                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+                curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+                curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, (long)(period / 1000 + 1));
+                curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 1L);
+                st.n = 0;
+                st.created = st.compacted = st.failed = 0;
+                running = curl_multi_add_handle(m, h) == CURLM_OK;
+            }
+            if (!running) retry_at = now + 1000;
+        }
+        pthread_mutex_unlock(&ec->ka_mu);
+        int done = 0;
+        CURLcode res = CURLE_OK;
+        if (running) {
+            int still = 0;
+            curl_multi_perform(m, &still);
+            CURLMsg *msg;
+            int left = 0;
+            while ((msg = curl_multi_info_read(m, &left)))
+                if (msg->msg == CURLMSG_DONE) {
+                    done = 1;
+                    res = msg->data.result;
+                }
+            if (!done) {
+#if LIBCURL_VERSION_NUM >= 0x074400
+                curl_multi_poll(m, NULL, 0, 1000, NULL);
+#else
+                curl_multi_wait(m, NULL, 0, 100, NULL);
+#endif
+            }
+        } else {
+            dl_sleep_ms(retry_at > now && retry_at - now < 100 ? retry_at - now : 100);
+        }
+        pthread_mutex_lock(&ec->ka_mu);
+        if (!done) continue;
+        curl_multi_remove_handle(m, h);
+        running = 0;
+        if (st.created) backoff = 0;
+        if (conn_failure(res)) fails++;
+        if (st.compacted && cw_check_locked(ec, hc) == 0) {
+            retry_at = 0;
+            continue;
+        }
+        /* broken (or the check failed): resume after a pause */
+        backoff = backoff ? (backoff * 2 > 1000 ? 1000 : backoff * 2) : 50;
+        retry_at = dl_now_ms() + backoff;
+    }
+    if (running) curl_multi_remove_handle(m, h);
+    ec->cw_live = 0;
+    pthread_mutex_unlock(&ec->ka_mu);
+    free(body);
+    free(st.p);
+    if (h) curl_easy_cleanup(h);
+    if (hc) curl_easy_cleanup(hc);
+    return NULL;
+}
+
+static int cw_start_locked(etcd_client *ec, dl_err *err) {
+    if (ec->cw_started) return DLOCK_OK;
+    if (!ec->cw_multi && !(ec->cw_multi = curl_multi_init())) return OOM(err);
+    int prc = pthread_create(&ec->cw_thread, NULL, cw_main, ec);
+    if (prc)
+        return dl_seterr(err, DLOCK_ESYS, "etcd: cannot start the watch thread: %s",
+                         strerror(prc));
+    ec->cw_started = 1;
+    return DLOCK_OK;
 }
 
 /* Watches key (base64; with range_end, base64, the keys in [key, end)) from
@@ -1260,6 +1709,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
             return rc;
         }
         int waited = 0, gone = 0;
+        long long seen_rev = 0;
         while (!owner && !gone) {
             if (wait_ms == 0) {
                 attempt_drop(ec, el, id);
@@ -1289,7 +1739,7 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
                  * (after a wait only, as etcd's own Mutex does: the
                  * uncontended txn put it and read the holder atomically) */
                 long long crev = 0;
-                rc = key_state(ec, el->curl, el, &crev, NULL, err);
+                rc = key_state(ec, el->curl, el, &crev, NULL, &seen_rev, err);
                 if (rc) {
                     attempt_drop(ec, el, id);
                     return rc;
@@ -1347,12 +1797,14 @@ static int etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
         el->ttl_s = granted;
         if (wd) {
             int stale = 0;
+            /* the key was ours when the txn put it, or when read back */
+            el->wfrom = waited && seen_rev > el->rev ? seen_rev : el->rev;
             rc = ka_add(ec, el, &stale, err);
             if (rc) {
                 key_drop(ec, el);
                 return rc;
             }
-            if (stale) continue; /* the session ended meanwhile: so did our key */
+            if (stale) continue; /* our key went (the session ended, or deleted or replaced) */
             l->expires_at = INT64_MAX;
         } else {
             l->expires_at = t0 + granted * 1000;
@@ -1436,7 +1888,7 @@ static int etcd_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
     *count = 0;
     if (atomic_load(&el->lost)) return DLOCK_OK;
     long long crev = 0, lease = 0;
-    int rc = key_state(ec, el->curl, el, &crev, &lease, err);
+    int rc = key_state(ec, el->curl, el, &crev, &lease, NULL, err);
     if (rc) return rc;
     if (crev == el->rev && lease == el->lease) {
         *held = 1;

@@ -34,6 +34,7 @@ static volatile pid_t g_members[3]; /* the three-member cluster */
 static volatile pid_t g_tls;        /* the etcd serving https */
 static pid_t g_owner;
 static int g_port;
+static int g_peer;      /* g_etcd's peer port (etcd_restart) */
 static char g_url[128];  /* etcd://127.0.0.1:PORT */
 static char g_http[128]; /* http://127.0.0.1:PORT */
 
@@ -216,7 +217,7 @@ static void etcd_start(void) {
     snprintf(data, sizeof data, "%s/etcd", g_dir);
     for (int attempt = 0; attempt < 3; attempt++) {
         g_port = th_free_port();
-        int peer = th_free_port();
+        int peer = g_peer = th_free_port();
         char client[64], peerurl[64], cluster[80];
         snprintf(client, sizeof client, "http://127.0.0.1:%d", g_port);
         snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", peer);
@@ -260,6 +261,42 @@ static void etcd_start(void) {
         (void)!system(rm);
     }
     th_fail(__FILE__, __LINE__, "etcd did not start: see %s", log);
+}
+
+/* Stops g_etcd and starts it again on the same ports and data. */
+static void etcd_restart(void) {
+    th_stop_pid(&g_etcd, SIGTERM, 10000);
+    char log[200], data[200], client[64], peerurl[64], cluster[80];
+    snprintf(log, sizeof log, "%s/etcd.log", g_dir);
+    snprintf(data, sizeof data, "%s/etcd", g_dir);
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", g_port);
+    snprintf(peerurl, sizeof peerurl, "http://127.0.0.1:%d", g_peer);
+    snprintf(cluster, sizeof cluster, "t=%s", peerurl);
+    char *args[] = {ETCD, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
+                    "--advertise-client-urls", client, "--listen-peer-urls", peerurl,
+                    "--initial-advertise-peer-urls", peerurl, "--initial-cluster", cluster,
+                    NULL};
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(ETCD, args);
+        _exit(127);
+    }
+    g_etcd = pid;
+    for (int i = 0; i < 200; i++) {
+        char *h = http("/health", NULL);
+        int ok = h && strstr(h, "true");
+        free(h);
+        if (ok) return;
+        th_sleep_ms(50);
+    }
+    th_fail(__FILE__, __LINE__, "etcd did not restart: see %s", log);
 }
 
 /* Starts etcd with args (NULL-terminated), output to log. */
@@ -1341,6 +1378,7 @@ static void test_session_lease(void) {
     /* an uncontended pair is one txn to acquire and one to release: no lease
      * granted or revoked, nothing read */
     dlock_lock *p = lock(c, "sess-pairs", DLOCK_KIND_PLAIN);
+    long watch0 = grpc_calls("Watch");
     long txn0 = grpc_calls("Txn"), grant0 = grpc_calls("LeaseGrant");
     long revoke0 = grpc_calls("LeaseRevoke"), range0 = grpc_calls("Range");
     uint64_t f0 = 0, f = 0;
@@ -1352,10 +1390,13 @@ static void test_session_lease(void) {
     }
     long txns = grpc_calls("Txn") - txn0, grants = grpc_calls("LeaseGrant") - grant0;
     long revokes = grpc_calls("LeaseRevoke") - revoke0, ranges = grpc_calls("Range") - range0;
-    th_log("10 pairs: %ld txn, %ld grant, %ld revoke, %ld range", txns, grants, revokes, ranges);
-    /* plus, at most, one keep-alive round's check of the holds a and b (one
-     * txn a second, test_deleted_key) */
-    ASSERT(txns == 20 || txns == 21);
+    long watches = grpc_calls("Watch") - watch0;
+    th_log("10 pairs: %ld txn, %ld grant, %ld revoke, %ld range, %ld watch", txns, grants,
+           revokes, ranges, watches);
+    /* the client's watch restarted at most once, to take in the new name's
+     * prefix (not once per acquire) */
+    ASSERT(watches <= 1);
+    ASSERT_EQ(txns, 20);
     ASSERT_EQ(grants, 0);
     ASSERT_EQ(revokes, 0);
     ASSERT_EQ(ranges, 0);
@@ -1490,6 +1531,146 @@ static void test_deleted_key(void) {
     dlock_client_free(c);
 }
 
+/* ---- the client's watch: a kept hold's key deleted or replaced is noticed
+ * at once (issue 22), not at the next keep-alive round ---- */
+
+static atomic_llong g_lost_at[4];
+
+static void on_lost_at(dlock_lock *l, int reason, void *ud) {
+    (void)l;
+    if (reason == DLOCK_LOST_TAKEN) atomic_store((atomic_llong *)ud, (long long)th_now_ms());
+}
+
+/* The base64 key of name's only key. */
+static void key_of(const char *name, char *out, size_t outlen) {
+    char q[700];
+    range_body(name, q, sizeof q);
+    char *r = http("/v3/kv/range", q);
+    ASSERT(r != NULL);
+    char *kk = strstr(r, "\"key\":\"");
+    ASSERT_MSG(kk != NULL, "no key in %s", r);
+    kk += 7;
+    snprintf(out, outlen, "%.*s", (int)strcspn(kk, "\""), kk);
+    free(r);
+}
+
+/* Deletes name's keys; returns the time just before the request. */
+static int64_t delete_keys(const char *name) {
+    char q[700];
+    range_body(name, q, sizeof q);
+    int64_t t0 = th_now_ms();
+    char *r = http("/v3/kv/deleterange", q);
+    ASSERT_MSG(r && strstr(r, "\"deleted\":\"1\""), "deleterange: %s", r ? r : "(failed)");
+    free(r);
+    return t0;
+}
+
+/* With a 30 s session lease (a keep-alive every 10 s), a hold's key deleted
+ * by hand, and another's put again by a foreign client, are each lost with
+ * the callback within 200 ms of the request; a third hold is untouched. */
+static void test_watch_deleted(void) {
+    dlock_client *c = client_wd(30000);
+    dlock_lock *a = lock(c, "cw-a", DLOCK_KIND_PLAIN);
+    dlock_lock *b = lock(c, "cw-b", DLOCK_KIND_FAIR);
+    dlock_lock *k = lock(c, "cw-k", DLOCK_KIND_WRITE);
+    for (int i = 0; i < 3; i++) atomic_store(&g_lost_at[i], 0);
+    dlock_lock_on_lost(a, on_lost_at, &g_lost_at[0]);
+    dlock_lock_on_lost(b, on_lost_at, &g_lost_at[1]);
+    dlock_lock_on_lost(k, on_lost_at, &g_lost_at[2]);
+    ASSERT_LOK(a, dlock_acquire(a, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(k, dlock_acquire(k, 0, DLOCK_WATCHDOG, NULL));
+    th_sleep_ms(300); /* the watch under way */
+
+    int64_t t0 = delete_keys("cw-a");
+    ASSERT_EVENTUALLY(atomic_load(&g_lost_at[0]) != 0, 5000);
+    long long da = atomic_load(&g_lost_at[0]) - t0;
+    th_log("a deleted key: lost %lld ms after the delete (keep-alive period 10 s)", da);
+    ASSERT_MSG(da < 200, "lost %lld ms after the delete", da);
+    ASSERT_EQ(dlock_lock_is_lost(a), 1);
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+
+    char key[400], put[600];
+    key_of("cw-b", key, sizeof key);
+    snprintf(put, sizeof put, "{\"key\":\"%s\",\"value\":\"Zm9yZWlnbg==\"}", key);
+    t0 = th_now_ms();
+    char *r = http("/v3/kv/put", put);
+    ASSERT(r != NULL);
+    free(r);
+    ASSERT_EVENTUALLY(atomic_load(&g_lost_at[1]) != 0, 5000);
+    long long db = atomic_load(&g_lost_at[1]) - t0;
+    th_log("a replaced key: lost %lld ms after the foreign put", db);
+    ASSERT_MSG(db < 200, "lost %lld ms after the put", db);
+    ASSERT_LCODE(b, dlock_release(b), DLOCK_ELOST);
+    ASSERT_EQ(keys_of("cw-b"), 1); /* the foreign key stays */
+    delete_keys("cw-b");
+
+    ASSERT_EQ(atomic_load(&g_lost_at[2]), 0);
+    int held = 0;
+    int64_t n = 0;
+    ASSERT_LOK(k, dlock_lock_check(k, &held, &n));
+    ASSERT_EQ(held, 1);
+    ASSERT_LOK(k, dlock_release(k));
+    ASSERT_EQ(atomic_load(&g_lost_at[2]), 0);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_lock_free(k);
+    dlock_client_free(c);
+}
+
+/* The watch broken by an etcd restart, the revision it would resume from
+ * compacted meanwhile: it checks the holds once (a txn of compares), resumes,
+ * and a key deleted after that is lost within 200 ms. */
+static void test_watch_reconnect(void) {
+    dlock_client *c = client_wd(30000);
+    dlock_lock *a = lock(c, "cw-r", DLOCK_KIND_PLAIN);
+    dlock_lock *b = lock(c, "cw-s", DLOCK_KIND_PLAIN);
+    atomic_store(&g_lost_at[0], 0);
+    atomic_store(&g_lost_at[1], 0);
+    dlock_lock_on_lost(a, on_lost_at, &g_lost_at[0]);
+    dlock_lock_on_lost(b, on_lost_at, &g_lost_at[1]);
+    ASSERT_LOK(a, dlock_acquire(a, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(b, dlock_acquire(b, 0, DLOCK_WATCHDOG, NULL));
+    th_sleep_ms(300);
+    /* writes outside the watched range, then everything before them compacted */
+    char *r = NULL;
+    for (int i = 0; i < 5; i++) {
+        r = http("/v3/kv/put", "{\"key\":\"b3RoZXI=\",\"value\":\"eA==\"}"); /* other */
+        ASSERT(r != NULL);
+        char *rv = strstr(r, "\"revision\":\"");
+        ASSERT(rv != NULL);
+        long long rev = atoll(rv + 12);
+        free(r);
+        if (i == 4) {
+            char q[80];
+            snprintf(q, sizeof q, "{\"revision\":\"%lld\",\"physical\":true}", rev);
+            r = http("/v3/kv/compaction", q);
+            ASSERT_MSG(r != NULL, "compaction failed");
+            free(r);
+        }
+    }
+    etcd_restart();
+    /* the server's counters start again at 0: the one txn is the watch's
+     * check (the keep-alive's next round is 10 s away, and sends no txn) */
+    ASSERT_EVENTUALLY(grpc_calls("Txn") == 1, 5000);
+    th_log("etcd restarted: the watch resumed after a check (1 txn)");
+    th_sleep_ms(300);
+    ASSERT_EQ(grpc_calls("Txn"), 1);
+    ASSERT_EQ(atomic_load(&g_lost_at[0]), 0);
+    ASSERT_EQ(atomic_load(&g_lost_at[1]), 0);
+    int64_t t0 = delete_keys("cw-r");
+    ASSERT_EVENTUALLY(atomic_load(&g_lost_at[0]) != 0, 5000);
+    long long d = atomic_load(&g_lost_at[0]) - t0;
+    th_log("after the restart, a deleted key: lost %lld ms after the delete", d);
+    ASSERT_MSG(d < 200, "lost %lld ms after the delete", d);
+    ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
+    ASSERT_EQ(atomic_load(&g_lost_at[1]), 0);
+    ASSERT_LOK(b, dlock_release(b));
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_free(c);
+}
+
 static void test_cancel(void) {
     dlock_client *c = client();
     th_check_lock_cancel(c, "etcd:cancel", DLOCK_WATCHDOG);
@@ -1515,6 +1696,8 @@ int main(int argc, char **argv) {
     test_leases();
     test_session_lease();
     test_deleted_key();
+    test_watch_deleted();
+    test_watch_reconnect();
     test_unsupported_and_errors();
     test_cluster();
     test_tls();
