@@ -31,5 +31,9 @@ int cli_main(int argc, char **argv);
 
 /* Prints the help of cmd (NULL: the overview) on f; 0, or -1 if unknown. */
 int cli_print_help(FILE *f, const char *cmd);
+/* For the default branch of a command's option loop: handles opt as above
+ * (printing the command's help for --help). Returns 1 to go on, or 0 after
+ * storing the exit code (0 for --help) in *code. */
+int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, int *code);
 
 #endif

@@ -177,25 +177,6 @@ int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv)
     }
 }
 
-int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, int *code)
-{
-    int rc = cli_common_opt(g, cmd, opt, argv);
-    if (rc == CLI_WANT_HELP) {
-        cli_print_help(stdout, cmd);
-        *code = 0;
-        return 0;
-    }
-    if (rc == -1) {
-        *code = cli_usage(cmd, "unknown option");
-        return 0;
-    }
-    if (rc) {
-        *code = rc;
-        return 0;
-    }
-    return 1;
-}
-
 /* ---- argument parsing ---- */
 
 int cli_duration(const char *cmd, const char *opt, const char *s, int64_t min_ms, int64_t *ms)

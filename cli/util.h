@@ -101,10 +101,6 @@ enum {
  * its help and exits 0). argv is the vector given to getopt_long. */
 #define CLI_WANT_HELP (-2)
 int cli_common_opt(cli_global *g, const char *cmd, int opt, char *const *argv);
-/* For the default branch of a command's option loop: handles opt as above
- * (printing the command's help for --help). Returns 1 to go on, or 0 after
- * storing the exit code (0 for --help) in *code. */
-int cli_default_opt(cli_global *g, const char *cmd, int opt, char *const *argv, int *code);
 
 /* ---- messages: one line on stderr, prefixed "dlock: " / "dlock CMD: " ---- */
 void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -5,7 +5,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/ssl.h>
 
 #include "internal.h"
 
@@ -454,9 +453,10 @@ static int setup_tls(dlock_client *c, const dlock_options *o, dl_err *err) {
             int rc = dl_tls_ctx_new(o, &ctx, err);
             if (rc) return rc;
         } else {
-            SSL_CTX_up_ref(ctx);
+            dl_tls_ctx_ref_ops.up(ctx);
         }
         ep->tls_ctx = ctx;
+        ep->tls_ctx_ops = &dl_tls_ctx_ref_ops;
         if (o->tls_server_name && !(ep->sni = strdup(o->tls_server_name)))
             return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     }

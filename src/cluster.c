@@ -9,7 +9,6 @@
 
 #include "internal.h"
 
-#define DL_SLOTS 16384
 #define DL_CLUSTER_MAX_NODES 64
 
 struct dl_cluster {
@@ -19,29 +18,33 @@ struct dl_cluster {
     int stale;                    /* a MOVED was seen: refresh the whole map */
 };
 
-/* CRC16-CCITT (XMODEM), as the Redis Cluster specification defines the key
- * hash: polynomial 0x1021, initial value 0. */
-static uint16_t crc16(const char *buf, size_t len) {
-    uint16_t crc = 0;
-    for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)((unsigned char)buf[i] << 8);
-        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-    }
-    return crc;
+int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err) {
+    if (!c->cluster) return DLOCK_OK;
+    int one = dl_name_keys_one_slot(name, len);
+    if (one < 0) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    if (one) return DLOCK_OK;
+    char nm[80];
+    return dl_seterr(err, DLOCK_EINVAL,
+                     "lock name '%s' cannot be used on a Redis Cluster: its keys would hash to "
+                     "different slots (with '{' or '}' in it, a name needs a non-empty hash tag "
+                     "such as 'order{42}')",
+                     dl_name_msg(name, len, nm, sizeof nm));
 }
 
-unsigned dl_key_slot(const char *key, size_t len) {
-    /* the hash tag: the part between the first '{' and the next '}', if not empty */
-    const char *open = memchr(key, '{', len);
-    if (open) {
-        size_t rest = len - (size_t)(open - key) - 1;
-        const char *close = memchr(open + 1, '}', rest);
-        if (close && close > open + 1) {
-            key = open + 1;
-            len = (size_t)(close - open - 1);
-        }
-    }
-    return crc16(key, len) & (DL_SLOTS - 1);
+/* Redisson's latch scripts name the channel among their KEYS, so a cluster
+ * answers CROSSSLOT to them as to dlock's: such a latch name works on
+ * neither client there. */
+int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
+                           const char *channel, size_t channel_len, dl_err *err) {
+    if (!c->cluster) return DLOCK_OK;
+    unsigned ks = dl_key_slot(name, len), cs = dl_key_slot(channel, channel_len);
+    if (ks == cs) return DLOCK_OK;
+    char nm[80];
+    return dl_seterr(err, DLOCK_EINVAL,
+                     "latch name '%s' cannot be used on a Redis Cluster: its channel "
+                     DL_LATCH_CHANNEL_PREFIX "{name} (braces for every name, as Redisson's) "
+                     "hashes to slot %u, the key to slot %u; use a name without '{'",
+                     dl_name_msg(name, len, nm, sizeof nm), cs, ks);
 }
 
 int dl_cluster_new(dl_cluster **out, dl_err *err) {

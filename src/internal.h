@@ -1,4 +1,7 @@
-/* Internal declarations shared by the library's source files (prefix dl_). */
+/* Internal declarations of the layers above transport (prefix dl_): the
+ * client and its topologies, the services, the lock kinds and objects, the
+ * backends. Being split by layer (docs/design.md, "Layers"); base.h and
+ * transport.h are the layers below. */
 #ifndef DLOCK_INTERNAL_H
 #define DLOCK_INTERNAL_H
 
@@ -8,180 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <hiredis/hiredis.h>
-#include <hiredis/read.h>
+#include "base.h"
+#include "transport.h"
 
-#include "dlock.h"
-
-#define DL_ERRMSG_MAX 256
-#define DL_INF_DEADLINE INT64_MAX
-
-/* ---- errors (error.c) ---- */
-typedef struct dl_err {
-    int code;
-    char msg[DL_ERRMSG_MAX];
-} dl_err;
-
-/* Records code and a formatted one-line message in err; returns code. */
-int dl_seterr(dl_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Stores err as the calling thread's last error on client c; returns err->code. */
-int dl_client_fail(const dlock_client *c, const dl_err *err);
-/* Clears the calling thread's message on c. */
-void dl_client_ok(const dlock_client *c);
-
-/* ---- clock and randomness (clock.c, random.c) ---- */
-int64_t dl_now_ms(void);      /* CLOCK_BOOTTIME (clock.c), milliseconds */
-int64_t dl_now_us(void);      /* CLOCK_BOOTTIME (clock.c), microseconds */
-void dl_sleep_ms(int64_t ms);
-/* deadline from now + ms, saturating; ms < 0 gives DL_INF_DEADLINE */
-int64_t dl_deadline(int64_t ms);
-/* Fills buf with len bytes from getrandom(2). DLOCK_OK or DLOCK_ESYS. */
-int dl_random_bytes(void *buf, size_t len, dl_err *err);
-/* 2*len hex characters of random bytes plus NUL into out. */
-int dl_random_hex(char *out, size_t nbytes, dl_err *err);
-/* Uniform random in [0, n) (n > 0) from getrandom; 0 on failure. */
-uint64_t dl_random_below(uint64_t n);
-
-/* ---- endpoints and URLs (url.c) ---- */
-typedef struct dl_endpoint {
-    char *host;      /* TCP host, or NULL for a unix socket */
-    int port;
-    char *path;      /* unix socket path, or NULL */
-    int db;
-    char *user;      /* NULL: no ACL user */
-    char *password;  /* NULL: no AUTH */
-    int tls;         /* rediss:// */
-    void *tls_ctx;   /* SSL_CTX * (a reference), set by the client for TLS */
-    char *sni;       /* TLS server name to send and verify; NULL: the host */
-} dl_endpoint;
-
-int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
-
-/* What a client talks to. */
-enum { DL_MODE_SINGLE = 0, DL_MODE_REDLOCK = 1, DL_MODE_SENTINEL = 2, DL_MODE_CLUSTER = 3 };
-typedef struct dl_target {
-    int mode;
-    dl_endpoint *eps;     /* single: 1; redlock: masters; sentinel: sentinels; cluster: seeds */
-    size_t neps;
-    char *master_name;    /* sentinel */
-    int db;               /* sentinel */
-    char *password;       /* sentinel: the master's password */
-} dl_target;
-int dl_target_parse(const char *url, dl_target *t, dl_err *err);
-void dl_target_clear(dl_target *t);
-void dl_endpoint_clear(dl_endpoint *ep);
-/* "host:port" or the socket path, for messages (never the password). */
-void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len);
-
-/* ---- transport and RESP connection (transport.c, conn.c) ---- */
-typedef struct dl_conn dl_conn;
-
-/* The byte stream under a connection: plain sockets now; TLS fits here. */
-typedef struct dl_transport_ops {
-    /* like read(2)/write(2) on a non-blocking fd: >0 bytes, 0 EOF (read),
-     * -1 with errno (EAGAIN: poll and retry) */
-    long (*read)(dl_conn *c, void *buf, size_t len);
-    long (*write)(dl_conn *c, const void *buf, size_t len);
-    void (*close)(dl_conn *c);
-    /* bytes already received and decrypted but not yet read (TLS) */
-    size_t (*pending)(dl_conn *c);
-} dl_transport_ops;
-
-/* A script call (dl_call, below) can ride after the next script call on a
- * connection, in the same write, its reply read and dropped (dl_conn.post:
- * holder.c's identity records). */
-typedef struct dl_script dl_script;
-typedef struct dl_call dl_call;
-
-/* The array elements one reply may hold in all (nested arrays included):
- * the reader allocates their pointers before they arrive (conn.c). */
-#define DL_REPLY_MAX_ELEMENTS (1 << 22)
-
-struct dl_conn {
-    int fd;
-    const dl_transport_ops *ops;
-    void *tls;                 /* transport state (unused by plain sockets) */
-    redisReader *reader;
-    char *obuf;                /* pending output (pipelined commands) */
-    size_t olen, ocap;
-    int broken;                /* I/O failed: never reuse */
-    int connecting;            /* dl_conn_open_start: the connect goes on */
-    int handshake;             /* replies to AUTH / SELECT still to come first */
-    int answered;              /* a whole RESP reply was read on it */
-    size_t reply_elements;     /* array elements of the reply being read */
-    int reply_too_big;         /* a reply went past DL_REPLY_MAX_ELEMENTS */
-    dl_call *post;             /* run after the next script call (dl_eval), then cleared */
-    int subscribed;            /* in pub/sub mode */
-    int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
-    char *linger;              /* idle in its pool but still subscribed to this
-                                * one channel (a waiter's own channel), the
-                                * UNSUBSCRIBE not sent yet: dl_node_put_linger */
-    size_t linger_len;
-    int64_t idle_since_ms;     /* monotonic ms it was returned to its pool */
-    struct dl_node *node;      /* the pool it returns to */
-    dl_conn *next;             /* pool link */
-};
-
-/* ---- TLS (tls.c) ---- */
-/* An SSL_CTX from the client's TLS options (verification on unless insecure). */
-int dl_tls_ctx_new(const dlock_options *o, void **ctx_out, dl_err *err);
-void dl_tls_ctx_free(void *ctx);
-/* TLS handshake over c's connected socket before deadline; on success c
- * uses the TLS transport. */
-int dl_tls_handshake(dl_conn *c, const dl_endpoint *ep, int64_t deadline, dl_err *err);
-/* 1 if c holds received bytes the socket no longer shows (TLS buffers). */
-int dl_conn_has_pending(dl_conn *c);
-
-/* Opens a non-blocking socket to ep and connects before deadline. */
-int dl_transport_connect(const dl_endpoint *ep, int64_t deadline, int *fd_out, dl_err *err);
-/* Starts a non-blocking connect to ep: *in_progress 1 while it goes on.
- * DLOCK_ENOTSUP when ep's name has several addresses (dl_transport_connect
- * tries them one by one). */
-int dl_transport_connect_start(const dl_endpoint *ep, int *fd_out, int *in_progress,
-                               dl_err *err);
-extern const dl_transport_ops dl_plain_transport;
-
-/* Connects, authenticates and selects the db before deadline. */
-int dl_conn_open(const dl_endpoint *ep, int64_t deadline, dl_conn **out, dl_err *err);
-void dl_conn_close(dl_conn *c);
-/* Opens without waiting (not TLS, nor a name with several addresses:
- * DLOCK_ENOTSUP, open those with dl_conn_open): starts the connect and
- * queues AUTH and SELECT. While c->connecting, poll c->fd for POLLOUT, then
- * dl_conn_connected; the queued commands go out with the first flush, and
- * their c->handshake replies come before any other. dl_fanout_eval drives
- * such connections itself. */
-int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err);
-/* The connect of a c->connecting connection finished (POLLOUT): DLOCK_OK, or
- * DLOCK_EIO (c broken) when it failed. */
-int dl_conn_connected(dl_conn *c, dl_err *err);
-/* Queues one command (binary-safe argv). */
-int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err);
-/* Writes all queued output before deadline. */
-int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err);
-/* Reads the next reply before deadline. An error reply is returned as a
- * reply (type REDIS_REPLY_ERROR), not as a failure. */
-int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err);
-/* Takes a reply if one is complete, reading only what is there (never
- * blocks): DLOCK_OK with *out NULL when none is complete yet. */
-int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err);
-/* append + flush + read. */
-/* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
- * write, at most timeout_ms; *acks the count the server answered. The
- * reply is read until io_deadline (0: timeout_ms plus the command timeout
- * from now). wait.c. */
-int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
-                          int64_t io_deadline, long long *acks, dl_err *err);
-int dl_conn_command(dl_conn *c, int64_t deadline, int argc, const char **argv,
-                    const size_t *lens, redisReply **out, dl_err *err);
-/* 1 if the idle connection shows EOF or unexpected data (so is stale). */
-int dl_conn_stale(dl_conn *c);
-/* 1 when c's reader holds bytes not read as a reply yet. */
-int dl_conn_unread(const dl_conn *c);
-/* Maps an error reply to a code and message (NOPERM/NOAUTH -> EAUTH...). */
-int dl_reply_error(const redisReply *r, const char *what, dl_err *err);
 
 /* ---- scripts (scripts.c) ---- */
+typedef struct dl_script dl_script;
 struct dl_script {
     const char *name;
     const char *text;
@@ -218,9 +53,6 @@ struct dl_script {
     "if not w[1] then break end "                                                      \
     "if redis.call('pubsub', 'numsub', " prefix " .. w[1])[2] > 0 then "               \
     "redis.call('publish', " prefix " .. w[1], '0') break end end "
-
-#define DL_XSTR_(x) #x
-#define DL_STR(x) DL_XSTR_(x)
 
 /* Fencing tokens, Lua inline: DL_LUA_FENCE(var, k) sets the new local var to
  * the next token of the counter k (a Lua expression): max(counter + 1, the
@@ -386,12 +218,8 @@ void dl_sentinel_free(dl_sentinel *s);
 int dl_sentinel_refresh(dl_node *n, int force, dl_err *err);
 /* Checks that a new connection's server is a master (ROLE). */
 int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err);
-/* Copies src into dst (strings duplicated). */
-int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src);
 
 /* ---- Redis Cluster (cluster.c) ---- */
-/* The hash slot of a key (CRC16 of the key or of its {hash tag}). */
-unsigned dl_key_slot(const char *key, size_t len);
 int dl_cluster_new(dl_cluster **out, dl_err *err);
 void dl_cluster_free(dl_cluster *k);
 /* Rebuilds the slot map from CLUSTER SLOTS. */
@@ -720,24 +548,10 @@ int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
 /* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
 int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
 
-/* ---- names (names.c) ---- */
-/* Validates a user name/length pair; resolves DLOCK_CSTR. */
-int dl_check_name(const char *name, size_t *len, dl_err *err);
+/* ---- lock names on a Redis Cluster (cluster.c) ---- */
 /* On a Redis Cluster client: DLOCK_EINVAL when the keys derived from name
  * (a valid name, len resolved) would not share its slot. */
 int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err);
-/* Printable, truncated copy of a name for messages ("\xNN" escapes). */
-const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen);
-/* prefix + "{" name "}" + suffix, braces left out when name has '{'
- * (Redisson's prefixName/suffixName). Returns malloc'd buffer
- * (NUL-terminated, binary-safe length in *outlen). */
-char *dl_derive_key(const char *prefix, const char *name, size_t name_len, const char *suffix,
-                    size_t *outlen);
-/* The latch channel: DL_LATCH_CHANNEL_PREFIX "{" name "}" for every name,
- * one with '{' too (Redisson's RCountDownLatch does not apply its brace
- * rule there). malloc'd, as dl_derive_key. */
-#define DL_LATCH_CHANNEL_PREFIX "redisson_countdownlatch__channel__"
-char *dl_latch_channel(const char *name, size_t name_len, size_t *outlen);
 /* On a Redis Cluster client: DLOCK_EINVAL when a latch's channel (from
  * dl_latch_channel) hashes to another slot than the latch's key, as it does
  * for a name with a hash tag of its own. */
@@ -960,6 +774,12 @@ extern const dl_kind_ops dl_fair_ops;
 extern const dl_kind_ops dl_read_ops;
 extern const dl_kind_ops dl_write_ops;
 
+/* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
+ * write, at most timeout_ms; *acks the count the server answered. The
+ * reply is read until io_deadline (0: timeout_ms plus the command timeout
+ * from now). wait.c. */
+int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
+                          int64_t io_deadline, long long *acks, dl_err *err);
 /* Tries, and waits through pub/sub until acquired or deadline. */
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
 /* Parses {1, fence[, count]} | {0, pttl} answers of acquire scripts. */
@@ -967,13 +787,6 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
                      dl_err *err);
 /* "<client id>:<thread id>" into l->token. */
 int dl_owner_thread(dlock_lock *l, dl_err *err);
-/* Current thread's id (for reentrant owner fields). */
-long dl_thread_id(void);
-/* Decimal of v into buf (>= 24 bytes); returns its length. */
-size_t dl_fmt_ll(char *buf, long long v);
 
-
-/* Reply helpers (conn.c) */
-int dl_reply_int(const redisReply *r, long long *v);
 
 #endif

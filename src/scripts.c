@@ -76,18 +76,6 @@ int dl_is_noscript(const redisReply *r) {
     return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && !strncmp(r->str, "NOSCRIPT", 8);
 }
 
-size_t dl_fmt_ll(char *buf, long long v) {
-    /* no snprintf: this runs for every lease and count on the hot path */
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    char tmp[24];
-    size_t n = 0, k = 0;
-    do tmp[n++] = (char)('0' + u % 10), u /= 10;
-    while (u);
-    if (v < 0) buf[k++] = '-';
-    while (n) buf[k++] = tmp[--n];
-    buf[k] = '\0';
-    return k;
-}
 
 /* Queues EVALSHA/EVAL of s. */
 static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys, const char **keys,

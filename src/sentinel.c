@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/ssl.h>
 
 #include "internal.h"
 
@@ -22,29 +21,6 @@ struct dl_sentinel {
     pthread_mutex_t mu;        /* one refresh at a time */
     int64_t last_ms;           /* monotonic ms of the last answer, 0 never */
 };
-
-int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src) {
-    memset(dst, 0, sizeof *dst);
-    dst->port = src->port;
-    dst->db = src->db;
-    dst->tls = src->tls;
-    if (src->tls_ctx) {
-        SSL_CTX_up_ref(src->tls_ctx);
-        dst->tls_ctx = src->tls_ctx;
-    }
-    if (src->sni && !(dst->sni = strdup(src->sni))) {
-        dl_endpoint_clear(dst);
-        return DLOCK_ENOMEM;
-    }
-    if ((src->host && !(dst->host = strdup(src->host))) ||
-        (src->path && !(dst->path = strdup(src->path))) ||
-        (src->user && !(dst->user = strdup(src->user))) ||
-        (src->password && !(dst->password = strdup(src->password)))) {
-        dl_endpoint_clear(dst);
-        return DLOCK_ENOMEM;
-    }
-    return DLOCK_OK;
-}
 
 int dl_sentinel_new(dl_target *t, dl_sentinel **out, dl_err *err) {
     dl_sentinel *s = calloc(1, sizeof *s);

@@ -25,8 +25,6 @@
 #define DL_OUTAGE_PAUSE_MIN_MS 50
 #define DL_OUTAGE_PAUSE_MAX_MS 1000
 
-long dl_thread_id(void) { return (long)syscall(SYS_gettid); }
-
 int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
                      dl_err *err) {
     long long a = 0, b = 0, n = 0;

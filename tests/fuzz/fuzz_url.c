@@ -1,6 +1,6 @@
 /* libFuzzer target: the URL parser (issue 8).
  *
- * Uses the library's internal entry point dl_target_parse() (src/url.c), the
+ * Uses the library's internal entry point dl_target_parse() (src/base/url.c), the
  * function dlock_client_new() calls first, so that nothing connects: the
  * target links the static library, where the hidden symbol is reachable. On
  * success every endpoint is described (the string used in messages) and the
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "transport.h"
 
 static long plain_read(dl_conn *c, void *buf, size_t len) { return (long)read(c->fd, buf, len); }
 

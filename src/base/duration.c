@@ -2,7 +2,7 @@
  * a bare number means seconds. Parsed by hand: no locale, no exponent. */
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 #define DL_DURATION_MAX_MS (1LL << 53)
 

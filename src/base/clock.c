@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "internal.h"
+#include "base.h"
 
 int64_t dl_now_us(void) {
     struct timespec ts;

@@ -1,8 +1,9 @@
 /* Error codes, their names, and the per-thread client message. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static const char *const names[] = {
     [DLOCK_OK] = "success",

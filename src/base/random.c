@@ -3,7 +3,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "internal.h"
+#include "base.h"
 
 int dl_random_bytes(void *buf, size_t len, dl_err *err) {
     unsigned char *p = buf;

@@ -1,5 +1,5 @@
 /* The runtime version call; the numbers live in include/dlock.h. */
-#include "internal.h"
+#include "base.h"
 
 
 const char *dlock_version(void) {

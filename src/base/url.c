@@ -10,14 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 void dl_endpoint_clear(dl_endpoint *ep) {
     free(ep->host);
     free(ep->path);
     free(ep->user);
     free(ep->sni);
-    if (ep->tls_ctx) dl_tls_ctx_free(ep->tls_ctx);
+    if (ep->tls_ctx) ep->tls_ctx_ops->down(ep->tls_ctx);
     if (ep->password) {
         /* do not leave the secret in freed memory */
         volatile char *v = ep->password;
@@ -25,6 +25,30 @@ void dl_endpoint_clear(dl_endpoint *ep) {
         free(ep->password);
     }
     memset(ep, 0, sizeof *ep);
+}
+
+int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->port = src->port;
+    dst->db = src->db;
+    dst->tls = src->tls;
+    if (src->tls_ctx) {
+        src->tls_ctx_ops->up(src->tls_ctx);
+        dst->tls_ctx = src->tls_ctx;
+        dst->tls_ctx_ops = src->tls_ctx_ops;
+    }
+    if (src->sni && !(dst->sni = strdup(src->sni))) {
+        dl_endpoint_clear(dst);
+        return DLOCK_ENOMEM;
+    }
+    if ((src->host && !(dst->host = strdup(src->host))) ||
+        (src->path && !(dst->path = strdup(src->path))) ||
+        (src->user && !(dst->user = strdup(src->user))) ||
+        (src->password && !(dst->password = strdup(src->password)))) {
+        dl_endpoint_clear(dst);
+        return DLOCK_ENOMEM;
+    }
+    return DLOCK_OK;
 }
 
 void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len) {

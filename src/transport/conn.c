@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "transport.h"
 
 void dl_conn_close(dl_conn *c) {
     if (!c) return;

@@ -1,8 +1,9 @@
-/* Lock names and the keys derived from them (Redisson's brace rule). */
+/* Lock names, the keys derived from them (Redisson's brace rule) and their
+ * Redis Cluster hash slots. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 int dl_check_name(const char *name, size_t *len, dl_err *err) {
     if (!name) return dl_seterr(err, DLOCK_EINVAL, "lock name is NULL");
@@ -12,31 +13,6 @@ int dl_check_name(const char *name, size_t *len, dl_err *err) {
         return dl_seterr(err, DLOCK_ENAMETOOLONG,
                          "lock name is %zu bytes; the limit is %d", *len, DLOCK_NAME_MAX);
     return DLOCK_OK;
-}
-
-/* Derived keys are "prefix{N}suffix" for a name without '{' (they hash by
- * N, as the name does unless it has a '}': "a}b" hashes whole, "{a}b}" by
- * "a"), and "prefixNsuffix" for a name with one, which all hash by the
- * name's own tag only if it has a valid one ("x{}y", "open{": the whole
- * key hashes, prefix included). Checked by deriving one key of each shape. */
-int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err) {
-    if (!c->cluster) return DLOCK_OK;
-    unsigned slot = dl_key_slot(name, len);
-    size_t kl = 0;
-    int same = 1;
-    for (int i = 0; same && i < 2; i++) {
-        char *k = dl_derive_key(i ? "" : "p:", name, len, i ? ":s" : "", &kl);
-        if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        same = dl_key_slot(k, kl) == slot;
-        free(k);
-    }
-    if (same) return DLOCK_OK;
-    char nm[80];
-    return dl_seterr(err, DLOCK_EINVAL,
-                     "lock name '%s' cannot be used on a Redis Cluster: its keys would hash to "
-                     "different slots (with '{' or '}' in it, a name needs a non-empty hash tag "
-                     "such as 'order{42}')",
-                     dl_name_msg(name, len, nm, sizeof nm));
 }
 
 static char *derive(const char *prefix, const char *name, size_t name_len, const char *suffix,
@@ -68,22 +44,6 @@ char *dl_latch_channel(const char *name, size_t name_len, size_t *outlen) {
     return derive(DL_LATCH_CHANNEL_PREFIX, name, name_len, "", 1, outlen);
 }
 
-/* Redisson's latch scripts name the channel among their KEYS, so a cluster
- * answers CROSSSLOT to them as to dlock's: such a latch name works on
- * neither client there. */
-int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
-                           const char *channel, size_t channel_len, dl_err *err) {
-    if (!c->cluster) return DLOCK_OK;
-    unsigned ks = dl_key_slot(name, len), cs = dl_key_slot(channel, channel_len);
-    if (ks == cs) return DLOCK_OK;
-    char nm[80];
-    return dl_seterr(err, DLOCK_EINVAL,
-                     "latch name '%s' cannot be used on a Redis Cluster: its channel "
-                     DL_LATCH_CHANNEL_PREFIX "{name} (braces for every name, as Redisson's) "
-                     "hashes to slot %u, the key to slot %u; use a name without '{'",
-                     dl_name_msg(name, len, nm, sizeof nm), cs, ks);
-}
-
 const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen) {
     size_t o = 0;
     static const char hex[] = "0123456789abcdef";
@@ -107,4 +67,47 @@ const char *dl_name_msg(const char *name, size_t len, char *buf, size_t buflen) 
     }
     buf[o] = '\0';
     return buf;
+}
+
+/* CRC16-CCITT (XMODEM), as the Redis Cluster specification defines the key
+ * hash: polynomial 0x1021, initial value 0. */
+static uint16_t crc16(const char *buf, size_t len) {
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)((unsigned char)buf[i] << 8);
+        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+unsigned dl_key_slot(const char *key, size_t len) {
+    /* the hash tag: the part between the first '{' and the next '}', if not empty */
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        const char *close = memchr(open + 1, '}', rest);
+        if (close && close > open + 1) {
+            key = open + 1;
+            len = (size_t)(close - open - 1);
+        }
+    }
+    return crc16(key, len) & (DL_SLOTS - 1);
+}
+
+/* Derived keys are "prefix{N}suffix" for a name without '{' (they hash by
+ * N, as the name does unless it has a '}': "a}b" hashes whole, "{a}b}" by
+ * "a"), and "prefixNsuffix" for a name with one, which all hash by the
+ * name's own tag only if it has a valid one ("x{}y", "open{": the whole
+ * key hashes, prefix included). Checked by deriving one key of each shape. */
+int dl_name_keys_one_slot(const char *name, size_t len) {
+    unsigned slot = dl_key_slot(name, len);
+    size_t kl = 0;
+    for (int i = 0; i < 2; i++) {
+        char *k = dl_derive_key(i ? "" : "p:", name, len, i ? ":s" : "", &kl);
+        if (!k) return -1;
+        int same = dl_key_slot(k, kl) == slot;
+        free(k);
+        if (!same) return 0;
+    }
+    return 1;
 }

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "transport.h"
 
 static long tls_read(dl_conn *c, void *buf, size_t len) {
     int n = SSL_read(c->tls, buf, len > INT32_MAX ? INT32_MAX : (int)len);
@@ -99,7 +99,9 @@ int dl_tls_ctx_new(const dlock_options *o, void **ctx_out, dl_err *err) {
     return DLOCK_OK;
 }
 
-void dl_tls_ctx_free(void *ctx) { SSL_CTX_free(ctx); }
+static void ctx_up(void *ctx) { SSL_CTX_up_ref(ctx); }
+static void ctx_down(void *ctx) { SSL_CTX_free(ctx); }
+const dl_ref_ops dl_tls_ctx_ref_ops = {ctx_up, ctx_down};
 
 /* How long a handshake may stall before plaintext_redis() looks at the
  * server: a TLS server answers the ClientHello within a round trip, a
