@@ -458,9 +458,18 @@ DLOCK_EXPORT int dlock_lock_cancel(dlock_lock *l);
  * its lease). */
 DLOCK_EXPORT int dlock_release(dlock_lock *l);
 
-/* Sets the lease of a held lock to lease_ms (> 0) from now, owner-checked.
- * A watchdog lock becomes an explicit-lease lock. Returns DLOCK_OK,
- * DLOCK_ENOTHELD, DLOCK_ELOST, DLOCK_EINVAL or a failure code. */
+/* Sets the lease of a held lock to lease_ms (> 0) from now, owner-checked:
+ * dlock_lock_valid_ms counts lease_ms from just before the request. A
+ * watchdog lock becomes an explicit-lease lock. On the kinds whose hold the
+ * server counts per owner (reentrant, fair, read and write locks: every
+ * handle of one client and thread shares it), no re-entry, release that
+ * leaves holds, extend or renewal shortens the server's expiry: the key
+ * keeps the longer of its remaining lease and the new one, since another
+ * handle of the same owner may count on it. Returns DLOCK_OK,
+ * DLOCK_ENOTHELD, DLOCK_ELOST, DLOCK_EINVAL or a failure code; after a
+ * failure that may have reached the server (DLOCK_EIO, DLOCK_EREPLICAS) the
+ * handle still holds, counted valid for the shorter of what it had and
+ * lease_ms. */
 DLOCK_EXPORT int dlock_extend(dlock_lock *l, int64_t lease_ms);
 
 /* 1 if the handle believes it holds the lock (no round trip), else 0. */

@@ -58,7 +58,7 @@ static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err 
             char nm[80];
             rc = dl_seterr(err, DLOCK_EREPLICAS,
                            "extend of lock '%s': only %lld of %d replicas acknowledged within "
-                           "%lld ms; its validity stays as it was",
+                           "%lld ms; it is counted valid for the shorter of what it had and the new lease",
                            dl_name_msg(l->name, l->name_len, nm, sizeof nm), acks,
                            l->c->wait_replicas, (long long)l->c->wait_replicas_timeout_ms);
         }

@@ -86,6 +86,19 @@ struct dl_script {
     "if now > " var " then " var " = now "                                             \
     "redis.call('set', " k ", string.format('%d', " var ")) end end end "
 
+/* Lua, inline: the expiry of key k becomes ms (a Lua expression) from now,
+ * unless it is later already (a key without expiry gets one; ms <= 0
+ * changes nothing). The kinds whose hold is shared by an owner's handles
+ * (reentrant, fair, read and write locks: the server counts holds per owner,
+ * not per handle) set their lease this way on every path but a new hold's:
+ * a re-entry, a release that leaves holds, an extend or a renewal by one
+ * handle never shortens the lease another handle of the same owner counts
+ * on (dlock_lock_valid_ms). */
+#define DL_LUA_RAISE_TTL(k, ms)                                                        \
+    "do local m_ = tonumber(" ms ") "                                                  \
+    "if m_ and m_ > 0 and redis.call('pttl', " k ") < m_ then "                        \
+    "redis.call('pexpire', " k ", m_) end end "
+
 /* The plain lock's waiter registry and its channel prefix. */
 #define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"
 

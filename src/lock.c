@@ -100,12 +100,18 @@ fail:
 /* ---- holds per owner ----
  * The server counts a reentrant, fair, read or write lock's holds per owner
  * ("<client id>:<thread id>", ":write" for the writer), whatever handle of
- * that owner took them; each handle counts its own. The client adds up its
- * handles' counts per name and owner, so that a release that leaves the
- * owner's count above what its handles hold can tell: the surplus is no
- * handle's (an attempt whose reply was lost and that was tried again, a
- * handle that started afresh after a release failed), and is given back.
- * Every change of such a handle's count goes through set_holds. */
+ * that owner took them; each handle counts its own. The client keeps one
+ * record per handle that holds such a lock (its name and owner copied, its
+ * count), so that it can add up an owner's holds over its handles: a release
+ * that leaves the owner's count above that sum can tell that the surplus is
+ * no handle's (an attempt whose reply was lost and that was tried again, a
+ * handle that started afresh after a release failed) and give it back. A
+ * handle whose hold has surely ended (marked lost, or its validity run out)
+ * counts for nothing in the sum: the server may have dropped its holds, and
+ * a release expecting them would change nothing. Every change of such a
+ * handle's count goes through set_holds. An owner's handles all belong to one
+ * thread (the owner names it), the thread that adds them up; the records'
+ * keys are copies, so other threads' handles are never read. */
 /* The most surplus holds a release gives back (a bound, not a count: one
  * lost reply leaves one). */
 #define DL_SURPLUS_MAX 16
@@ -113,6 +119,7 @@ fail:
 typedef struct dl_owned {
     char *key; /* name, NUL, owner */
     size_t len;
+    dlock_lock *l;
     int64_t count;
 } dl_owned;
 
@@ -121,19 +128,40 @@ static int tracked(const dlock_lock *l) {
     return l->c->backend == &dl_backend_redis && l->ops->reentrant && !l->ops->unique_owner;
 }
 
-/* Adds delta to the record of l's name and owner; returns the new sum, or
- * -1 when it is not known (no record, or a hold that could not be recorded
- * for want of memory: from then on the client never counts on a sum). */
-static int64_t owned_add(dlock_lock *l, int64_t delta) {
+static int same_owner(const dl_owned *o, const dlock_lock *l) {
+    return o->len == l->name_len + 1 + l->token_len && !memcmp(o->key, l->name, l->name_len) &&
+           !memcmp(o->key + l->name_len + 1, l->token, l->token_len);
+}
+
+/* The sum of the counts of l's name and owner over the handles whose holds
+ * may still be on the server; -1 when not known (a hold that could not be
+ * recorded for want of memory: from then on the client never counts on a
+ * sum). Under owned_mu. */
+static int64_t owner_sum_locked(dlock_lock *l) {
     dlock_client *c = l->c;
-    size_t len = l->name_len + 1 + l->token_len;
-    int64_t sum = -1;
+    if (c->owned_broken) return -1;
+    int64_t sum = 0;
+    for (size_t i = 0; i < c->nowned; i++) {
+        const dl_owned *o = &c->owned[i];
+        if (!same_owner(o, l)) continue;
+        /* the same owner: a handle of this thread (see above) */
+        if (o->l != l && (atomic_load(&o->l->lease.lost) || dlock_lock_valid_ms(o->l) == 0))
+            continue;
+        sum += o->count;
+    }
+    return sum;
+}
+
+/* l's record gets count v (none when v is 0); returns the owner's sum
+ * afterwards (owner_sum_locked). */
+static int64_t owned_set(dlock_lock *l, int64_t v) {
+    dlock_client *c = l->c;
     pthread_mutex_lock(&c->owned_mu);
     size_t i = 0;
-    while (i < c->nowned && !(c->owned[i].len == len && !memcmp(c->owned[i].key, l->name, l->name_len) &&
-                              !memcmp(c->owned[i].key + l->name_len + 1, l->token, l->token_len)))
-        i++;
-    if (i == c->nowned && delta > 0) {
+    while (i < c->nowned && c->owned[i].l != l) i++;
+    if (i == c->nowned && v > 0) {
+        size_t len = l->name_len + 1 + l->token_len;
+        char *k = NULL;
         if (c->nowned == c->owned_cap) {
             size_t cap = c->owned_cap ? 2 * c->owned_cap : 8;
             dl_owned *o = realloc(c->owned, cap * sizeof *o);
@@ -144,27 +172,25 @@ static int64_t owned_add(dlock_lock *l, int64_t delta) {
             c->owned = o;
             c->owned_cap = cap;
         }
-        char *k = malloc(len);
-        if (!k) {
+        if (!(k = malloc(len))) {
             c->owned_broken = 1;
             goto out;
         }
         memcpy(k, l->name, l->name_len);
         k[l->name_len] = '\0';
         memcpy(k + l->name_len + 1, l->token, l->token_len);
-        c->owned[c->nowned++] = (dl_owned){k, len, 0};
+        c->owned[c->nowned++] = (dl_owned){k, len, l, 0};
     }
     if (i < c->nowned) {
-        c->owned[i].count += delta;
-        sum = c->owned[i].count;
-        if (sum <= 0) { /* the last hold of this owner: forget it */
+        if (v > 0) {
+            c->owned[i].count = v;
+        } else { /* the handle's last hold: forget it */
             free(c->owned[i].key);
             c->owned[i] = c->owned[--c->nowned];
-            sum = 0;
         }
     }
-out:
-    if (c->owned_broken) sum = -1; /* a hold went unrecorded: no sum is sure */
+out:;
+    int64_t sum = owner_sum_locked(l);
     pthread_mutex_unlock(&c->owned_mu);
     return sum;
 }
@@ -173,15 +199,8 @@ size_t dl_owner_expect(dlock_lock *l, char *buf) {
     buf[0] = '\0';
     if (!tracked(l) || l->token_len == 0) return 0;
     dlock_client *c = l->c;
-    size_t len = l->name_len + 1 + l->token_len;
-    int64_t sum = -1;
     pthread_mutex_lock(&c->owned_mu);
-    for (size_t i = 0; i < c->nowned && !c->owned_broken; i++)
-        if (c->owned[i].len == len && !memcmp(c->owned[i].key, l->name, l->name_len) &&
-            !memcmp(c->owned[i].key + l->name_len + 1, l->token, l->token_len)) {
-            sum = c->owned[i].count;
-            break;
-        }
+    int64_t sum = owner_sum_locked(l);
     pthread_mutex_unlock(&c->owned_mu);
     return sum > 0 ? dl_fmt_ll(buf, sum) : 0;
 }
@@ -194,13 +213,13 @@ void dl_owned_free(dlock_client *c) {
     pthread_mutex_destroy(&c->owned_mu);
 }
 
-/* l's hold count becomes v, and the owner's record with it; returns the
- * owner's sum over this client's handles afterwards (-1: unknown). */
+/* l's hold count becomes v, and its record with it; returns the owner's sum
+ * over this client's handles afterwards (-1: unknown). */
 static int64_t set_holds(dlock_lock *l, int64_t v) {
     int64_t delta = v - l->holds;
     l->holds = v;
     if (!tracked(l) || l->token_len == 0) return -1;
-    return delta ? owned_add(l, delta) : -1;
+    return delta ? owned_set(l, v) : -1;
 }
 
 static void wd_off(dlock_lock *l) {
@@ -422,15 +441,26 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
         return lock_fail(l, &err);
     }
     int was_wd = l->watchdog;
+    int64_t t0 = dl_now_ms();
+    int64_t had = t0 + dlock_lock_valid_ms(l); /* the watchdog's renewals counted */
     wd_off(l);
     long long res = 0;
-    int64_t t0 = dl_now_ms();
     int rc = l->c->backend->extend
                  ? l->c->backend->extend(l, lease_ms, &res, &err)
                  : dl_seterr(&err, DLOCK_ENOTSUP, "extend is not supported by the %s backend "
                                                   "(its locks live as long as the session)",
                              l->c->backend->name);
     if (rc) {
+        /* the extend may have reached the server (a reply lost, too few
+         * replicas acknowledging it): the hold is counted valid for the
+         * shorter of what it had and the new lease from t0 */
+        int64_t until = t0 + lease_ms - lease_margin(l, lease_ms);
+        if (until < had) {
+            l->expires_at = until;
+            if (was_wd) /* the watchdog counts from its last renewal */
+                atomic_store(&l->lease.last_ok,
+                             (long long)(until - l->lease_ms + lease_margin(l, l->lease_ms)));
+        }
         if (was_wd) {
             dl_err e2 = {0};
             wd_on(l, &e2);

@@ -233,7 +233,7 @@
 static dl_script acquire_script = DL_SCRIPT("fair_acquire",
     "local me, W = ARGV[2], tonumber(ARGV[5]) "
     "if redis.call('hexists', KEYS[1], me) == 1 then "
-    "redis.call('pexpire', KEYS[1], ARGV[1]) "
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[1]")
     "if ARGV[3] == 'w' then " FAIR_LUA_LOWER
     "return {1, tonumber(redis.call('get', KEYS[2])), "
     "tonumber(redis.call('hget', KEYS[1], me))} end "
@@ -286,7 +286,7 @@ static dl_script release_script = DL_SCRIPT("fair_release",
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[4] ~= '' and tonumber(v) < tonumber(ARGV[4]) then return 0 end "
     "if tonumber(v) > 1 then redis.call('hincrby', KEYS[1], ARGV[3], -1) "
-    "redis.call('pexpire', KEYS[1], ARGV[2]); return 0 end "
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]") "return 0 end "
     "local h = redis.call('lpop', KEYS[3]) "
     "if not h then redis.call('del', KEYS[1], KEYS[5]); return 1 end "
     "redis.call('del', KEYS[1]) "
@@ -313,14 +313,14 @@ static dl_script abandon_script = DL_SCRIPT("fair_abandon",
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
 static dl_script extend_script = DL_SCRIPT("fair_extend",
     "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then "
-    "redis.call('pexpire', KEYS[1], ARGV[2]); return 1 end return 0");
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]") "return 1 end return 0");
 
 /* Watchdog. KEYS: locks. ARGV: lease ms, owner field per key. */
 static dl_script renew_script = DL_SCRIPT("fair_renew",
     "local res = {} "
     "for i, key in ipairs(KEYS) do "
     "if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then "
-    "redis.call('pexpire', key, ARGV[1]); res[i] = 1 else res[i] = 0 end end "
+    DL_LUA_RAISE_TTL("key", "ARGV[1]") "res[i] = 1 else res[i] = 0 end end "
     "return res");
 
 typedef struct fair_data {

@@ -10,7 +10,8 @@
 static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
     "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
-    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "if n == 1 then redis.call('pexpire', KEYS[1], ARGV[1]) else "
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[1]") "end "
     DL_LUA_FENCE("f", "KEYS[2]")
     "return {1, f, n} end "
     "return {0, redis.call('pttl', KEYS[1])}");
@@ -24,20 +25,20 @@ static dl_script release_script = DL_SCRIPT("reentrant_release",
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[3] and ARGV[3] ~= '' and tonumber(v) < tonumber(ARGV[3]) then return 0 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], -1); "
-    "if n > 0 then redis.call('pexpire', KEYS[1], ARGV[1]); return 0 end "
+    "if n > 0 then " DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[1]") "return 0 end "
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1");
 
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
 static dl_script extend_script = DL_SCRIPT("reentrant_extend",
     "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then "
-    "redis.call('pexpire', KEYS[1], ARGV[2]); return 1 end return 0");
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]") "return 1 end return 0");
 
 /* Watchdog. KEYS: locks. ARGV: lease ms, owner field per key. */
 static dl_script renew_script = DL_SCRIPT("reentrant_renew",
     "local res = {} "
     "for i, key in ipairs(KEYS) do "
     "if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then "
-    "redis.call('pexpire', key, ARGV[1]); res[i] = 1 else res[i] = 0 end end "
+    DL_LUA_RAISE_TTL("key", "ARGV[1]") "res[i] = 1 else res[i] = 0 end end "
     "return res");
 
 static int reentrant_init(dlock_lock *l, dl_err *err) {

@@ -133,7 +133,19 @@ static dl_script read_release_script = DL_SCRIPT("rw_read_release",
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[2] ~= '' and tonumber(v) < tonumber(ARGV[2]) then return 0 end "
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
-    "redis.call('del', KEYS[3] .. ':' .. (n + 1)); "
+    /* the owner's leases are a set of keys 1..n+1, not one per handle: the
+     * one that goes is the shortest, so every hold left keeps a key at
+     * least as long as the lease its handle counts on (the top key moves
+     * into its place) */
+    "do local top = KEYS[3] .. ':' .. (n + 1); local j, jp = n + 1, nil; "
+    "  if n > 0 then for k = 1, n + 1 do "
+    "    local p = redis.call('pttl', KEYS[3] .. ':' .. k); "
+    "    if not jp or p < jp then j, jp = k, p end end end "
+    "  if j ~= n + 1 then local tp = redis.call('pttl', top); "
+    "    if tp > 0 then redis.call('set', KEYS[3] .. ':' .. j, '1', 'PX', tp) "
+    "    elseif tp == -1 then redis.call('set', KEYS[3] .. ':' .. j, '1') "
+    "    else redis.call('del', KEYS[3] .. ':' .. j) end end "
+    "  redis.call('del', top) end "
     "local res = 0; "
     "if n <= 0 then redis.call('hdel', KEYS[1], ARGV[1]); res = 1 end "
     "if redis.call('hget', KEYS[1], 'mode') == 'write' then return res end "
@@ -154,7 +166,7 @@ static dl_script write_release_script = DL_SCRIPT("rw_write_release",
     "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
     "if n > 0 then "
     LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]")
-    "  redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), m)); "
+    DL_LUA_RAISE_TTL("KEYS[1]", "math.max(tonumber(ARGV[2]), m)")
     "  return 0 end "
     "redis.call('hdel', KEYS[1], ARGV[1]); "
     "if redis.call('hlen', KEYS[1]) > 1 then "
@@ -170,11 +182,12 @@ static dl_script write_release_script = DL_SCRIPT("rw_write_release",
 static dl_script read_extend_script = DL_SCRIPT("rw_read_extend",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return 0 end "
-    "for k = 1, tonumber(v) do redis.call('set', KEYS[2] .. ':' .. k, '1', 'PX', ARGV[2]) end "
+    "for k = 1, tonumber(v) do local t = KEYS[2] .. ':' .. k; "
+    "  if redis.call('pttl', t) < tonumber(ARGV[2]) then "
+    "    redis.call('set', t, '1', 'PX', ARGV[2]) end end "
     "if redis.call('hget', KEYS[1], 'mode') == 'write' then "
-    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then "
-    "    redis.call('pexpire', KEYS[1], ARGV[2]) end "
-    "else " LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]") "redis.call('pexpire', KEYS[1], m) end "
+    DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]")
+    "else " LUA_MAXREAD("m", "KEYS[1]", "KEYS[3]") DL_LUA_RAISE_TTL("KEYS[1]", "m") "end "
     "return 1");
 
 /* KEYS: lock, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
@@ -183,7 +196,7 @@ static dl_script write_extend_script = DL_SCRIPT("rw_write_extend",
     "if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or "
     "   redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end "
     LUA_MAXREAD("m", "KEYS[1]", "KEYS[2]")
-    "redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[2]), m)); "
+    DL_LUA_RAISE_TTL("KEYS[1]", "math.max(tonumber(ARGV[2]), m)")
     "return 1");
 
 /* Watchdog, read side. KEYS: locks. ARGV: lease ms, owner per key. Refreshes
@@ -196,8 +209,9 @@ static dl_script read_renew_script = DL_SCRIPT("rw_read_renew",
     "    local bp = key; "
     "    if not string.find(key, '{', 1, true) then bp = '{' .. key .. '}' end "
     "    for k = 1, tonumber(v) do "
-    "      redis.call('set', bp .. ':' .. ARGV[i + 1] .. ':rwlock_timeout:' .. k, '1', 'PX', "
-    "                 ARGV[1]) end "
+    "      local t = bp .. ':' .. ARGV[i + 1] .. ':rwlock_timeout:' .. k; "
+    "      if redis.call('pttl', t) < tonumber(ARGV[1]) then "
+    "        redis.call('set', t, '1', 'PX', ARGV[1]) end end "
     "    if redis.call('pttl', key) < tonumber(ARGV[1]) then "
     "      redis.call('pexpire', key, ARGV[1]) end "
     "    res[i] = 1 "

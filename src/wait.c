@@ -156,6 +156,10 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
     dlock_client *c = l->c;
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
+    /* a re-entry given back for want of replicas leaves the handle's hold
+     * as it was, with the validity it had */
+    int64_t expires0 = l->expires_at;
+    long long last_ok0 = atomic_load(&l->lease.last_ok);
     int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
     dl_node *node = conn->node;
@@ -237,7 +241,11 @@ done:
     sub = NULL;
     if (!rc && t->acquired && c->wait_replicas > 0) {
         rc = wait_acks(l, conn, err);
-        if (rc) t->acquired = 0;
+        if (rc) {
+            t->acquired = 0;
+            l->expires_at = expires0;
+            atomic_store(&l->lease.last_ok, last_ok0);
+        }
     }
     dl_pool_put(c, conn);
     return rc;

@@ -17,7 +17,15 @@
  *      dlock_lock_valid_ms() 0, while another client could take it).
  *   4. replica paused under a watchdog hold and an explicit one: renewals
  *      unacknowledged leave the watchdog hold to run out (lost), an extend
- *      fails with DLOCK_EREPLICAS and keeps the validity it had. */
+ *      fails with DLOCK_EREPLICAS and keeps the validity it had.
+ *   5. an extend to a shorter lease, unacknowledged: it may have reached the
+ *      primary, so the hold is counted valid for the shorter lease (before:
+ *      the longer validity it had, while the primary let another client in).
+ *   6. an unacknowledged re-entry is given back without touching the hold it
+ *      re-entered: another handle of the same owner keeps its hold and its
+ *      lease (before: the give-back set the shared key's expiry to the new
+ *      handle's lease, 0, deleting it), and a handle that re-entered its own
+ *      hold keeps the validity it had (before: the failed re-entry's). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -189,6 +197,82 @@ int main(void)
         dlock_lock_free(wl);
         dlock_lock_free(xl);
         dlock_client_free(cw);
+    }
+
+    /* 5. a shorter extend unacknowledged counts as applied */
+    {
+        dlock_client *cx = replicated_client(p);
+        dlock_client *co = th_client(p, 0);
+        dlock_lock *rl = th_lock(cx, "rep:short", DLOCK_KIND_REENTRANT);
+        dlock_lock *pl2 = th_lock(cx, "rep:shortp", DLOCK_KIND_PLAIN);
+        dlock_lock *ro = th_lock(co, "rep:short", DLOCK_KIND_REENTRANT);
+        ASSERT_LOK(rl, dlock_acquire(rl, DLOCK_NOWAIT, 20000, NULL));
+        ASSERT_LOK(pl2, dlock_acquire(pl2, DLOCK_NOWAIT, 20000, NULL));
+        th_cmd_ok(rp, "SET rep:marker 5");
+        ASSERT_EQ(th_cmd_int(rp, "WAIT 1 5000"), 1);
+        th_server_pause(r);
+        int erc = dlock_extend(rl, 300);
+        int plrc = dlock_extend(pl2, 300);
+        int64_t rv = dlock_lock_valid_ms(rl), pv = dlock_lock_valid_ms(pl2);
+        th_log("extend to 300 ms with the replica paused: %d, %d (valid %lld, %lld ms)", erc, plrc,
+               (long long)rv, (long long)pv);
+        th_server_unpause(r);
+        ASSERT_EQ(erc, DLOCK_EREPLICAS);
+        ASSERT_EQ(plrc, DLOCK_EREPLICAS);
+        ASSERT_LE(rv, 300);
+        ASSERT_LE(pv, 300);
+        /* the reentrant hold's shared key is never shortened (the lease of
+         * an owner's other handles): only the handle's count goes down */
+        ASSERT_MSG(th_cmd_int(rp, "PTTL rep:short") > 10000, "PTTL %lld",
+                   th_cmd_int(rp, "PTTL rep:short"));
+        ASSERT_LE(th_cmd_int(rp, "PTTL rep:shortp"), 300);
+        dlock_release(rl);
+        dlock_release(pl2);
+        dlock_lock_free(rl);
+        dlock_lock_free(pl2);
+        dlock_lock_free(ro);
+        dlock_client_free(cx);
+        dlock_client_free(co);
+    }
+
+    /* 6. an unacknowledged re-entry given back leaves the hold it re-entered */
+    for (int kind = 0; kind < 3; kind++) {
+        static const dlock_kind kinds[3] = {DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR,
+                                            DLOCK_KIND_WRITE};
+        char nm[32];
+        snprintf(nm, sizeof nm, "rep:reenter%d", kind);
+        dlock_client *cx = replicated_client(p);
+        dlock_client *co = th_client(p, 0);
+        dlock_lock *ha = th_lock(cx, nm, kinds[kind]);
+        dlock_lock *hb = th_lock(cx, nm, kinds[kind]);
+        dlock_lock *ho = th_lock(co, nm, kinds[kind]);
+        ASSERT_LOK(ha, dlock_acquire(ha, DLOCK_NOWAIT, 20000, NULL));
+        th_cmd_ok(rp, "SET rep:marker 6");
+        ASSERT_EQ(th_cmd_int(rp, "WAIT 1 5000"), 1);
+        th_server_pause(r);
+        int brc = dlock_acquire(hb, DLOCK_NOWAIT, 5000, NULL);  /* another handle, same owner */
+        int arc = dlock_acquire(ha, DLOCK_NOWAIT, 60000, NULL); /* its own re-entry */
+        th_server_unpause(r);
+        long long pttl = th_cmd_int(rp, "PTTL %s", nm);
+        int64_t av = dlock_lock_valid_ms(ha);
+        int orc = dlock_acquire(ho, DLOCK_NOWAIT, 1000, NULL);
+        th_log("%s: re-entries unacknowledged: %d, %d; the hold: valid %lld ms, PTTL %lld; "
+               "another client: %d",
+               nm, brc, arc, (long long)av, pttl, orc);
+        ASSERT_EQ(brc, DLOCK_EREPLICAS);
+        ASSERT_EQ(arc, DLOCK_EREPLICAS);
+        ASSERT_EQ(dlock_lock_holding(hb), 0);
+        ASSERT_EQ(dlock_lock_holding(ha), 1);
+        ASSERT_MSG(av > 10000 && av <= 20000, "valid %lld", (long long)av);
+        ASSERT_MSG(pttl + 2 >= av, "PTTL %lld below the validity %lld", pttl, (long long)av);
+        ASSERT_EQ(orc, DLOCK_EBUSY);
+        ASSERT_LOK(ha, dlock_release(ha));
+        ASSERT_EQ(th_cmd_int(rp, "EXISTS %s", nm), 0);
+        dlock_lock_free(ha);
+        dlock_lock_free(hb);
+        dlock_lock_free(ho);
+        dlock_client_free(cx);
+        dlock_client_free(co);
     }
 
     dlock_lock_free(a);
