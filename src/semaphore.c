@@ -7,7 +7,7 @@
  * publishes the new count on "redisson_sc:{name}". Permits are not owned:
  * anyone may release. Waiting: dl_sync_* in sync.c.
  *
- * ZooKeeper: backend_zk.c (permits held by lease nodes, released by their
+ * ZooKeeper: src/backends/zk/sem.c (permits held by lease nodes, released by their
  * holder only). */
 #include <errno.h>
 #include <poll.h>

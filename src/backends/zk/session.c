@@ -1,0 +1,488 @@
+/* ZooKeeper sessions, requests with a deadline, and orphan nodes deleted in the background. (The design: zk.h.) */
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <zookeeper/zookeeper_version.h>
+
+#include "zk.h"
+
+/* ---- helpers ---- */
+
+static void no_log(const char *msg) { (void)msg; }
+
+/* The request may or may not have been applied: the connection went (the C
+ * client fails pending requests with one of these), or no answer came. */
+int dl_zk_unknown(int zrc) {
+    return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZK_NOANSWER;
+}
+
+int dl_zk_fail(int zrc, const char *what, dl_err *err) {
+    if (zrc == ZK_NOANSWER)
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: %s: no answer within the command timeout",
+                         what);
+    if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: %s: connection lost (%s)", what,
+                         zerror(zrc));
+    if (zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZSESSIONMOVED ||
+        zrc == ZCLOSING)
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: %s: the session expired or closed", what);
+    if (zrc == ZNOAUTH || zrc == ZAUTHFAILED)
+        return dl_seterr(err, DLOCK_EAUTH, "zookeeper: %s: %s", what, zerror(zrc));
+    if (zrc == ZBADARGUMENTS)
+        return dl_seterr(err, DLOCK_EINVAL, "zookeeper: %s: bad arguments (a bad chroot path?)",
+                         what);
+    if (zrc == ZMARSHALLINGERROR)
+        return dl_seterr(err, DLOCK_EPROTO, "zookeeper: %s: %s", what, zerror(zrc));
+    if (zrc == ZSYSTEMERROR) return dl_seterr(err, DLOCK_ENOMEM, "zookeeper: %s: out of memory", what);
+    return dl_seterr(err, DLOCK_ESERVER, "zookeeper: %s: %s (%d)", what, zerror(zrc), zrc);
+}
+
+/* Waits on cv until deadline (dl_now_ms; DL_INF_DEADLINE forever). The
+ * condition variable runs on CLOCK_MONOTONIC, the deadline on the library's
+ * clock (clock.c): the wait is given as the time left from now. */
+void dl_zk_cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) {
+        pthread_cond_wait(cv, mu);
+        return;
+    }
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+
+static void cv_init_mono(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+char *dl_zk_join3(const char *a, const char *b, const char *c) {
+    size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char *s = malloc(la + lb + lc + 1);
+    if (!s) return NULL;
+    memcpy(s, a, la);
+    memcpy(s + la, b, lb);
+    memcpy(s + la + lb, c, lc + 1);
+    return s;
+}
+
+/* ---- sessions ---- */
+
+static void orphans_send_locked(zk_sess *s);
+
+static void sess_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+    (void)zh;
+    (void)path;
+    zk_sess *s = ctx;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (type == ZOO_SESSION_EVENT) {
+        if (state == ZOO_CONNECTED_STATE || state == ZOO_READONLY_STATE) {
+            s->connected = 1;
+            orphans_send_locked(s);
+        } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+            s->connected = 0;
+            if (!s->dead) {
+                s->dead = 1;
+                dl_zk_mark_lost_locked(s);
+            }
+        } else {
+            s->connected = 0;
+        }
+    }
+    s->events++;
+    pthread_cond_broadcast(&s->cv);
+    for (zk_waker *w = s->wakers; w; w = w->next) {
+        uint64_t one = 1;
+        ssize_t n = write(w->fd, &one, sizeof one); /* EAGAIN: readable anyway */
+        (void)n;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dl_zk_sess_unref(zk_sess *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    int left = --s->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left > 0) return;
+    /* ends the session: its ephemeral nodes go; pending completions are
+     * called (ZCLOSING) before this returns */
+    if (s->zh) zookeeper_close(s->zh);
+    while (s->orphans) {
+        zk_orphan *o = s->orphans;
+        s->orphans = o->next;
+        free(o->path);
+        free(o->parent);
+        free(o->match);
+        free(o);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+static int sess_open(zk_client *zc, zk_sess **out, dl_err *err) {
+    *out = NULL;
+    zk_sess *s = calloc(1, sizeof *s);
+    if (!s) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    cv_init_mono(&s->cv);
+    s->refs = 1;
+    s->zh = zookeeper_init2(zc->hosts, sess_watcher, zc->session_ms, NULL, s, 0, no_log);
+    if (!s->zh) {
+        int e = errno;
+        dl_zk_sess_unref(s);
+        if (e == EINVAL)
+            return dl_seterr(err, DLOCK_EINVAL, "bad zookeeper host list '%s'", zc->hosts);
+        if (e == ENOMEM) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: cannot start a session with %s: %s",
+                         zc->hosts, strerror(e));
+    }
+    int64_t deadline = dl_deadline(zc->connect_timeout_ms);
+    pthread_mutex_lock(&s->mu);
+    while (!s->connected && !s->dead && dl_now_ms() < deadline)
+        dl_zk_cv_wait_until(&s->cv, &s->mu, deadline);
+    int ok = s->connected, dead = s->dead;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) {
+        dl_zk_sess_unref(s);
+        if (dead)
+            return dl_seterr(err, DLOCK_EAUTH, "zookeeper: %s refused the session", zc->hosts);
+        return dl_seterr(err, DLOCK_EIO, "zookeeper: no server of %s answered within %lld ms",
+                         zc->hosts, (long long)zc->connect_timeout_ms);
+    }
+    *out = s;
+    return DLOCK_OK;
+}
+
+/* The client's live session (a reference), opening a new one after expiry. */
+int dl_zk_sess_get(zk_client *zc, zk_sess **out, dl_err *err) {
+    pthread_mutex_lock(&zc->mu);
+    zk_sess *s = zc->sess;
+    int dead = 0;
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        dead = s->dead;
+        if (!dead) s->refs++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    int rc = DLOCK_OK;
+    if (!s || dead) {
+        zc->sess = NULL;
+        dl_zk_sess_unref(s);
+        rc = sess_open(zc, &zc->sess, err);
+        if (!rc) {
+            s = zc->sess;
+            pthread_mutex_lock(&s->mu);
+            s->refs++;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&zc->mu);
+    *out = rc ? NULL : s;
+    return rc;
+}
+
+/* ---- requests with a deadline ---- */
+
+
+zk_op *dl_zk_op_new(zk_sess *s) {
+    zk_op *op = calloc(1, sizeof *op);
+    if (!op) return NULL;
+    pthread_mutex_init(&op->mu, NULL);
+    cv_init_mono(&op->cv);
+    op->refs = 2;
+    op->s = s;
+    return op;
+}
+
+static void op_free(zk_op *op) {
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op->path);
+    free(op->prefix);
+    for (int i = 0; i < op->nkids; i++) free(op->kids[i]);
+    free(op->kids);
+    free(op->data);
+    for (int i = 0; i < op->nm; i++) free(op->mpaths[i]);
+    free(op->mpaths);
+    free(op->mops);
+    free(op->mres);
+    free(op);
+}
+
+void dl_zk_op_unref(zk_op *op) {
+    pthread_mutex_lock(&op->mu);
+    int left = --op->refs;
+    pthread_mutex_unlock(&op->mu);
+    if (!left) op_free(op);
+}
+
+static void noop_void(int rc, const void *data) {
+    (void)rc;
+    (void)data;
+}
+
+
+/* completion side: record, wake the caller, drop the completion's reference */
+static void op_done(zk_op *op, int rc) {
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    op->done = 1;
+    /* a create nobody waits for any more: its node, if any, must go */
+    if (op->abandoned && rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
+    for (int i = 0; op->abandoned && rc == ZOK && i < op->nm; i++)
+        if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
+    if (op->abandoned && op->prefix && dl_zk_unknown(rc)) dl_zk_orphan_add(op->s, NULL, op->prefix);
+    pthread_cond_broadcast(&op->cv);
+    int left = --op->refs;
+    pthread_mutex_unlock(&op->mu);
+    if (!left) op_free(op);
+}
+
+void dl_zk_c_void(int rc, const void *data) { op_done((zk_op *)data, rc); }
+
+static void c_stat(int rc, const struct Stat *st, const void *data) {
+    zk_op *op = (zk_op *)data;
+    if (rc == ZOK && st) op->st = *st;
+    op_done(op, rc);
+}
+
+static void c_data(int rc, const char *v, int vlen, const struct Stat *st, const void *data) {
+    zk_op *op = (zk_op *)data;
+    if (rc == ZOK) {
+        int n = v && vlen > 0 ? vlen : 0;
+        op->data = malloc((size_t)n + 1);
+        if (!op->data) {
+            rc = ZSYSTEMERROR;
+        } else {
+            if (n) memcpy(op->data, v, (size_t)n);
+            op->data[n] = '\0';
+            op->datalen = n;
+        }
+    }
+    c_stat(rc, st, data);
+}
+
+static void c_create(int rc, const char *value, const struct Stat *st, const void *data) {
+    zk_op *op = (zk_op *)data;
+    if (rc == ZOK) {
+        if (st) op->st = *st;
+        op->path = value ? strdup(value) : NULL;
+        if (!op->path) rc = ZSYSTEMERROR;
+    }
+    op_done(op, rc);
+}
+
+static void c_kids(int rc, const struct String_vector *v, const void *data) {
+    zk_op *op = (zk_op *)data;
+    if (rc == ZOK && v && v->count > 0) {
+        op->kids = calloc((size_t)v->count, sizeof *op->kids);
+        if (!op->kids) rc = ZSYSTEMERROR;
+        for (int i = 0; rc == ZOK && i < v->count; i++) {
+            if (!(op->kids[i] = strdup(v->data[i]))) rc = ZSYSTEMERROR;
+            else op->nkids = i + 1;
+        }
+    }
+    op_done(op, rc);
+}
+
+/* Waits for op's answer until deadline. Returns the ZooKeeper code, or
+ * ZK_NOANSWER with *late = 1 when no answer came in time. */
+int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late) {
+    pthread_mutex_lock(&op->mu);
+    while (!op->done && dl_now_ms() < deadline) dl_zk_cv_wait_until(&op->cv, &op->mu, deadline);
+    int rc = op->done ? op->rc : ZK_NOANSWER;
+    if (!op->done) {
+        op->abandoned = 1;
+        if (late) *late = 1;
+    }
+    pthread_mutex_unlock(&op->mu);
+    return rc;
+}
+
+/* Starts a request (sent() is the zoo_a* call's result): on a refusal the
+ * completion will not run, so its reference is dropped here. */
+int dl_zk_op_started(zk_op *op, int sent) {
+    if (sent != ZOK) {
+        pthread_mutex_lock(&op->mu);
+        op->refs--;
+        pthread_mutex_unlock(&op->mu);
+    }
+    return sent;
+}
+
+/* ---- orphans ---- */
+
+static void orphan_unlink_locked(zk_sess *s, zk_orphan *o) {
+    for (zk_orphan **pp = &s->orphans; *pp; pp = &(*pp)->next)
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    free(o->path);
+    free(o->parent);
+    free(o->match);
+    free(o);
+}
+
+static int orphan_settled(int rc) {
+    return rc == ZOK || rc == ZNONODE || rc == ZSESSIONEXPIRED || rc == ZCLOSING ||
+           rc == ZINVALIDSTATE;
+}
+
+static void c_orphan(int rc, const void *data) {
+    zk_orphan *o = (zk_orphan *)data;
+    zk_sess *s = o->s;
+    pthread_mutex_lock(&s->mu);
+    o->inflight = 0;
+    if (orphan_settled(rc)) orphan_unlink_locked(s, o);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void orphans_send_locked(zk_sess *s);
+
+/* the children of a search: our node (then deleted) or none (never made) */
+static void c_orphan_kids(int rc, const struct String_vector *v, const void *data) {
+    zk_orphan *o = (zk_orphan *)data;
+    zk_sess *s = o->s;
+    pthread_mutex_lock(&s->mu);
+    o->inflight = 0;
+    if (rc == ZOK) {
+        /* every match: a semaphore's multi create makes several nodes */
+        int found = 0;
+        for (int i = 0; v && i < v->count; i++) {
+            if (strncmp(v->data[i], o->match, strlen(o->match))) continue;
+            char *p = dl_zk_join3(o->parent, "/", v->data[i]);
+            if (!p) continue; /* out of memory: the session's end takes it */
+            if (!found++) {
+                o->path = p;
+                continue;
+            }
+            zk_orphan *x = calloc(1, sizeof *x);
+            if (!x) {
+                free(p);
+                continue;
+            }
+            x->s = s;
+            x->path = p;
+            x->next = s->orphans;
+            s->orphans = x;
+        }
+        if (!found) orphan_unlink_locked(s, o);
+        else if (s->connected) orphans_send_locked(s);
+    } else if (orphan_settled(rc)) {
+        orphan_unlink_locked(s, o);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Sends a delete (or a search) for every orphan not in flight (s->mu held). */
+static void orphans_send_locked(zk_sess *s) {
+    for (zk_orphan *o = s->orphans; o; o = o->next) {
+        if (o->inflight || !s->zh) continue;
+        o->inflight = 1;
+        int sent = o->path ? zoo_adelete(s->zh, o->path, -1, c_orphan, o)
+                           : zoo_aget_children(s->zh, o->parent, 0, c_orphan_kids, o);
+        if (sent != ZOK) o->inflight = 0;
+    }
+}
+
+/* Deletes path in the background until the server confirms; or, with
+ * prefix (a create's path whose outcome is unknown), first looks for the
+ * node that create may have made. */
+void dl_zk_orphan_add(zk_sess *s, const char *path, const char *prefix) {
+    zk_orphan *o = calloc(1, sizeof *o);
+    int ok = o != NULL;
+    if (ok && path) ok = (o->path = strdup(path)) != NULL;
+    if (ok && !path) {
+        const char *slash = strrchr(prefix, '/');
+        ok = slash && (o->parent = strndup(prefix, (size_t)(slash - prefix))) &&
+             (o->match = strdup(slash + 1));
+    }
+    pthread_mutex_lock(&s->mu);
+    if (ok && !s->dead) {
+        o->s = s;
+        o->next = s->orphans;
+        s->orphans = o;
+        if (s->connected) orphans_send_locked(s);
+        o = NULL;
+    } else if (!s->dead && path) {
+        zoo_adelete(s->zh, path, -1, noop_void, NULL); /* out of memory: once */
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (o) {
+        free(o->path);
+        free(o->parent);
+        free(o->match);
+        free(o);
+    }
+}
+
+
+/* Runs one request bounded by the command timeout. create: flags (path gets
+ * the created node) and data; watch: get with a data watch on path (only set
+ * if it exists); watch_kids: get_children with a child watch; set: data
+ * if the node's version is flags. *out (may be NULL) gets the finished op,
+ * which the caller frees with dl_zk_op_unref. Returns the ZooKeeper code; no
+ * answer in time is ZK_NOANSWER. */
+int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+                   const char *data, zk_op **out) {
+    if (out) *out = NULL;
+    zk_op *op = dl_zk_op_new(s);
+    if (!op) {
+        errno = ENOMEM;
+        return ZSYSTEMERROR;
+    }
+    int sent;
+    switch (what) {
+    case OP_CREATE:
+        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) op->prefix = strdup(path); /* NULL: no cleanup search */
+        sent = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1,
+                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
+        break;
+    case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, dl_zk_c_void, op); break;
+    case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, op); break;
+    case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, op); break;
+    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, op); break;
+    case OP_SET:
+        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, op);
+        break;
+    case OP_WATCH_KIDS:
+        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, op);
+        break;
+    default: sent = zoo_aget_children(s->zh, path, 0, c_kids, op); break;
+    }
+    int rc = dl_zk_op_started(op, sent);
+    if (rc == ZOK) rc = dl_zk_op_wait(op, dl_deadline(zc->cmd_timeout_ms), NULL);
+    if (rc == ZOK && out) *out = op;
+    else dl_zk_op_unref(op);
+    return rc;
+}
+
+int dl_zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+              zk_op **out) {
+    return dl_zk_req_data(zc, s, what, path, flags, NULL, out);
+}
