@@ -18,6 +18,7 @@
  * (ZooKeeper, etcd) gives --limit a permit of its semaphore, held by the
  * client's session or a lease it keeps alive, whose lost-permits callback
  * writes to that pipe too. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -574,6 +575,51 @@ static int group_alive(pid_t pg)
     return kill(-pg, 0) == 0 || errno == EPERM;
 }
 
+/* Sends sig to every process under dlock that is not in the command's
+ * process group pg (those a signal to the group reaches: sent twice, a
+ * SIGTERM would also stop what a trap of the command starts) and is not
+ * skip (the reaper): the processes that left the group (setsid), read from
+ * /proc/<pid>/task/<tid>/children; once their parent is gone they are
+ * dlock's children (dlock is a subreaper). Returns how many processes are
+ * under dlock but skip, in the group or not (sig 0: only counts them). */
+#define TREE_MAX 4096
+static int signal_tree(pid_t pg, pid_t skip, int sig)
+{
+    static pid_t q[TREE_MAX];
+    int head = 0, tail = 0, n = 0;
+    q[tail++] = getpid();
+    while (head < tail) {
+        pid_t p = q[head++];
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/task", (long)p);
+        DIR *d = opendir(path);
+        if (!d)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.')
+                continue;
+            char cpath[96];
+            snprintf(cpath, sizeof cpath, "/proc/%ld/task/%.20s/children", (long)p, e->d_name);
+            FILE *f = fopen(cpath, "r");
+            if (!f)
+                continue;
+            long c;
+            while (fscanf(f, "%ld", &c) == 1) {
+                if ((pid_t)c == skip || tail == TREE_MAX)
+                    continue;
+                q[tail++] = (pid_t)c;
+                n++;
+                if (sig && getpgid((pid_t)c) != pg)
+                    (void)kill((pid_t)c, sig);
+            }
+            fclose(f);
+        }
+        closedir(d);
+    }
+    return n;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -824,7 +870,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                 done = 1;
             }
         }
-        if (done && (!lost || kill_at == -2 || !group_alive(pid)))
+        if (done && (!lost || kill_at == -2 || (!group_alive(pid) && !signal_tree(pid, reaper, 0))))
             break;
         for (i = 0; i < lk->nlocks && !lost; i++) {
             if (dlock_lock_is_lost(lk->locks[i])) {
@@ -861,6 +907,8 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                     (long)pid, ka);
             kill(-pid, SIGTERM);
             kill(-pid, SIGCONT); /* a stopped process would not see the SIGTERM */
+            signal_tree(pid, reaper, SIGTERM); /* and what left the group */
+            signal_tree(pid, reaper, SIGCONT);
             cont = 0;
             kill_at = now_us() / 1000 + o->kill_after_ms;
         }
@@ -874,6 +922,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                 if (g->verbose)
                     cli_err(CMD, "sending SIGKILL to process group %ld", (long)pid);
                 kill(-pid, SIGKILL);
+                signal_tree(pid, reaper, SIGKILL);
                 kill_at = -2; /* done */
                 continue;
             }

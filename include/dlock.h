@@ -174,7 +174,11 @@ typedef struct dlock_options {
     /* RedLock: URL (redis://...) of one designated server whose counter
      * issues the fencing tokens, so that they are strictly increasing even
      * across node failures. NULL: each acquire's token is the largest of the
-     * majority's own counters, which is NOT linearizable (see docs). */
+     * majority's own counters, which is NOT linearizable (see docs). The
+     * token is asked for once a majority is held and must come within the
+     * hold's validity: one that comes later could follow the next holder's,
+     * so the acquire fails then (DLOCK_EIO, or not acquired: a wait goes on)
+     * and gives the majority back. */
     const char *fence_url;
     /* After each lock acquire, wait until this many replicas acknowledged it
      * (Redis WAIT), for at most wait_replicas_timeout_ms (0: 1000 ms). Fewer
@@ -414,9 +418,14 @@ DLOCK_EXPORT const char *dlock_lock_errmsg(const dlock_lock *l);
  *           promoted replica's clock not behind by more than the failover
  *           took); the counter was not set ahead of the clock; and the ACL
  *           user may run TIME (without it: a plain INCR, increasing while
- *           the counter is kept).
+ *           the counter is kept). A counter INCR cannot count on (a word,
+ *           another type, its largest value: a foreign write) is set to the
+ *           clock; without TIME the acquire then fails (DLOCK_ESERVER) and
+ *           holds nothing.
  * A reentrant handle already held by this thread re-enters (hold count + 1,
- * lease refreshed). A plain handle that already holds returns DLOCK_EINVAL.
+ * lease refreshed: raised, never shortened; a hold the watchdog keeps stays
+ * kept, whatever the re-entry's lease). A plain handle that already holds
+ * returns DLOCK_EINVAL.
  * Returns DLOCK_OK, DLOCK_EBUSY (try once, held elsewhere; also at once,
  * whatever the wait, when the name is held as a lock of another kind, whose
  * layout this kind cannot read), DLOCK_ETIMEDOUT, DLOCK_ECANCELED

@@ -78,13 +78,28 @@ struct dl_script {
  * cost). The token goes out as a string with string.format('%d'): Lua's
  * tostring shows 1.7e15 as "1.7e+15". An ACL user without +time
  * (SECURITY.md's recipe before +time) gets the plain INCR: tokens from 1,
- * increasing only while the counter is kept. */
+ * increasing only while the counter is kept. A counter INCR cannot count on
+ * (a foreign client wrote a word, another type, or its largest value) is set
+ * to the clock, which the tokens before it did not pass (the condition
+ * above); without the clock the script answers DL_FENCE_ERR after its
+ * writes, and the caller gives the hold back. The lock is written first
+ * because most attempts of a waiter find it taken: they spend nothing on the
+ * counter. */
 #define DL_LUA_FENCE(var, k)                                                           \
-    "local " var " = redis.call('incr', " k ") "                                       \
+    "local " var " = redis.pcall('incr', " k ") "                                      \
+    "if type(" var ") ~= 'number' then " var " = nil end "                             \
     "do local t = redis.pcall('time') "                                                \
     "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
-    "if now > " var " then " var " = now "                                             \
-    "redis.call('set', " k ", string.format('%d', " var ")) end end end "
+    "if not " var " or now > " var " then " var " = now "                              \
+    "redis.call('set', " k ", string.format('%d', " var ")) end end end "              \
+    "if not " var " then return redis.error_reply('" DL_FENCE_ERR " the fencing "     \
+    "counter ' .. " k " .. ' cannot be counted on (not an integer, or at its "       \
+    "largest) and the server\\'s clock cannot be read (TIME)') end "
+
+/* The error a lock script answers when it wrote a hold it cannot give a
+ * fencing token (DL_LUA_FENCE): the caller gives the hold back (the script
+ * cannot undo its writes: Redis does not roll a script back). */
+#define DL_FENCE_ERR "DLOCKFENCE"
 
 /* Lua, inline: the expiry of key k becomes ms (a Lua expression) from now,
  * unless it is later already (a key without expiry gets one; ms <= 0
@@ -611,6 +626,8 @@ typedef struct dl_try {
     int64_t count;             /* hold count after acquiring (reentrant kinds) */
     int64_t pttl;              /* not acquired: ms to wait at most before retrying
                                 * (-1: no expiry known) */
+    int unfenced;              /* failed with DL_FENCE_ERR: the script took the
+                                * lock, which the caller must give back */
 } dl_try;
 
 typedef struct dl_kind_ops dl_kind_ops;

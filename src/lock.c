@@ -356,7 +356,10 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
     }
     set_holds(l, l->holds + 1);
     l->fence = t.fence;
-    l->lease_ms = lease;
+    /* a re-entry with an explicit lease of a hold the watchdog keeps leaves it
+     * kept: the watchdog's lease stays the handle's (the re-entry's own lease
+     * only raised the key's expiry) */
+    if (!(reenter && l->watchdog)) l->lease_ms = lease;
     atomic_store(&l->lease.lost, 0);
     if (fence) *fence = t.fence;
     /* backends without the library's watchdog keep their holds themselves
@@ -370,7 +373,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
             set_holds(l, 0);
             return lock_fail(l, &saved);
         }
-    } else if (lease_ms != DLOCK_WATCHDOG) {
+    } else if (lease_ms != DLOCK_WATCHDOG && !reenter) {
         wd_off(l);
     }
     return lock_ok(l);

@@ -161,9 +161,9 @@ static int no_quorum(dlock_client *c, size_t answered, dl_err *err) {
 static dl_script fence_script =
     DL_SCRIPT("fence", DL_LUA_FENCE("f", "KEYS[1]") "return f");
 
-static int fence_from_node(dlock_lock *l, uint64_t *fence, dl_err *err) {
+/* The token from the fence server, asked before deadline. */
+static int fence_from_node(dlock_lock *l, uint64_t *fence, int64_t deadline, dl_err *err) {
     dlock_client *c = l->c;
-    int64_t deadline = dl_cmd_deadline(c);
     dl_conn *conn = NULL;
     int rc = dl_node_get(c->fence_node, deadline, &conn, err);
     if (rc) return rc;
@@ -203,9 +203,9 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         dl_err e = {0};
         int rc = dl_parse_attempt(l, replies[i], t0, lease_ms, &one, &e);
         if (rc) {
-            /* left alone: a script that fails stops before its writes (the
-             * one write that could come before an error, on a fence key of
-             * the wrong type, is at worst a hold of ours until its lease) */
+            /* a script that fails stops before its writes, but for one that
+             * took the lock and could not fence it (given back here) */
+            if (one.unfenced) what[i] = UNDO_NOW, undo++;
             if (!server_rc) server_rc = rc, server_err = e;
             errors++;
             continue;
@@ -227,7 +227,29 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
     int64_t elapsed = dl_now_ms() - t0;
     int64_t validity = lease_ms - elapsed - drift_ms(lease_ms);
     if (ok >= c->quorum && validity > 0) {
-        int rc = c->fence_node ? fence_from_node(l, &fence, err) : DLOCK_OK;
+        /* the token must come while the hold is valid: one issued after it
+         * ran out could follow the next holder's (a token higher than the
+         * holder's, for a hold that is over) */
+        int64_t valid_until = t0 + lease_ms - drift_ms(lease_ms);
+        int64_t deadline = dl_cmd_deadline(c);
+        if (deadline > valid_until) deadline = valid_until;
+        int rc = c->fence_node ? fence_from_node(l, &fence, deadline, err) : DLOCK_OK;
+        if (!rc && dl_now_ms() >= valid_until) {
+            /* not acquired: the wait goes on, or a try fails as busy */
+            undo_attempt(l, lease_ms, conns, what);
+            put_all(c, conns, NULL);
+            t->pttl = 0;
+            return DLOCK_OK;
+        }
+        if (rc == DLOCK_EIO && dl_now_ms() >= valid_until) {
+            /* the fence server did not answer within the validity */
+            undo_attempt(l, lease_ms, conns, what);
+            put_all(c, conns, NULL);
+            return dl_seterr(err, DLOCK_EIO,
+                             "the fence server did not answer within the lock's validity (%lld "
+                             "ms); not acquired",
+                             (long long)(lease_ms - drift_ms(lease_ms)));
+        }
         if (rc) {
             undo_attempt(l, lease_ms, conns, what);
             put_all(c, conns, NULL);

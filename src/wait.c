@@ -29,7 +29,10 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
                      dl_err *err) {
     long long a = 0, b = 0, n = 0;
     memset(t, 0, sizeof *t);
-    if (r->type == REDIS_REPLY_ERROR) return dl_reply_error(r, "acquire", err);
+    if (r->type == REDIS_REPLY_ERROR) {
+        t->unfenced = r->str && !strncmp(r->str, DL_FENCE_ERR, sizeof DL_FENCE_ERR - 1);
+        return dl_reply_error(r, "acquire", err);
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
         dl_reply_int(r->element[1], &b) || (r->elements > 2 && dl_reply_int(r->element[2], &n)))
         return dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
@@ -146,6 +149,12 @@ static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_
     conn->post = dl_who_post(l, l->holds > 0 ? 'r' : 'a', lease_ms);
     int rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
     conn->post = NULL;
+    if (rc && t->unfenced && !conn->broken) {
+        /* nothing is held on a failed acquire: give back what the script took */
+        long long res;
+        dl_err ignored;
+        l->ops->release(l, conn, &res, &ignored);
+    }
     return rc;
 }
 

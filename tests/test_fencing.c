@@ -301,6 +301,36 @@ int main(void)
     }
     dlock_lock_free(l);
 
+    /* a counter INCR cannot count on (a word, another type, its largest
+     * value, written by a foreign client): the token is the server's clock,
+     * above the tokens before it, and the counter is set to it (before: the
+     * acquire failed after its script had written the lock, which stayed
+     * held by nobody for its lease, or a counter of another type was told as
+     * "held as another kind of lock") */
+    static const char *const bad[] = {"SET %s abc", "HSET %s f v", "SET %s 9223372036854775807"};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        for (size_t bi = 0; bi < sizeof bad / sizeof bad[0]; bi++) {
+            dlock_lock *k = th_lock(c, "fence:bad", kinds[i]);
+            th_cmd_int(rc, "DEL redisson_lock_token:{fence:bad}");
+            char cmd[64];
+            snprintf(cmd, sizeof cmd, bad[bi], "redisson_lock_token:{fence:bad}");
+            redisReply *br = redisCommand(rc, cmd);
+            ASSERT_NOT_NULL(br);
+            freeReplyObject(br);
+            uint64_t t0 = server_us(rc), fk = 0;
+            ASSERT_LOK(k, dlock_acquire(k, DLOCK_NOWAIT, 5000, &fk));
+            ASSERT_U64_GT(fk, t0 - 1);
+            ASSERT_U64_GT(server_us(rc) + 1, fk);
+            char *v = th_cmd_str(rc, "GET redisson_lock_token:{fence:bad}");
+            ASSERT_EQ(strtoull(v, NULL, 10), fk);
+            free(v);
+            ASSERT_LOK(k, dlock_release(k));
+            ASSERT_EQ(th_cmd_int(rc, "EXISTS fence:bad"), 0);
+            dlock_lock_free(k);
+        }
+    }
+    th_cmd_int(rc, "DEL redisson_lock_token:{fence:bad}");
+
     fair_handoff(c, rc);
     redisFree(rc);
     dlock_client_free(c);

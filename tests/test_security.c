@@ -49,6 +49,21 @@ int main(void)
      * expires. */
     ASSERT_U64_EQ(fence, 1);
     ASSERT_EQ(th_cmd_int(rc, "PTTL redisson_lock_token:{app:orders}"), -1);
+    /* ... and a counter INCR cannot count on, without the clock: the acquire
+     * fails with nothing held (the script wrote the lock before it found out,
+     * and the library gives it back; before: held for its lease by nobody) */
+    th_cmd_ok(rc, "SET redisson_lock_token:{app:bad} abc");
+    dlock_lock *badl = th_lock(c, "app:bad", DLOCK_KIND_PLAIN);
+    dlock_lock *badr = th_lock(c, "app:bad2", DLOCK_KIND_REENTRANT);
+    th_cmd_ok(rc, "SET redisson_lock_token:{app:bad2} abc");
+    ASSERT_LCODE(badl, dlock_acquire(badl, DLOCK_NOWAIT, 5000, NULL), DLOCK_ESERVER);
+    th_log("a bad counter without the clock: %s", dlock_lock_errmsg(badl));
+    ASSERT_LCODE(badr, dlock_acquire(badr, DLOCK_NOWAIT, 5000, NULL), DLOCK_ESERVER);
+    ASSERT_EQ(dlock_lock_holding(badl), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS app:bad"), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS app:bad2"), 0);
+    dlock_lock_free(badl);
+    dlock_lock_free(badr);
     th_cmd_ok(rc, "ACL SETUSER app +time");
     ASSERT_LOK(in, dlock_acquire(in, DLOCK_NOWAIT, 5000, &fence));
     ASSERT_U64_GT(fence, 1000000000000000ULL);

@@ -278,6 +278,30 @@ int main(void)
     hold_with_watchdog(s, c, other, rc, "wd:plain", DLOCK_KIND_PLAIN);
     hold_with_watchdog(s, c, other, rc, "wd:reentrant", DLOCK_KIND_REENTRANT);
 
+    /* a watchdog hold re-entered with an explicit lease stays kept: after
+     * the inner hold's release the outer one is renewed on (before: the
+     * re-entry turned the watchdog off, the key ran out with no lost
+     * callback, and another client took the lock) */
+    {
+        dlock_lock *wl = th_lock(c, "wd:reenter", DLOCK_KIND_REENTRANT);
+        dlock_lock *wo = th_lock(other, "wd:reenter", DLOCK_KIND_REENTRANT);
+        ASSERT_LOK(wl, dlock_acquire(wl, DLOCK_NOWAIT, DLOCK_WATCHDOG, NULL));
+        ASSERT_LOK(wl, dlock_acquire(wl, DLOCK_NOWAIT, WD_LEASE / 3, NULL));
+        ASSERT_LOK(wl, dlock_release(wl));
+        int64_t tr = th_now_ms();
+        while (th_now_ms() - tr < 2 * WD_LEASE) {
+            ASSERT_MSG(th_cmd_int(rc, "PTTL wd:reenter") > 0, "the outer hold ran out after %lld ms",
+                       (long long)(th_now_ms() - tr));
+            th_sleep_ms(25);
+        }
+        ASSERT_GT(dlock_lock_valid_ms(wl), 0);
+        ASSERT_LCODE(wo, dlock_acquire(wo, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+        ASSERT_LOK(wl, dlock_release(wl));
+        ASSERT_EQ(th_cmd_int(rc, "EXISTS wd:reenter"), 0);
+        dlock_lock_free(wl);
+        dlock_lock_free(wo);
+    }
+
     /* several locks of one client renewed together */
     dlock_lock *many[5];
     char name[32];

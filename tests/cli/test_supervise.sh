@@ -116,6 +116,22 @@ check "forking command, lock lost: exit 80 after the --kill-after ($rc, $ms ms)"
 check "forking command, lock lost: its child that ignored SIGTERM got SIGKILL" \
     "wait_until 'gone $stubborn' 20"
 
+# A grandchild that left the group (setsid): a lost lock stops it too
+# (before: it kept running, outside any lock, after dlock exited 80).
+TREE="setsid sh -c 'echo \$\$ >\"$TMP/escaped\"; exec sleep 45' & sleep 46"
+rm -f "$TMP/escaped"
+start_tree --ttl 1s --kill-after 1s tree
+wait_until "[ -s '$TMP/escaped' ]" || fail "the grandchild did not start"
+escaped=$(cat "$TMP/escaped")
+BG_PIDS+=("$escaped")
+check "setsid grandchild: in a session of its own" \
+    "[ \"\$(ps -o sid= -p $escaped | tr -d ' ')\" = $escaped ]"
+rcli del tree >/dev/null
+wait "$DPID"
+rc=$?
+check "setsid grandchild, lock lost: exit 80 ($rc)" "[ $rc = 80 ]"
+check "setsid grandchild, lock lost: it is gone too" "wait_until 'gone $escaped' 20"
+
 # dlock SIGKILLed: the reaper stops the whole group.
 TREE='sleep 43 | cat'
 start_tree --ttl 5s tree
