@@ -18,8 +18,9 @@
  *   "dlock/lock/<L>/<N>/" (the length keeps "a" and "a/b" apart). Each
  *   attempt creates "<prefix>w/<lease id, 16 hex>" (exclusive kinds: plain,
  *   reentrant, fair, write) or "<prefix>r/<lease id>" (read), "-<n, hex>"
- *   appended under the session lease (n unique in the client), with that
- *   lease and the holder's token as value: the concurrency recipe
+ *   appended under the session lease, with that
+ *   lease and the holder's token as value (n: the handle's number, so one
+ *   handle's holds on a session reuse one key): the concurrency recipe
  *   of etcd's own Mutex / RWMutex, done by the client. An exclusive attempt
  *   holds the lock when its key is the oldest (lowest create_revision) under
  *   the prefix; a read attempt when no exclusive key is older than its own.
@@ -55,9 +56,11 @@
  *   out: a lease per hold. dlock_extend grants a new lease, re-puts the key
  *   with it in a txn guarded by the key's create_revision (so the fencing
  *   token stays) and revokes the old lease (not the session's).
- * - Loss: the keep-alive finding a lease gone, or the client's watch seeing
- *   a kept hold's key deleted or replaced (at once: "the client's watch"
- *   below), or check / release / extend finding the key gone or re-created,
+ * - Loss: the keep-alive finding a lease gone or a kept hold's key put again
+ *   in place by another (its round's check txn), or the client's watch
+ *   seeing a kept hold's key deleted (at once for a hold kept 50 ms: "the
+ *   client's watch" below), or check / release / extend finding the key
+ *   gone or re-created,
  *   means the lock is lost: release says DLOCK_ELOST, check "not held",
  *   dlock_lock_is_lost 1; the keep-alive or the watch thread runs the loss
  *   callback (DLOCK_LOST_TAKEN) for the holds it keeps.
@@ -137,7 +140,7 @@ typedef struct etcd_client {
     long long sess;               /* the session lease of DLOCK_WATCHDOG holds (0: none yet,
                                      or found gone: the next such acquire grants another) */
     pthread_mutex_t sess_mu;      /* one grant at a time */
-    atomic_ullong seq;            /* makes each session hold's key unique */
+    atomic_ullong seq;            /* numbers the handles: each session hold's key unique */
     /* the client's watch of its kept holds' keys (cw_main; ka_mu guards the
      * fields but cw_multi, which lives from the thread's start to close) */
     pthread_t cw_thread;
@@ -166,6 +169,7 @@ struct etcd_lock {
     char *wprefix;                /* prefix + "w/": the exclusive holds' keys */
     size_t wprefix_len;
     int reader;                   /* a read lock: keys under prefix + "r/" */
+    unsigned long long kn;        /* the handle's number in its client (ec->seq) */
     char *key;                    /* prefix + "w/" or "r/" + lease hex: the hold's key */
     size_t key_len;
     long long lease;              /* current hold's lease id */
@@ -175,6 +179,7 @@ struct etcd_lock {
     int kept;                     /* in the keep-alive list (ka_mu) */
     long long wfrom;              /* its key was its own at this revision (ka_mu) */
     int wreplay;                  /* the client's watch must replay from wfrom + 1 (ka_mu) */
+    int64_t wdue;                 /* ... by then (dl_now_ms; ka_mu) */
     etcd_lock *next;              /* keep-alive list link (ka_mu) */
     atomic_int lost;
 };
@@ -639,12 +644,17 @@ typedef struct ka_seen {
     int gone;
 } ka_seen;
 
+static int ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n, long long *rev);
+
 /* The keep-alive thread: every third of the watchdog TTL, one keep-alive of
  * the session lease (while there is one) and one per entry holding a lease of
  * its own (semaphore acquisitions). A session lease found gone is dropped, and
  * every session hold whose lease is not the current session lease is lost: all
- * the holds of a lost session at once. A kept hold's key deleted or replaced
- * by another client is the client's watch's business (cw_main). */
+ * the holds of a lost session at once. Then one txn of compares (ka_check)
+ * finds a kept hold's key put again by another client in place (its lease or
+ * create_revision changed): the client's watch sees deletions only (NOPUT:
+ * its own puts would come back as events on every acquire), so such a put is
+ * noticed here, within one round. */
 static void *ka_main(void *arg) {
     etcd_client *ec = arg;
     CURL *h = curl_easy_init();
@@ -674,6 +684,23 @@ static void *ka_main(void *arg) {
                 ids[i] = 0; /* renewed, or unknown (try again next round) */
             }
         }
+        /* the kept lock holds' keys, copied, checked without the lock: one
+         * txn of compares, no write */
+        pthread_mutex_lock(&ec->ka_mu);
+        size_t ns = 0;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) ns += el->l && el->rev > 0;
+        ka_seen *seen = ns && !sess_gone ? calloc(ns, sizeof *seen) : NULL;
+        size_t m = 0;
+        for (etcd_lock *el = ec->ka_list; el && seen; el = el->next) {
+            if (!el->l || el->rev <= 0) continue;
+            char *kc = malloc(el->key_len);
+            if (!kc) continue;
+            memcpy(kc, el->key, el->key_len);
+            seen[m++] = (ka_seen){el, kc, el->key_len, el->rev, el->lease, 0};
+        }
+        pthread_mutex_unlock(&ec->ka_mu);
+        long long crev = 0;
+        int checked = m && h && ka_check(ec, h, seen, m, &crev) == 0;
         pthread_mutex_lock(&ec->ka_mu);
         if (sess_gone && ec->sess == sess) ec->sess = 0;
         for (etcd_lock *el = ec->ka_list, *next; el; el = next) {
@@ -684,8 +711,13 @@ static void *ka_main(void *arg) {
             } else {
                 for (size_t i = 0; i < k && !lost; i++) lost = ids[i] && ids[i] == el->lease;
             }
+            /* the same hold (one acquisition: its key's revision) as checked */
+            for (size_t i = 0; checked && i < m && !lost; i++)
+                lost = seen[i].gone && seen[i].el == el && seen[i].rev == el->rev;
             if (lost) ka_lost_locked(ec, el);
         }
+        for (size_t i = 0; i < m; i++) free(seen[i].key);
+        free(seen);
         free(ids);
         if (ec->ka_stop) break;
         struct timespec ts;
@@ -1076,10 +1108,17 @@ static int ka_check(etcd_client *ec, CURL *h, ka_seen *seen, size_t n, long long
 
 /* ---- the client's watch ----
  * One streaming watch per client (its own thread and curl handle) on the
- * range spanning the prefixes of the locks it keeps held (DLOCK_WATCHDOG
- * holds), started with its first such hold: a DELETE of a kept hold's key,
- * or a PUT of it by another (another create_revision or lease), loses that
- * hold at once with its callback. Not on the keep-alive thread: its requests
+ * range spanning the keys of the holds it keeps (DLOCK_WATCHDOG holds),
+ * started with its first such hold: a DELETE of a kept hold's key loses that
+ * hold at once with its callback. The keys, not the locks' prefixes: the
+ * other contenders' keys of a name stay out of the range (unless they sort
+ * between two kept keys), so their acquires and releases send this client
+ * nothing. Deletions only (the NOPUT filter): every acquire's own put would
+ * otherwise come back on the stream; a key put again in place by another
+ * client is found by the keep-alive round's check (ka_main), and a key
+ * deleted and created again shows its DELETE here. A handle's key is the
+ * same for all its holds on one session lease (put_and_own), so a handle
+ * acquiring again stays inside the range. Not on the keep-alive thread: its requests
  * block for up to a request timeout, and an event must not wait for them.
  * The range only grows while the stream lives (a hold outside it restarts
  * the stream on the union, from the revision the new hold needs); it is
@@ -1116,13 +1155,14 @@ static int cw_union(char **lo, size_t *lol, char **hi, size_t *hil, const char *
     return 1;
 }
 
-/* The same with the keys under prefix (its end: its last byte, '/', plus 1). */
-static int cw_grow(char **lo, size_t *lol, char **hi, size_t *hil, const char *prefix,
-                   size_t plen) {
-    char *end = NULL;
-    size_t endl = 0;
-    if (!cw_set(&end, &endl, prefix, plen, 1)) return 0;
-    int ok = cw_union(lo, lol, hi, hil, prefix, plen, end, endl);
+/* The same with the one key (its end: the key and a 0 byte, the next key). */
+static int cw_grow(char **lo, size_t *lol, char **hi, size_t *hil, const char *key,
+                   size_t klen) {
+    char *end = malloc(klen + 1);
+    if (!end) return 0;
+    memcpy(end, key, klen);
+    end[klen] = '\0';
+    int ok = cw_union(lo, lol, hi, hil, key, klen, end, klen + 1);
     free(end);
     return ok;
 }
@@ -1142,23 +1182,30 @@ static int cw_ends(const etcd_lock *el, const cw_event *e) {
            (e->del || e->create_rev != el->rev || e->lease != el->lease);
 }
 
+/* How long a kept hold the stream does not cover waits for it: a hold
+ * released sooner never (re)starts the stream, so that short holds (an
+ * uncontended acquire + release takes about 2 ms) cost no stream and no
+ * event; a deletion in that time is seen when the stream replays from the
+ * hold's revision, or by the release (DLOCK_ELOST). */
+#define CW_LAZY_MS 50
+
 /* ka_mu held. Whether the stream saw el's key deleted or replaced after
  * el->wfrom, before el was kept (the events that concerned no kept hold are
  * in the ring). When the stream does not cover el from wfrom on (not open,
  * el's key outside its range, or ring entries dropped since), it is
- * restarted to replay el's events: 0. */
+ * restarted CW_LAZY_MS later (if el is still kept) to replay el's events: 0. */
 static int cw_admit_locked(etcd_client *ec, etcd_lock *el) {
     int covered = ec->cw_live && ec->cw_lo && ec->cw_start <= el->wfrom + 1 &&
                   ec->cw_ring_floor <= el->wfrom &&
                   keycmp(el->key, el->key_len, ec->cw_lo, ec->cw_lo_len) >= 0 &&
                   keycmp(el->key, el->key_len, ec->cw_hi, ec->cw_hi_len) < 0;
     if (!covered) {
-        /* the restart takes in el's prefix even if el is released by then:
-         * the next hold of that name is then covered */
+        /* the restart takes in el's key even if el is released by then: the
+         * handle's next hold on the session reuses it, and is then covered */
         cw_grow(&ec->cw_add_lo, &ec->cw_add_lo_len, &ec->cw_add_hi, &ec->cw_add_hi_len,
-                el->prefix, el->prefix_len);
+                el->key, el->key_len);
         el->wreplay = 1;
-        ec->cw_restart = 1;
+        el->wdue = dl_now_ms() + CW_LAZY_MS;
         cw_wake(ec);
         return 0;
     }
@@ -1282,7 +1329,7 @@ static char *cw_request_locked(etcd_client *ec) {
     for (etcd_lock *el = ec->ka_list; el && ok; el = el->next) {
         if (!el->l) continue;
         if ((el->wreplay || !ec->cw_live) && el->wfrom + 1 < start) start = el->wfrom + 1;
-        ok = cw_grow(&lo, &lol, &hi, &hil, el->prefix, el->prefix_len);
+        ok = cw_grow(&lo, &lol, &hi, &hil, el->key, el->key_len);
     }
     if (!ok || !lo || start == LLONG_MAX) {
         free(lo);
@@ -1292,7 +1339,14 @@ static char *cw_request_locked(etcd_client *ec) {
     cJSON *q = cJSON_CreateObject();
     cJSON *cr = q ? cJSON_AddObjectToObject(q, "create_request") : NULL;
     char *body = NULL;
-    if (cr && add_b64(cr, "key", lo, lol) && add_b64(cr, "range_end", hi, hil) &&
+    cJSON *f = cr ? cJSON_AddArrayToObject(cr, "filters") : NULL;
+    cJSON *np = cJSON_CreateString("NOPUT");
+    if (f && np) {
+        cJSON_AddItemToArray(f, np);
+        np = NULL;
+    }
+    cJSON_Delete(np);
+    if (f && add_b64(cr, "key", lo, lol) && add_b64(cr, "range_end", hi, hil) &&
         add_ll(cr, "start_revision", start))
         body = cJSON_PrintUnformatted(q);
     cJSON_Delete(q);
@@ -1377,8 +1431,12 @@ static void *cw_main(void *arg) {
     pthread_mutex_lock(&ec->ka_mu);
     while (!ec->ka_stop && h) {
         int holds = 0;
-        for (etcd_lock *el = ec->ka_list; el; el = el->next) holds += el->l != NULL;
-        int64_t now = dl_now_ms();
+        int64_t now = dl_now_ms(), due = INT64_MAX;
+        for (etcd_lock *el = ec->ka_list; el; el = el->next) {
+            holds += el->l != NULL;
+            if (el->l && el->wreplay && el->wdue < due) due = el->wdue;
+        }
+        if (due <= now) ec->cw_restart = 1;
         if (holds) {
             idle_since = 0;
         } else if (!idle_since) {
@@ -1396,7 +1454,7 @@ static void *cw_main(void *arg) {
             pthread_cond_timedwait(&ec->cw_cv, &ec->ka_mu, &ts);
             continue;
         }
-        if (holds && (!running || ec->cw_restart) && now >= retry_at) {
+        if (holds && ((!running && ec->cw_live) || ec->cw_restart) && now >= retry_at) {
             if (running) curl_multi_remove_handle(m, h);
             running = 0;
             free(body);
@@ -1419,6 +1477,20 @@ static void *cw_main(void *arg) {
             }
             if (!running) retry_at = now + 1000;
         }
+        if (!running) {
+            /* until a pending hold is due, or the retry */
+            int64_t until = now + 100;
+            if (retry_at > now && retry_at < until) until = retry_at;
+            if (due > now && due < until) until = due;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t ns = (int64_t)ts.tv_nsec + (until - now) * 1000000;
+            ts.tv_sec += (time_t)(ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            pthread_cond_timedwait(&ec->cw_cv, &ec->ka_mu, &ts);
+            continue;
+        }
+        int64_t poll_ms = due > now && due - now < 1000 ? due - now : 1000;
         pthread_mutex_unlock(&ec->ka_mu);
         int done = 0;
         CURLcode res = CURLE_OK;
@@ -1434,13 +1506,11 @@ static void *cw_main(void *arg) {
                 }
             if (!done) {
 #if LIBCURL_VERSION_NUM >= 0x074400
-                curl_multi_poll(m, NULL, 0, 1000, NULL);
+                curl_multi_poll(m, NULL, 0, (int)poll_ms, NULL);
 #else
-                curl_multi_wait(m, NULL, 0, 100, NULL);
+                curl_multi_wait(m, NULL, 0, poll_ms < 100 ? (int)poll_ms : 100, NULL);
 #endif
             }
-        } else {
-            dl_sleep_ms(retry_at > now && retry_at - now < 100 ? retry_at - now : 100);
         }
         pthread_mutex_lock(&ec->ka_mu);
         if (!done) continue;
@@ -1553,6 +1623,7 @@ static int etcd_lock_init(dlock_lock *l, dl_err *err) {
     el->l = l;
     atomic_init(&el->lost, 0);
     el->reader = l->kind == DLOCK_KIND_READ;
+    el->kn = atomic_fetch_add(&((etcd_client *)l->c->bctx)->seq, 1);
     el->prefix = name_prefix(l->name, l->name_len, NULL, &el->prefix_len);
     el->wprefix = name_prefix(l->name, l->name_len, "w/", &el->wprefix_len);
     el->curl = curl_easy_init();
@@ -1576,18 +1647,39 @@ static void etcd_lock_destroy(dlock_lock *l) {
  * txn, the acquire's only request when uncontended: *owner 1 when the new key
  * is the oldest. Sets el->key and el->rev (the txn's revision: the fencing
  * token). The key is "<w|r>/<lease, 16 hex>", and for a session hold
- * "-<n, hex>" after it, n unique in the client. *nolease: etcd refused the
- * lease as not found (it expired or was revoked). */
+ * "-<el->kn, hex>" after it: unique in the client per handle, not per hold,
+ * so that a handle's holds on one session reuse one key. etcd keeps an index
+ * entry for every key ever created until a compaction, and a range over the
+ * prefix (the holder's read) visits them all: a new key per hold would make
+ * every acquire on a name slower with each hold since the last compaction
+ * (none by default). *nolease: etcd refused the lease as not found (it
+ * expired or was revoked). */
+static int put_and_own1(etcd_client *ec, etcd_lock *el, long long id, int *owner, int *nolease,
+                        int *exists, dl_err *err);
+
 static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner, int *nolease,
                        dl_err *err) {
-    dlock_lock *l = el->l;
     *owner = 0;
     *nolease = 0;
+    for (int tries = 0;; tries++) {
+        int exists = 0;
+        int rc = put_and_own1(ec, el, id, owner, nolease, &exists, err);
+        if (rc || !exists) return rc;
+        /* a key of this name is there: left by an earlier attempt of this
+         * handle whose delete (best effort) failed. Not reused, as it may
+         * stand anywhere in the queue: the handle takes another number. */
+        if (tries == 2) return dl_seterr(err, DLOCK_EPROTO, "etcd: lock txn: the key exists");
+        el->kn = atomic_fetch_add(&ec->seq, 1);
+    }
+}
+
+static int put_and_own1(etcd_client *ec, etcd_lock *el, long long id, int *owner, int *nolease,
+                        int *exists, dl_err *err) {
+    dlock_lock *l = el->l;
     free(el->key);
     char tail[48];
     int tn = el->session ? snprintf(tail, sizeof tail, "%c/%016llx-%llx", el->reader ? 'r' : 'w',
-                                    (unsigned long long)id,
-                                    (unsigned long long)atomic_fetch_add(&ec->seq, 1))
+                                    (unsigned long long)id, el->kn)
                          : snprintf(tail, sizeof tail, "%c/%016llx", el->reader ? 'r' : 'w',
                                     (unsigned long long)id);
     el->key_len = el->prefix_len + (size_t)tn;
@@ -1607,7 +1699,7 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
              (el->reader ? add_prefix_range(rng, el->wprefix, el->wprefix_len)
                          : add_prefix_range(rng, el->prefix, el->prefix_len)) &&
              add_str(rng, "sort_order", "ASCEND") && add_str(rng, "sort_target", "CREATE") &&
-             add_ll(rng, "limit", 1);
+             add_ll(rng, "limit", 1) && cJSON_AddTrueToObject(rng, "keys_only");
     if (!ok) {
         cJSON_Delete(c1);
         cJSON_Delete(o1);
@@ -1632,6 +1724,11 @@ static int put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner,
                        "etcd: /v3/kv/txn: %s (code %d)", m ? m : "error", gcode);
         cJSON_Delete(r);
         return rc;
+    }
+    if (!cJSON_IsTrue(jobj(r, "succeeded"))) {
+        *exists = 1;
+        cJSON_Delete(r);
+        return DLOCK_OK;
     }
     cJSON *resps = jobj(r, "responses");
     cJSON *pr = jobj(cJSON_GetArrayItem(resps, 0), "response_put");

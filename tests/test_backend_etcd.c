@@ -1393,10 +1393,12 @@ static void test_session_lease(void) {
     long watches = grpc_calls("Watch") - watch0;
     th_log("10 pairs: %ld txn, %ld grant, %ld revoke, %ld range, %ld watch", txns, grants,
            revokes, ranges, watches);
-    /* the client's watch restarted at most once, to take in the new name's
-     * prefix (not once per acquire) */
+    /* holds this short start no watch (it waits 50 ms for a hold); at most
+     * one, if the machine stalls a hold that long */
     ASSERT(watches <= 1);
-    ASSERT_EQ(txns, 20);
+    /* 2 per pair, and maybe the keep-alive round's check of the kept holds a
+     * and b (one read-only txn a second here) inside the loop */
+    ASSERT(txns == 20 || txns == 21);
     ASSERT_EQ(grants, 0);
     ASSERT_EQ(revokes, 0);
     ASSERT_EQ(ranges, 0);
@@ -1566,8 +1568,9 @@ static int64_t delete_keys(const char *name) {
 }
 
 /* With a 30 s session lease (a keep-alive every 10 s), a hold's key deleted
- * by hand, and another's put again by a foreign client, are each lost with
- * the callback within 200 ms of the request; a third hold is untouched. */
+ * by hand, and another's deleted and created again by a foreign client, are
+ * each lost with the callback within 200 ms of the request; a third hold is
+ * untouched. */
 static void test_watch_deleted(void) {
     dlock_client *c = client_wd(30000);
     dlock_lock *a = lock(c, "cw-a", DLOCK_KIND_PLAIN);
@@ -1590,17 +1593,20 @@ static void test_watch_deleted(void) {
     ASSERT_EQ(dlock_lock_is_lost(a), 1);
     ASSERT_LCODE(a, dlock_release(a), DLOCK_ELOST);
 
+    /* replaced: deleted and created again by a foreign client (the DELETE
+     * reaches the watch; a put in place is the keep-alive round's,
+     * test_deleted_key) */
     char key[400], put[600];
     key_of("cw-b", key, sizeof key);
     snprintf(put, sizeof put, "{\"key\":\"%s\",\"value\":\"Zm9yZWlnbg==\"}", key);
-    t0 = th_now_ms();
+    t0 = delete_keys("cw-b");
     char *r = http("/v3/kv/put", put);
     ASSERT(r != NULL);
     free(r);
     ASSERT_EVENTUALLY(atomic_load(&g_lost_at[1]) != 0, 5000);
     long long db = atomic_load(&g_lost_at[1]) - t0;
-    th_log("a replaced key: lost %lld ms after the foreign put", db);
-    ASSERT_MSG(db < 200, "lost %lld ms after the put", db);
+    th_log("a replaced key: lost %lld ms after the foreign delete + put", db);
+    ASSERT_MSG(db < 200, "lost %lld ms after the replace", db);
     ASSERT_LCODE(b, dlock_release(b), DLOCK_ELOST);
     ASSERT_EQ(keys_of("cw-b"), 1); /* the foreign key stays */
     delete_keys("cw-b");
