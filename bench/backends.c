@@ -54,6 +54,14 @@
  *            "SKIP <peer>: <reason>" and the rest goes on. Then the ratios
  *            dlock / peer: pairs/s (median of the per-round ratios), pair
  *            p50, acq/s and longest wait at K = 8 and 32, handoff p50.
+ *   floor    beside etcd, when the bench is built with libcurl: the raw
+ *            floor of an uncontended pair on the same gateway (as
+ *            bench/etcd_breakdown.c's): a session lease granted once, then
+ *            per pair one txn "create-if-absent under the lease + read the
+ *            oldest key of the prefix" and one delete guarded by the key's
+ *            create revision, on one reused connection, in the pairs rounds
+ *            as "etcd-floor"; then dlock / floor (median of the per-round
+ *            ratios) and floor / python-etcd3.
  */
 #include <errno.h>
 #include <poll.h>
@@ -67,6 +75,10 @@
 
 #include "bench.h"
 #include "dlock.h"
+
+#ifdef DLOCK_BENCH_HAVE_CURL
+#include <curl/curl.h>
+#endif
 
 #define MAX_BACKENDS 12
 #define MAX_SERIES (2 * MAX_BACKENDS)
@@ -553,11 +565,123 @@ static int contention_k(const bench_ctx *ctx, redisContext *rc, backend **dl, in
     return failed ? -1 : 0;
 }
 
+/* ---- the etcd floor: the minimum requests of a pair, raw ---- */
+
+#ifdef DLOCK_BENCH_HAVE_CURL
+typedef struct floor_client {
+    CURL *h;
+    char base[320];        /* http://host:port */
+    char *ans;
+    size_t n;
+    long long lease;
+} floor_client;
+
+static floor_client fl;
+static const char floor_key[] = "YmVuY2gvYmFja2VuZHMvZmxvb3Ivdy9r"; /* bench/backends/floor/w/k */
+static const char floor_pfx[] = "YmVuY2gvYmFja2VuZHMvZmxvb3Iv";     /* bench/backends/floor/ */
+static const char floor_end[] = "YmVuY2gvYmFja2VuZHMvZmxvb3Iw";     /* bench/backends/floor0 */
+
+static size_t floor_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+    (void)ud;
+    size_t len = size * nmemb;
+    char *p = realloc(fl.ans, fl.n + len + 1);
+    if (!p) return 0;
+    memcpy(p + fl.n, ptr, len);
+    fl.ans = p;
+    fl.n += len;
+    fl.ans[fl.n] = '\0';
+    return len;
+}
+
+/* POSTs body to path; the answer in fl.ans, NULL on failure. */
+static const char *floor_call(const char *path, const char *body) {
+    char url[400];
+    snprintf(url, sizeof url, "%s%s", fl.base, path);
+    fl.n = 0;
+    curl_easy_reset(fl.h);
+    curl_easy_setopt(fl.h, CURLOPT_URL, url);
+    curl_easy_setopt(fl.h, CURLOPT_WRITEFUNCTION, floor_data);
+    curl_easy_setopt(fl.h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(fl.h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(fl.h, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(fl.h, CURLOPT_POSTFIELDS, body);
+    CURLcode rc = curl_easy_perform(fl.h);
+    if (rc != CURLE_OK || !fl.ans) {
+        fprintf(stderr, "dlock_bench: backends: etcd-floor: %s: %s\n", path,
+                rc != CURLE_OK ? curl_easy_strerror(rc) : "no answer");
+        return NULL;
+    }
+    return fl.ans;
+}
+
+/* A gateway int64 field ("name":"123") of an answer, 0 when missing. */
+static long long floor_field(const char *s, const char *name) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", name);
+    const char *p = s ? strstr(s, pat) : NULL;
+    if (!p) return 0;
+    p += strlen(pat);
+    if (*p == '"') p++;
+    return strtoll(p, NULL, 10);
+}
+
+/* etcd://host:port[/] of url: the floor's client and its session lease. */
+static int floor_open(const char *url) {
+    const char *p = strstr(url, "://");
+    if (!p || strchr(url, ',') || !strncmp(url, "etcds", 5)) return -1;
+    snprintf(fl.base, sizeof fl.base, "http://%.*s", (int)strcspn(p + 3, "/?"), p + 3);
+    if (!strchr(fl.base + 7, ':')) strncat(fl.base, ":2379", sizeof fl.base - strlen(fl.base) - 1);
+    if (!(fl.h = curl_easy_init())) return -1;
+    fl.lease = floor_field(floor_call("/v3/lease/grant", "{\"TTL\":\"60\"}"), "ID");
+    return fl.lease ? 0 : -1;
+}
+
+static void floor_close(void) {
+    if (!fl.h) return;
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", fl.lease);
+    floor_call("/v3/lease/revoke", body);
+    curl_easy_cleanup(fl.h);
+    free(fl.ans);
+    memset(&fl, 0, sizeof fl);
+}
+
+/* One pair: the create-if-absent txn reading the oldest key, the guarded delete. */
+static int floor_pair(void) {
+    char body[768];
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"0\"}],"
+             "\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":\"eA==\",\"lease\":\"%lld\"}},"
+             "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\",\"sort_order\":\"ASCEND\","
+             "\"sort_target\":\"CREATE\",\"limit\":\"1\"}}]}",
+             floor_key, floor_key, fl.lease, floor_pfx, floor_end);
+    const char *r = floor_call("/v3/kv/txn", body);
+    if (!r || !strstr(r, "\"succeeded\":true")) {
+        if (r) fprintf(stderr, "dlock_bench: backends: etcd-floor: txn: %.200s\n", r);
+        return -1;
+    }
+    long long rev = floor_field(r, "revision");
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"key\":\"%s\",\"target\":\"CREATE\",\"create_revision\":\"%lld\"}],"
+             "\"success\":[{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+             floor_key, rev, floor_key);
+    r = floor_call("/v3/kv/txn", body);
+    if (!r || !strstr(r, "\"succeeded\":true")) {
+        if (r) fprintf(stderr, "dlock_bench: backends: etcd-floor: delete: %.200s\n", r);
+        return -1;
+    }
+    return 0;
+}
+#else
+static int floor_pair(void) { return -1; }
+#endif
+
 /* ---- pairs ---- */
 
 typedef struct series {
     backend *b;
     peerst *pe;            /* a peer's series (its worker A times the pairs) */
+    int floor;             /* the etcd floor's series (b: the etcd backend) */
     int64_t lease;         /* DLOCK_WATCHDOG or LEASE_MS */
     char name[40];
     double rate[MAX_ROUNDS];
@@ -568,6 +692,11 @@ typedef struct series {
 
 static int one_pair(series *s, int64_t *ns) {
     int64_t t0 = bench_now_ns();
+    if (s->floor) {
+        if (floor_pair()) return -1;
+        *ns = bench_now_ns() - t0;
+        return 0;
+    }
     int rc = dlock_acquire(s->b->lock, DLOCK_NOWAIT, s->lease, NULL);
     if (rc == DLOCK_OK) {
         rc = dlock_release(s->b->lock);
@@ -620,7 +749,7 @@ static int run_pairs(const bench_ctx *ctx, series *sr, int ns) {
                 now = bench_now_ns();
             }
             if (!s->ok) {
-                failed = 1;
+                if (!s->floor) failed = 1; /* the floor's failure is printed, its own */
                 continue;
             }
             s->rate[r] = (double)n * 1e9 / (double)(now - start);
@@ -842,7 +971,8 @@ static void compare_peers(series *sr, int ns, int rounds, backend **dl, int ndl,
         if (!p->b) continue;
         series *d = NULL, *q = NULL;
         for (int s = 0; s < ns; s++) {
-            if (sr[s].b == p->b && !sr[s].pe && sr[s].lease == DLOCK_WATCHDOG) d = &sr[s];
+            if (sr[s].b == p->b && !sr[s].pe && !sr[s].floor && sr[s].lease == DLOCK_WATCHDOG)
+                d = &sr[s];
             if (sr[s].pe == p) q = &sr[s];
         }
         char c[7][32];
@@ -881,6 +1011,35 @@ static void compare_peers(series *sr, int ns, int rounds, backend **dl, int ndl,
         }
         printf("   %-22s %10s %10s %12s %14s %12s %14s %12s\n", sn, c[0], c[1], c[2], c[3], c[4],
                c[5], c[6]);
+    }
+}
+
+/* dlock's etcd pairs against the floor's, and the floor against
+ * python-etcd3's, in the same rounds (medians of the per-round ratios). */
+static void compare_floor(series *sr, int ns, int rounds) {
+    series *d = NULL, *f = NULL, *q = NULL;
+    for (int s = 0; s < ns; s++) {
+        if (sr[s].floor) f = &sr[s];
+        else if (sr[s].pe && !strcmp(sr[s].pe->backend, "etcd")) q = &sr[s];
+    }
+    if (!f || !f->ok) return;
+    for (int s = 0; s < ns; s++)
+        if (sr[s].b == f->b && !sr[s].pe && !sr[s].floor && sr[s].lease == DLOCK_WATCHDOG)
+            d = &sr[s];
+    printf("\n   etcd beside its floor (same rounds; pairs/s ratios, median of the rounds')\n");
+    series *pairs[3][2] = {{d, f}, {f, q}, {d, q}};
+    static const char *const what[3] = {"dlock etcd / etcd-floor", "etcd-floor / python-etcd3",
+                                        "dlock etcd / python-etcd3"};
+    static const char *const metric[3] = {"pairs_ratio_to_floor", "floor_ratio_to_peer",
+                                          "pairs_ratio_to_peer"};
+    for (int i = 0; i < 3; i++) {
+        series *a = pairs[i][0], *b = pairs[i][1];
+        if (!a || !b || !a->ok || !b->ok) continue;
+        double ratio[MAX_ROUNDS];
+        for (int r = 0; r < rounds; r++) ratio[r] = a->rate[r] / b->rate[r];
+        double rm = bench_median_d(ratio, (size_t)rounds);
+        bench_metric("backends", "etcd", metric[i], rm, "x");
+        printf("   %-28s %6.2fx\n", what[i], rm);
     }
 }
 
@@ -1010,6 +1169,19 @@ int bench_backends(bench_ctx *ctx) {
         snprintf(sr[ns].name, sizeof sr[ns].name, "%.31s-lease", bk[i].name);
         ns++;
     }
+#ifdef DLOCK_BENCH_HAVE_CURL
+    for (int i = 0; i < n; i++) {
+        if (!bk[i].ok || strcmp(bk[i].name, "etcd")) continue;
+        if (floor_open(bk[i].url)) {
+            printf("   SKIP etcd-floor: no session lease from %s (one plain etcd:// host)\n",
+                   bk[i].url);
+            break;
+        }
+        sr[ns].b = &bk[i], sr[ns].floor = 1, sr[ns].ok = 1;
+        snprintf(sr[ns].name, sizeof sr[ns].name, "etcd-floor");
+        ns++;
+    }
+#endif
     for (int i = 0; i < NPEERS; i++) {
         if (!pe[i].ok) continue;
         sr[ns].pe = &pe[i], sr[ns].ok = 1;
@@ -1019,6 +1191,10 @@ int bench_backends(bench_ctx *ctx) {
     if (!bk[0].ok) printf("   (no Redis figures: the ratios are left out)\n");
 
     if (ns) failed |= run_pairs(ctx, sr, ns);
+    if (ns) compare_floor(sr, ns, (int)(ctx->quick ? 3 : MAX_ROUNDS));
+#ifdef DLOCK_BENCH_HAVE_CURL
+    floor_close();
+#endif
     /* the handoffs use their own lock name: swap A's handles */
     for (int i = 0; i < n; i++) {
         backend *b = &bk[i];
