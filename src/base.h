@@ -71,6 +71,9 @@ typedef struct dl_endpoint {
 } dl_endpoint;
 
 int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
+/* [s, s+n) percent-decoded into out (outlen bytes with the NUL): 0, or -1
+ * for a bad escape, a NUL (escaped or not) or a result that does not fit. */
+int dl_pct_decode_into(const char *s, size_t n, char *out, size_t outlen);
 
 /* What a client talks to. */
 enum { DL_MODE_SINGLE = 0, DL_MODE_REDLOCK = 1, DL_MODE_SENTINEL = 2, DL_MODE_CLUSTER = 3 };

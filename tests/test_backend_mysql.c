@@ -1,4 +1,4 @@
-/* The MySQL/MariaDB backend (src/backend_mysql.c) against a private mariadbd
+/* The MySQL/MariaDB backend (src/backends/mysql/) against a private mariadbd
  * started in a temporary directory on a free 127.0.0.1 port (SERVERS.md,
  * section 4): database testdb, user 'test'@'127.0.0.1'. The server is always
  * stopped and its directory removed (atexit; the harness SIGKILLs it on a

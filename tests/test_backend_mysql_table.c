@@ -1,5 +1,5 @@
 /* The MySQL/MariaDB backend's table mode (mysql://...?lock=table, in
- * src/backend_mysql.c): leases in table dlock_locks, against one private
+ * src/backends/mysql/table.c): leases in table dlock_locks, against one private
  * mariadbd (mysql_server.h). Exits 77 when mariadbd is not installed.
  *
  * Order matters: every test that forks runs before the first DLOCK_WATCHDOG

@@ -64,28 +64,35 @@ static int hexval(int ch) {
     return -1;
 }
 
+int dl_pct_decode_into(const char *s, size_t n, char *out, size_t outlen) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ch = (unsigned char)s[i];
+        if (ch == '%') {
+            int h = i + 1 < n ? hexval((unsigned char)s[i + 1]) : -1;
+            int l = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
+            if (h < 0 || l < 0) return -1;
+            ch = h * 16 + l;
+            i += 2;
+        }
+        if (ch == 0 || o + 1 >= outlen) return -1;
+        out[o++] = (char)ch;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
 /* Percent-decodes [s, s+n) into a new string; NULL on bad escape or NUL. */
 static char *pct_decode(const char *s, size_t n, int *oom) {
-    char *out = malloc(n + 1), *o = out;
+    char *out = malloc(n + 1);
     if (!out) {
         *oom = 1;
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '%') {
-            int h = i + 1 < n ? hexval((unsigned char)s[i + 1]) : -1;
-            int l = i + 2 < n ? hexval((unsigned char)s[i + 2]) : -1;
-            if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-                free(out);
-                return NULL;
-            }
-            *o++ = (char)(h * 16 + l);
-            i += 2;
-        } else {
-            *o++ = s[i];
-        }
+    if (dl_pct_decode_into(s, n, out, n + 1)) {
+        free(out);
+        return NULL;
     }
-    *o = '\0';
     return out;
 }
 
