@@ -43,9 +43,9 @@ struct dl_script {
  * The lock scripts paste their snippets inline instead of defining Lua
  * functions: a `local function` builds a closure on every run, and on a
  * server that has been idle for a few milliseconds (every lock handoff: the
- * waiter slept) each script paid 7 to 10 us more for its one function, about
- * a fifth of a plain acquire's server time (docs/benchmarks.md, issue 7
- * finding 7; `bench/run.sh --only server_time`). The permit semaphore's
+ * waiter slept) a script pays for each function it defines, a visible share
+ * of a plain acquire's server time (docs/benchmarks.md, "Server time";
+ * `bench/run.sh --only server_time`). The permit semaphore's
  * helpers are still functions: off the handoff path, and used more than
  * once per script. */
 #define DL_LUA_WAKE_ONE(z, prefix)                                                     \

@@ -92,9 +92,9 @@
  * and clean the queue only when a queue head exists (an attempt: only when
  * the lock is free, too), and the release's
  * handoff is 10 calls (the plain release is 3). The snippets are pasted
- * inline, not defined as Lua functions (DL_LUA_WAKE_ONE): the release that
- * hands over took 82 us of an idle server with its five helpers, 62 us
- * inline (docs/benchmarks.md, issue 7 finding 7). */
+ * inline, not defined as Lua functions (DL_LUA_WAKE_ONE): a function is a
+ * closure built at every run, which an idle server pays for on every
+ * handoff (docs/benchmarks.md, "Server time"). */
 
 /* After a waiter wrote its entry: the queue's keys expire W after the
  * latest deadline in it, so that the entries of waiters that died or gave
@@ -169,9 +169,9 @@
  * it takes the deadlines' expiry (FAIR_LUA_EXPIRE), if they have one, or the
  * queue would stay after its waiters died. The clock is read
  * only for heads that are not granted. Each call saved counts: the handoff
- * runs on a server that was idle (docs/benchmarks.md, issue 7 finding 7). The
- * grant carries the counter as GET returns it: the same number as f, and 8 us
- * less of an idle server than string.format('%d', f). A granted owner's entry
+ * runs on a server that was idle (docs/benchmarks.md, "Server time"). The
+ * grant carries the counter as GET returns it: the same number as f, without
+ * a string.format('%d', f). A granted owner's entry
  * in the lease hash stays (it is rewritten if it queues again, and the hash
  * goes with the queue). */
 #define FAIR_LUA_ADVANCE(h, pfx)                                                      \

@@ -21,8 +21,8 @@
  * after a release by a client that publishes nothing (redis-py, redsync).
  * The registry expires DL_PLAIN_REGISTRY_TTL_MS after the last attempt of
  * any waiter, so the waiters of a lock nobody releases leave nothing behind.
- * Before this, every release told every waiter (Redisson's single channel),
- * and with 32 waiters each acquisition cost 32 acquire scripts. */
+ * Telling every waiter instead (Redisson's single channel) would cost each
+ * acquisition one acquire script per waiter (docs/benchmarks.md). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -49,8 +49,8 @@ static int take_or_start(dl_node *n, int64_t deadline, int backoff, dl_conn **co
 /* Borrows one connection per node (NULL where the node cannot be reached),
  * opening the missing ones all at once (finished by the fan-out, each
  * request sent as soon as its connection is up: a node slow to connect or
- * authenticate costs the others nothing; they used to be opened one after
- * another under the request's deadline, so that a frozen master's AUTH used
+ * authenticate costs the others nothing, where connections opened one after
+ * another under the request's deadline would let a frozen master's AUTH use
  * it all up). A node whose reconnect backoff runs (it failed to connect
  * lately: 50 ms doubling to 2 s) is left out, unless the others are short
  * of a majority: then it is tried again if its last attempt is
