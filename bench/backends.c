@@ -62,6 +62,13 @@
  *            create revision, on one reused connection, in the pairs rounds
  *            as "etcd-floor"; then dlock / floor (median of the per-round
  *            ratios) and floor / python-etcd3.
+ *            Beside zk, when the bench is built with libzookeeper_mt: the
+ *            recipe's minimum of an uncontended pair on one session of the
+ *            C client's synchronous API, no watch: a create (ephemeral
+ *            sequential), a get-children of the parent, a delete of the
+ *            node, at dlock's parent depth and node name length (see
+ *            zk_floor_open), in the pairs rounds as "zk-floor"; then
+ *            dlock / floor and floor / kazoo as for etcd.
  */
 #include <errno.h>
 #include <poll.h>
@@ -78,6 +85,9 @@
 
 #ifdef DLOCK_BENCH_HAVE_CURL
 #include <curl/curl.h>
+#endif
+#ifdef DLOCK_BENCH_HAVE_ZK
+#include <zookeeper/zookeeper.h>
 #endif
 
 #define MAX_BACKENDS 12
@@ -676,12 +686,133 @@ static int floor_pair(void) {
 static int floor_pair(void) { return -1; }
 #endif
 
+/* ---- the ZooKeeper floor: the recipe's minimum requests of a pair, raw ---- */
+
+#ifdef DLOCK_BENCH_HAVE_ZK
+/* The floor's lock name: as long as pair_lock, so that its parent's name
+ * (the name in hex, as dlock's) is as long as dlock's. */
+static const char zk_floor_name[] = "bench:backends:floor";
+_Static_assert(sizeof zk_floor_name == sizeof pair_lock, "the floor's name is dlock's length");
+
+typedef struct zk_floor {
+    zhandle_t *zh;
+    char parent[600];      /* {chroot}/dlock/floor/{hex(zk_floor_name)} */
+    char prefix[680];      /* parent/write-{32 hex digits}- */
+} zk_floor;
+
+static zk_floor zf;
+
+static void zk_floor_nolog(const char *msg) { (void)msg; }
+
+/* The session's watcher: the floor sets no watch; state changes are polled. */
+static void zk_floor_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+    (void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+static int zk_floor_fail(const char *what, int rc) {
+    fprintf(stderr, "dlock_bench: backends: zk-floor: %s: %s\n", what, zerror(rc));
+    return -1;
+}
+
+/* zk://hosts[/chroot] of url: one session (requested with dlock's default
+ * session timeout, DLOCK_DEFAULT_WATCHDOG_MS, as dlock's client asks), then
+ * the parent and its ancestors, made once here as persistent nodes: the
+ * pairs never pay for them. The layout mirrors dlock's
+ * {chroot}/dlock/locks/{hex(name)}/write-{guid}-{seq} ("floor" is as long
+ * as "locks"; a fixed guid of dlock's 32 hex digits), so every request
+ * carries paths of dlock's lengths and the server's tree has its depth.
+ * 0, or -1 with the reason printed. */
+static int zk_floor_open(const char *url) {
+    const char *p = strstr(url, "://");
+    size_t hl = p ? strcspn(p + 3, "/?") : 0, cl = p ? strcspn(p + 3 + hl, "?") : 0;
+    char hosts[512], chroot[256];
+    if (!hl || hl >= sizeof hosts || cl >= sizeof chroot) {
+        fprintf(stderr, "dlock_bench: backends: zk-floor: not a zk://hosts[/chroot] URL: %s\n",
+                url);
+        return -1;
+    }
+    p += 3;
+    snprintf(hosts, sizeof hosts, "%.*s", (int)hl, p);
+    snprintf(chroot, sizeof chroot, "%.*s", (int)cl, p + hl);
+    while (cl > 0 && chroot[cl - 1] == '/') chroot[--cl] = '\0';
+    char hex[2 * sizeof zk_floor_name];
+    for (size_t i = 0; i + 1 < sizeof zk_floor_name; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)zk_floor_name[i]);
+    snprintf(zf.parent, sizeof zf.parent, "%s/dlock/floor/%s", chroot, hex);
+    snprintf(zf.prefix, sizeof zf.prefix, "%s/write-%s-", zf.parent,
+             "0123456789abcdef0123456789abcdef");
+    zf.zh = zookeeper_init2(hosts, zk_floor_watcher, DLOCK_DEFAULT_WATCHDOG_MS, NULL, NULL, 0,
+                            zk_floor_nolog);
+    if (!zf.zh) {
+        fprintf(stderr, "dlock_bench: backends: zk-floor: zookeeper_init: %s\n", strerror(errno));
+        return -1;
+    }
+    int64_t give_up = bench_now_ns() + 10000000000LL;
+    while (zoo_state(zf.zh) != ZOO_CONNECTED_STATE && bench_now_ns() < give_up)
+        bench_sleep_us(1000);
+    if (zoo_state(zf.zh) != ZOO_CONNECTED_STATE) {
+        fprintf(stderr, "dlock_bench: backends: zk-floor: no session within 10 s\n");
+        return -1;
+    }
+    /* every ancestor from the top, then the parent */
+    char path[sizeof zf.parent];
+    for (char *q = zf.parent + 1;; q++) {
+        if (*q && *q != '/') continue;
+        snprintf(path, sizeof path, "%.*s", (int)(q - zf.parent), zf.parent);
+        int rc = zoo_create(zf.zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+        if (rc != ZOK && rc != ZNODEEXISTS) return zk_floor_fail(path, rc);
+        if (!*q) break;
+    }
+    return 0;
+}
+
+static void zk_floor_close(void) {
+    if (!zf.zh) return;
+    zoo_delete(zf.zh, zf.parent, -1);
+    zookeeper_close(zf.zh);
+    memset(&zf, 0, sizeof zf);
+}
+
+/* One pair, the recipe's minimum: create our ephemeral sequential node, list
+ * the parent's children to see it is the lowest (the lock is ours), delete it. */
+static int zk_floor_pair(void) {
+    char node[sizeof zf.prefix + 16];
+    int rc = zoo_create(zf.zh, zf.prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                        ZOO_EPHEMERAL | ZOO_SEQUENCE, node, (int)sizeof node);
+    if (rc != ZOK) return zk_floor_fail("create", rc);
+    struct String_vector kids = {0, NULL};
+    rc = zoo_get_children(zf.zh, zf.parent, 0, &kids);
+    if (rc != ZOK) return zk_floor_fail("get-children", rc);
+    const char *ours = strrchr(node, '/') + 1;
+    size_t pl = strlen(ours) - 10; /* the sequence: 10 digits */
+    int first = 0;
+    for (int i = 0; i < kids.count; i++) {
+        const char *k = kids.data[i];
+        size_t kl = strlen(k);
+        if (kl >= 10 && strcmp(k + kl - 10, ours + pl) < 0) first = -1;
+        else if (!first && !strcmp(k, ours)) first = 1;
+    }
+    deallocate_String_vector(&kids);
+    if (first != 1) {
+        fprintf(stderr, "dlock_bench: backends: zk-floor: %s is not the first child\n", ours);
+        zoo_delete(zf.zh, node, -1);
+        return -1;
+    }
+    rc = zoo_delete(zf.zh, node, -1);
+    return rc == ZOK ? 0 : zk_floor_fail("delete", rc);
+}
+#else
+static int zk_floor_pair(void) { return -1; }
+#endif
+
 /* ---- pairs ---- */
+
+enum { FLOOR_ETCD = 1, FLOOR_ZK };
 
 typedef struct series {
     backend *b;
     peerst *pe;            /* a peer's series (its worker A times the pairs) */
-    int floor;             /* the etcd floor's series (b: the etcd backend) */
+    int floor;             /* a floor's series (b: its backend): FLOOR_ETCD, FLOOR_ZK */
     int64_t lease;         /* DLOCK_WATCHDOG or LEASE_MS */
     char name[40];
     double rate[MAX_ROUNDS];
@@ -693,7 +824,7 @@ typedef struct series {
 static int one_pair(series *s, int64_t *ns) {
     int64_t t0 = bench_now_ns();
     if (s->floor) {
-        if (floor_pair()) return -1;
+        if (s->floor == FLOOR_ETCD ? floor_pair() : zk_floor_pair()) return -1;
         *ns = bench_now_ns() - t0;
         return 0;
     }
@@ -1014,22 +1145,28 @@ static void compare_peers(series *sr, int ns, int rounds, backend **dl, int ndl,
     }
 }
 
-/* dlock's etcd pairs against the floor's, and the floor against
- * python-etcd3's, in the same rounds (medians of the per-round ratios). */
-static void compare_floor(series *sr, int ns, int rounds) {
+/* dlock's pairs on a backend against its floor's, and the floor against
+ * the peer's beside it (etcd: python-etcd3; zk: kazoo), in the same rounds
+ * (medians of the per-round ratios). */
+static void compare_floor(series *sr, int ns, int rounds, int kind) {
     series *d = NULL, *f = NULL, *q = NULL;
-    for (int s = 0; s < ns; s++) {
-        if (sr[s].floor) f = &sr[s];
-        else if (sr[s].pe && !strcmp(sr[s].pe->backend, "etcd")) q = &sr[s];
-    }
-    if (!f || !f->ok) return;
     for (int s = 0; s < ns; s++)
+        if (sr[s].floor == kind) f = &sr[s];
+    if (!f || !f->ok) return;
+    const char *bn = f->b->name;
+    for (int s = 0; s < ns; s++) {
+        if (sr[s].pe && !strcmp(sr[s].pe->backend, bn)) q = &sr[s];
         if (sr[s].b == f->b && !sr[s].pe && !sr[s].floor && sr[s].lease == DLOCK_WATCHDOG)
             d = &sr[s];
-    printf("\n   etcd beside its floor (same rounds; pairs/s ratios, median of the rounds')\n");
+    }
+    const char *pn = q ? q->name : "-";
+    printf("\n   %s beside its floor (same rounds; pairs/s ratios, median of the rounds')\n",
+           bn);
     series *pairs[3][2] = {{d, f}, {f, q}, {d, q}};
-    static const char *const what[3] = {"dlock etcd / etcd-floor", "etcd-floor / python-etcd3",
-                                        "dlock etcd / python-etcd3"};
+    char what[3][128];
+    snprintf(what[0], sizeof what[0], "dlock %s / %s", bn, f->name);
+    snprintf(what[1], sizeof what[1], "%s / %s", f->name, pn);
+    snprintf(what[2], sizeof what[2], "dlock %s / %s", bn, pn);
     static const char *const metric[3] = {"pairs_ratio_to_floor", "floor_ratio_to_peer",
                                           "pairs_ratio_to_peer"};
     for (int i = 0; i < 3; i++) {
@@ -1038,7 +1175,7 @@ static void compare_floor(series *sr, int ns, int rounds) {
         double ratio[MAX_ROUNDS];
         for (int r = 0; r < rounds; r++) ratio[r] = a->rate[r] / b->rate[r];
         double rm = bench_median_d(ratio, (size_t)rounds);
-        bench_metric("backends", "etcd", metric[i], rm, "x");
+        bench_metric("backends", bn, metric[i], rm, "x");
         printf("   %-28s %6.2fx\n", what[i], rm);
     }
 }
@@ -1177,8 +1314,22 @@ int bench_backends(bench_ctx *ctx) {
                    bk[i].url);
             break;
         }
-        sr[ns].b = &bk[i], sr[ns].floor = 1, sr[ns].ok = 1;
+        sr[ns].b = &bk[i], sr[ns].floor = FLOOR_ETCD, sr[ns].ok = 1;
         snprintf(sr[ns].name, sizeof sr[ns].name, "etcd-floor");
+        ns++;
+    }
+#endif
+#ifdef DLOCK_BENCH_HAVE_ZK
+    for (int i = 0; i < n; i++) {
+        if (!bk[i].ok || strcmp(bk[i].name, "zk")) continue;
+        if (zk_floor_open(bk[i].url)) {
+            printf("   SKIP zk-floor: no session or no parent on %s (its message is above)\n",
+                   bk[i].url);
+            zk_floor_close();
+            break;
+        }
+        sr[ns].b = &bk[i], sr[ns].floor = FLOOR_ZK, sr[ns].ok = 1;
+        snprintf(sr[ns].name, sizeof sr[ns].name, "zk-floor");
         ns++;
     }
 #endif
@@ -1191,9 +1342,13 @@ int bench_backends(bench_ctx *ctx) {
     if (!bk[0].ok) printf("   (no Redis figures: the ratios are left out)\n");
 
     if (ns) failed |= run_pairs(ctx, sr, ns);
-    if (ns) compare_floor(sr, ns, (int)(ctx->quick ? 3 : MAX_ROUNDS));
+    if (ns) compare_floor(sr, ns, (int)(ctx->quick ? 3 : MAX_ROUNDS), FLOOR_ETCD);
+    if (ns) compare_floor(sr, ns, (int)(ctx->quick ? 3 : MAX_ROUNDS), FLOOR_ZK);
 #ifdef DLOCK_BENCH_HAVE_CURL
     floor_close();
+#endif
+#ifdef DLOCK_BENCH_HAVE_ZK
+    zk_floor_close();
 #endif
     /* the handoffs use their own lock name: swap A's handles */
     for (int i = 0; i < n; i++) {
