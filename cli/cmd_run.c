@@ -93,6 +93,12 @@ enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO
 
 #define CMD "run"
 #define LOST_EXPIRED 100 /* our own reason: the validity left reached the margin */
+#define LOST_SESSION 101 /* our own reason: a session-kept hold's check failed */
+/* How often a hold kept by a session (MySQL GET_LOCK, PostgreSQL advisory
+ * locks: no lease, no renewal, nothing that calls back) is asked about. */
+#define SESSION_CHECK_MS 1000
+/* A validity this long is a session's (it never runs out by itself). */
+#define SESSION_VALID_MS (100LL * 365 * 24 * 3600 * 1000)
 #define MSG_MAX 256
 #define MAX_ALSO 64
 
@@ -601,19 +607,31 @@ static int signal_tree(pid_t pg, pid_t skip, int sig)
                 continue;
             char cpath[96];
             snprintf(cpath, sizeof cpath, "/proc/%ld/task/%.20s/children", (long)p, e->d_name);
-            FILE *f = fopen(cpath, "r");
-            if (!f)
+            /* the whole list first: a process killed while its list is
+             * read hands the rest of it to dlock, read already */
+            int fd = open(cpath, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
                 continue;
-            long c;
-            while (fscanf(f, "%ld", &c) == 1) {
-                if ((pid_t)c == skip || tail == TREE_MAX)
-                    continue;
-                q[tail++] = (pid_t)c;
-                n++;
-                if (sig && getpgid((pid_t)c) != pg)
-                    (void)kill((pid_t)c, sig);
+            static char buf[65536];
+            size_t len = 0;
+            ssize_t r;
+            while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+                len += (size_t)r;
+            close(fd);
+            buf[len] = '\0';
+            int first = tail;
+            for (char *cp = buf, *end; *cp; cp = end) {
+                long c = strtol(cp, &end, 10);
+                if (end == cp)
+                    break;
+                if ((pid_t)c != skip && tail < TREE_MAX)
+                    q[tail++] = (pid_t)c;
+                if ((pid_t)c != skip)
+                    n++;
             }
-            fclose(f);
+            for (int k = first; sig && k < tail; k++)
+                if (getpgid(q[k]) != pg)
+                    (void)kill(q[k], sig);
         }
         closedir(d);
     }
@@ -731,6 +749,8 @@ static const char *lost_reason(int reason)
         return "the server was unreachable for longer than the lease";
     case LOST_EXPIRED:
         return "no renewal was confirmed for nine tenths of the lease";
+    case LOST_SESSION:
+        return "the server no longer keeps the session that held it";
     default:
         return "the lease was lost";
     }
@@ -765,6 +785,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     pid_t pid, reaper;
     int status = 0, exec_err = 0, lost = 0, code, done = 0, cont = 0;
     int64_t kill_at = -1;
+    int64_t next_check[MAX_ALSO + 1] = {0};
     ssize_t r;
     size_t i;
     const char *lost_name = o->name;
@@ -870,7 +891,8 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                 done = 1;
             }
         }
-        if (done && (!lost || kill_at == -2 || (!group_alive(pid) && !signal_tree(pid, reaper, 0))))
+        /* after a lost lock, dlock ends once nothing it started is left */
+        if (done && (!lost || (!group_alive(pid) && !signal_tree(pid, reaper, 0))))
             break;
         for (i = 0; i < lk->nlocks && !lost; i++) {
             if (dlock_lock_is_lost(lk->locks[i])) {
@@ -890,6 +912,23 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
              * is safe. */
             int64_t valid = i < lk->nlocks ? dlock_lock_valid_ms(lk->locks[i])
                                            : dlock_permits_valid_ms(lk->permits, lk->permit_id);
+            if (i < lk->nlocks && valid > SESSION_VALID_MS) {
+                /* kept by a session, which is lost with its connection and
+                 * tells nobody: ask the server */
+                int64_t t = now_us() / 1000;
+                if (t >= next_check[i]) {
+                    int held = 0;
+                    next_check[i] = t + SESSION_CHECK_MS;
+                    if (dlock_lock_check(lk->locks[i], &held, NULL) != DLOCK_OK || !held) {
+                        lost = LOST_SESSION;
+                        lost_name = (i ? o->also[i - 1] : o->name);
+                        continue;
+                    }
+                }
+                if (next_check[i] - t < timeout)
+                    timeout = (int)(next_check[i] - t) + 1;
+                continue;
+            }
             int64_t left = valid - margin;
             if (left <= 0) {
                 lost = LOST_EXPIRED;
@@ -916,6 +955,14 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             kill(-pid, SIGCONT);
             cont = 0;
         }
+        if (kill_at == -2) {
+            /* what escaped the last round (a process handed to dlock while
+             * its parent's list was read, more than TREE_MAX of them) */
+            kill(-pid, SIGKILL);
+            signal_tree(pid, reaper, SIGKILL);
+            if (timeout > 20)
+                timeout = 20;
+        }
         if (kill_at >= 0) {
             int64_t rem = kill_at - now_us() / 1000;
             if (rem <= 0) {
@@ -923,7 +970,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                     cli_err(CMD, "sending SIGKILL to process group %ld", (long)pid);
                 kill(-pid, SIGKILL);
                 signal_tree(pid, reaper, SIGKILL);
-                kill_at = -2; /* done */
+                kill_at = -2; /* done: from now on, every round kills what is left */
                 continue;
             }
             if (rem < timeout)

@@ -503,6 +503,47 @@ static void test_cli(const char *dlock) {
     th_log("cli: ok (busy lock: exit %d)", st);
 }
 
+/* `dlock run` whose holding session the server ends (KILL; wait_timeout, a
+ * restart or a cut link do the same): GET_LOCK has no lease and nothing
+ * calls back, so dlock asks the server every second and stops the command
+ * when the session is gone (before: the command ran to its end while
+ * another holder ran, and only the release said so). */
+static void test_cli_session_lost(const char *dlock) {
+    if (!dlock || access(dlock, X_OK) != 0) return;
+    char started[] = "/tmp/dlock-mysql-cli-XXXXXX", script[200];
+    int sfd = mkstemp(started);
+    ASSERT(sfd >= 0);
+    close(sfd);
+    unlink(started);
+    snprintf(script, sizeof script, "touch '%s'; exec sleep 30", started);
+    pid_t pid = th_fork();
+    if (pid == 0) {
+        execl(dlock, dlock, "--url", g_url, "run", "cli-killed", "-c", script, (char *)NULL);
+        _exit(127);
+    }
+    ASSERT_EVENTUALLY(access(started, F_OK) == 0, 15000); /* the command runs: held */
+    unlink(started);
+    dlock_client *d = client();
+    dlock_info info;
+    long long id = 0;
+    ASSERT_EVENTUALLY(dlock_inspect(d, "cli-killed", DLOCK_CSTR, &info) == DLOCK_OK &&
+                          info.exists && sscanf(info.holder, "connection %lld", &id) == 1,
+                      15000);
+    char sql[64];
+    snprintf(sql, sizeof sql, "KILL %lld", id);
+    int64_t t0 = th_now_ms();
+    ASSERT_EQ(sql_root(sql), 0);
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    int64_t took = th_now_ms() - t0;
+    th_log("cli: the holder's session killed: exit %d after %lld ms", WEXITSTATUS(st),
+           (long long)took);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 80);
+    ASSERT_LT(took, 5000);
+    dlock_client_free(d);
+}
+
 /* dlock_lock_cancel: the waiting GET_LOCK is killed (KILL QUERY) */
 static void test_cancel(void) {
     dlock_client *c = client();
@@ -524,6 +565,7 @@ int main(int argc, char **argv) {
     test_waiter_killed();
     test_mutex();
     test_cli(argc > 1 ? argv[1] : NULL);
+    test_cli_session_lost(argc > 1 ? argv[1] : NULL);
     test_cancel(); /* last: a thread (no fork after it) */
     th_log("all passed");
     return 0;

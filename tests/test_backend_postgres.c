@@ -678,6 +678,35 @@ static void test_cli(const char *cli) {
     dlock_client_free(c);
 }
 
+/* `dlock run` whose holding session the server ends (pg_terminate_backend;
+ * idle_session_timeout, a restart or a cut link do the same): an advisory
+ * lock has no lease and nothing calls back, so dlock asks the server every
+ * second and stops the command when the session is gone (before: the
+ * command ran to its end beside the next holder's). */
+static void test_cli_session_lost(const char *cli) {
+    if (!cli || access(cli, X_OK)) return;
+    char started[300], script[400];
+    snprintf(started, sizeof started, "%s/cli-killed.started", g_dir);
+    snprintf(script, sizeof script, "touch '%s'; exec sleep 30", started);
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        execl(cli, cli, "--url", g_url, "run", "cli-killed", "-c", script, (char *)NULL);
+        _exit(127);
+    }
+    PGconn *a = admin("testdb");
+    ASSERT_EVENTUALLY(access(started, F_OK) == 0, 15000); /* the command runs: held */
+    int64_t t0 = th_now_ms();
+    ASSERT_EQ(sql_int(a, "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE "
+                         "locktype = 'advisory' AND granted"),
+              1);
+    PQfinish(a);
+    int st = th_wait_child(kid, 20000);
+    int64_t took = th_now_ms() - t0;
+    th_log("dlock run, its session terminated: exit %d after %lld ms", st, (long long)took);
+    ASSERT_EQ(st, 80);
+    ASSERT_LT(took, 5000);
+}
+
 /* ---- dlock_lock_cancel: the server cancels the waiting statement ---- */
 static void test_cancel(void) {
     dlock_client *c = client();
@@ -705,6 +734,7 @@ int main(int argc, char **argv) {
     test_counter();
     test_facts();
     test_cli(argc > 1 ? argv[1] : NULL);
+    test_cli_session_lost(argc > 1 ? argv[1] : NULL);
     test_cancel(); /* last: a thread (no fork after it) */
     th_log("all passed");
     return 0;
