@@ -187,7 +187,9 @@ typedef struct dlock_options {
      * longer held then).
      * Every way of acquiring is covered, the fair lock's handoff by a
      * release included (the new owner takes the grant up with an attempt on
-     * its own connection, a write after the grant, so its WAIT covers it). With Sentinel this keeps an
+     * its own connection, a write after the grant, so its WAIT covers it),
+     * and so is a Redis Cluster acquire redirected to another master (waited
+     * for on the connection that wrote it). With Sentinel this keeps an
      * acquired lock across a failover to an acknowledging replica. 0: no
      * waiting. Not for RedLock; semaphores and latches are not waited for.
      * Lease renewals (the watchdog's) and dlock_extend wait too: a renewal

@@ -216,6 +216,7 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const size_t *arglens, redisReply **out, dl_err *err) {
     const char *pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL;
     dl_call *post = c->post; /* goes along when the call is redirected */
+    c->redirect_acks = -1;
     int rc = eval_on(c, pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
@@ -238,6 +239,16 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
         rc = eval_on(c2, ask ? "ASKING" : pre, deadline, s, nkeys, keys, keylens, nargs, args,
                      arglens, out, err);
         c2->post = NULL;
+        if (!rc && cl->wait_replicas > 0 && *out && (*out)->type != REDIS_REPLY_ERROR) {
+            /* the write is c2's: WAIT counts a connection's own writes, and
+             * c, which wrote nothing, would find every replica up to date */
+            long long acks = 0;
+            dl_err werr = {0};
+            c->redirect_acks = dl_conn_wait_replicas(cl, c2, cl->wait_replicas_timeout_ms, 0,
+                                                     &acks, &werr)
+                                   ? 0
+                                   : acks;
+        }
         dl_node_put(c2);
     }
     return rc;

@@ -47,6 +47,11 @@ struct dl_conn {
     size_t reply_elements;     /* array elements of the reply being read */
     int reply_too_big;         /* a reply went past DL_REPLY_MAX_ELEMENTS */
     dl_call *post;             /* run after the next script call (dl_eval), then cleared */
+    /* the last script call's reply came from another connection (a Redis
+     * Cluster redirect) whose write was waited for there: the replicas
+     * that acknowledged it, for the WAIT the caller asks of this one
+     * (redirect_acks -1: none was waited for) */
+    long long redirect_acks;
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     char *linger;              /* idle in its pool but still subscribed to this

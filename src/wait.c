@@ -106,6 +106,11 @@ static int64_t wait_left(int64_t deadline) {
 int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
                           int64_t io_deadline, long long *acks, dl_err *err) {
     char n[24], ms[24];
+    if (conn->redirect_acks >= 0) { /* waited for where the write went */
+        *acks = conn->redirect_acks;
+        conn->redirect_acks = -1;
+        return DLOCK_OK;
+    }
     if (timeout_ms < 1) timeout_ms = 1;
     const char *argv[3] = {"WAIT", n, ms};
     size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas), dl_fmt_ll(ms, timeout_ms)};

@@ -284,6 +284,7 @@ static dl_conn *conn_new(void) {
     dl_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->fd = -1;
+    c->redirect_acks = -1;
     c->reader = redisReaderCreateWithFunctions(&bounded_fns);
     if (!c->reader) {
         free(c);
