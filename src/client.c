@@ -82,11 +82,13 @@ static int unlinger(dl_conn *conn, int flush, int64_t deadline) {
     return ok;
 }
 
-/* Puts conn on n's idle list, or closes it when the list is full. */
+/* Puts conn on n's idle list, or closes it when the list is full or it
+ * was opened to an address the node has since left (a Sentinel failover:
+ * a command in flight then must not bring the old master back). */
 static void pool_push(dl_node *n, dl_conn *conn) {
     conn->idle_since_ms = dl_now_ms();
     pthread_mutex_lock(&n->mu);
-    if (n->nidle < n->max_idle) {
+    if (n->nidle < n->max_idle && conn->node_gen == n->gen) {
         conn->next = n->idle;
         n->idle = conn;
         n->nidle++;
@@ -174,11 +176,13 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
     int64_t cdl = dl_deadline(n->connect_timeout_ms);
     if (cdl > deadline) cdl = deadline;
     int rc;
+    unsigned gen = 0;
     if (n->sentinel) {
         /* the address moves: connect to a copy */
         dl_endpoint ep;
         pthread_mutex_lock(&n->mu);
         rc = dl_endpoint_copy(&ep, &n->ep);
+        gen = n->gen;
         pthread_mutex_unlock(&n->mu);
         if (rc) return dl_seterr(err, rc, "out of memory");
         rc = dl_conn_open(&ep, cdl, out, err);
@@ -196,7 +200,10 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
         rc = dl_conn_open(&n->ep, cdl, out, err);
     }
     dl_node_opened(n, rc);
-    if (rc == DLOCK_OK) (*out)->node = n;
+    if (rc == DLOCK_OK) {
+        (*out)->node = n;
+        (*out)->node_gen = gen;
+    }
     return rc;
 }
 

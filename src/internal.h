@@ -196,6 +196,9 @@ typedef struct dl_node {
     dl_conn *idle;
     int nidle;
     int64_t backoff_ms;        /* current reconnect backoff, 0 when healthy */
+    unsigned gen;              /* counts the address's moves (Sentinel): a
+                                * connection opened before the last one is
+                                * closed, never pooled (dl_conn.node_gen) */
     int64_t next_attempt_ms;   /* monotonic ms before which no connect is tried */
 } dl_node;
 

@@ -108,7 +108,9 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
         n->ep.host = host;
         host = NULL;
         n->ep.port = port;
-        /* connections to the old master must not be used again */
+        /* connections to the old master must not be used again: the idle
+         * ones are closed here, those in use when they come back */
+        n->gen++;
         stale = n->idle;
         n->idle = NULL;
         n->nidle = 0;

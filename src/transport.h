@@ -60,6 +60,7 @@ struct dl_conn {
     size_t linger_len;
     int64_t idle_since_ms;     /* monotonic ms it was returned to its pool */
     struct dl_node *node;      /* the pool it returns to */
+    unsigned node_gen;         /* the node's address generation it was opened to */
     dl_conn *next;             /* pool link */
 };
 

@@ -5,6 +5,8 @@
  * (and release). */
 #include "harness.h"
 
+#include <pthread.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -111,6 +113,16 @@ static int master_port(int sport)
     return p;
 }
 
+/* An acquire that stays in flight on a paused master (another test step
+ * fails over meanwhile); its outcome does not matter. */
+static void *in_flight(void *arg)
+{
+    dlock_lock *l = th_lock(arg, "sl:t1", DLOCK_KIND_PLAIN);
+    if (dlock_acquire(l, DLOCK_NOWAIT, 30000, NULL) == DLOCK_OK) dlock_release(l);
+    dlock_lock_free(l);
+    return NULL;
+}
+
 int main(void)
 {
     th_init("sentinel");
@@ -212,6 +224,53 @@ int main(void)
     freeReplyObject(r);
     ASSERT_LOK(l2, dlock_acquire(l2, DLOCK_NOWAIT, 5000, &fence));
     ASSERT_LOK(l2, dlock_release(l2));
+
+    /* A command in flight on the old master when the client follows a
+     * failover: its connection must not go back to the pool, or later
+     * acquires run on the old master (writable for a while after a forced
+     * failover) while other clients use the new one (before the fix: two
+     * clients held sl:y). */
+    {
+        dlock_lock *w = th_lock(other, "sl:warm", DLOCK_KIND_PLAIN);
+        ASSERT_LOK(w, dlock_acquire(w, DLOCK_NOWAIT, 1000, NULL));
+        ASSERT_LOK(w, dlock_release(w));
+        r = redisCommand(rr, "CLIENT PAUSE 3500 WRITE"); /* pr is the master now */
+        freeReplyObject(r);
+        th_sleep_ms(200);
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, in_flight, other), 0);
+        th_sleep_ms(200);
+        r = redisCommand(rs, "SENTINEL FAILOVER mymaster");
+        ASSERT(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(master_port(sp[i]) == pm, 20000);
+        th_log("failed over back to %d with a command in flight on %d", pm, pr);
+        th_sleep_ms(1200); /* the client's next refresh is due */
+        dlock_lock *b = th_lock(other, "sl:b", DLOCK_KIND_PLAIN);
+        ASSERT_EVENTUALLY(dlock_acquire(b, DLOCK_NOWAIT, 30000, NULL) == DLOCK_OK, 15000);
+        ASSERT_LOK(b, dlock_release(b));
+        pthread_join(th, NULL);
+        dlock_lock *y = th_lock(other, "sl:y", DLOCK_KIND_PLAIN);
+        ASSERT_LOK(y, dlock_acquire(y, DLOCK_NOWAIT, 30000, NULL));
+        dlock_client *fresh = NULL;
+        ASSERT_CCODE(fresh, dlock_client_new(&o2, &fresh), DLOCK_OK);
+        dlock_lock *y2 = th_lock(fresh, "sl:y", DLOCK_KIND_PLAIN);
+        int rc2 = dlock_acquire(y2, DLOCK_NOWAIT, 30000, NULL);
+        redisContext *rn = raw(pm);
+        r = redisCommand(rn, "PTTL sl:y");
+        th_log("after the failover: sl:y on the new master PTTL %lld; another client: %s",
+               r->integer, dlock_strerror(rc2));
+        ASSERT_GT(r->integer, 0);
+        freeReplyObject(r);
+        redisFree(rn);
+        ASSERT_EQ(rc2, DLOCK_EBUSY);
+        ASSERT_LOK(y, dlock_release(y));
+        dlock_lock_free(w);
+        dlock_lock_free(b);
+        dlock_lock_free(y);
+        dlock_lock_free(y2);
+        dlock_client_free(fresh);
+    }
 
     /* bad input */
     dlock_options bad = o;
