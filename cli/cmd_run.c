@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -93,7 +94,8 @@ enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO
 
 #define CMD "run"
 #define LOST_EXPIRED 100 /* our own reason: the validity left reached the margin */
-#define LOST_SESSION 101 /* our own reason: a session-kept hold's check failed */
+#define LOST_SESSION 101 /* our own reason: a session-kept hold's check said not held */
+#define LOST_UNANSWERED 102 /* ... or got no answer */
 /* How often a hold kept by a session (MySQL GET_LOCK, PostgreSQL advisory
  * locks: no lease, no renewal, nothing that calls back) is asked about. */
 #define SESSION_CHECK_MS 1000
@@ -135,6 +137,10 @@ typedef struct locker {
     char release_msg[MSG_MAX];
     int cmd_pipe[2];  /* main -> locker: "release now" (or EOF) */
     int done_pipe[2]; /* locker -> main: 'a' acquire done, 'r' release done */
+    /* the session checker (session_main) */
+    int check_stop[2]; /* main -> checker: stop (a byte, or EOF) */
+    int lost_fd;       /* checker -> main: the reason, as the lost callbacks */
+    atomic_int session_lost; /* 1 + the index of the lock it found lost, 0 none */
 } locker;
 
 static int64_t now_us(void)
@@ -273,6 +279,34 @@ static int give_up_waiting(locker *lk)
     write_byte(lk->cmd_pipe[1], 'r');
     return readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) &&
            read_byte(lk->done_pipe[0], &b) == 0;
+}
+
+/* The session checker: a hold kept by a session (MySQL GET_LOCK, PostgreSQL
+ * advisory locks: no lease, no renewal, nothing that calls back) is lost
+ * with its session, which tells nobody; this thread asks the server every
+ * SESSION_CHECK_MS, apart from the supervising loop (a check can take up to
+ * the command timeout when the server does not answer, and signals must be
+ * forwarded meanwhile). It reads the handles only; the locker thread is
+ * idle while the command runs, and the checker is stopped before the
+ * release. */
+static void *session_main(void *arg)
+{
+    locker *lk = arg;
+    for (;;) {
+        if (readable_within(lk->check_stop[0], SESSION_CHECK_MS))
+            return NULL;
+        for (size_t i = 0; i < lk->nlocks; i++) {
+            if (dlock_lock_valid_ms(lk->locks[i]) <= SESSION_VALID_MS)
+                continue;
+            int held = 0, rc = dlock_lock_check(lk->locks[i], &held, NULL);
+            if (rc == DLOCK_OK && held)
+                continue;
+            atomic_store(&lk->session_lost, (int)i + 1); /* before the pipe's byte */
+            write_byte(lk->lost_fd,
+                       (char)(rc == DLOCK_OK || rc == DLOCK_ELOST ? LOST_SESSION : LOST_UNANSWERED));
+            return NULL;
+        }
+    }
 }
 
 /* The lost-lease callback (watchdog thread): only a pipe write. */
@@ -751,6 +785,8 @@ static const char *lost_reason(int reason)
         return "no renewal was confirmed for nine tenths of the lease";
     case LOST_SESSION:
         return "the server no longer keeps the session that held it";
+    case LOST_UNANSWERED:
+        return "the server did not answer a check of the session that holds it";
     default:
         return "the lease was lost";
     }
@@ -785,7 +821,6 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     pid_t pid, reaper;
     int status = 0, exec_err = 0, lost = 0, code, done = 0, cont = 0;
     int64_t kill_at = -1;
-    int64_t next_check[MAX_ALSO + 1] = {0};
     ssize_t r;
     size_t i;
     const char *lost_name = o->name;
@@ -898,7 +933,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             if (dlock_lock_is_lost(lk->locks[i])) {
                 char b = 0;
                 (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
-                lost = b ? b : -1;
+                lost = b ? (unsigned char)b : -1;
                 lost_name = (i ? o->also[i - 1] : o->name);
             }
         }
@@ -912,23 +947,8 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
              * is safe. */
             int64_t valid = i < lk->nlocks ? dlock_lock_valid_ms(lk->locks[i])
                                            : dlock_permits_valid_ms(lk->permits, lk->permit_id);
-            if (i < lk->nlocks && valid > SESSION_VALID_MS) {
-                /* kept by a session, which is lost with its connection and
-                 * tells nobody: ask the server */
-                int64_t t = now_us() / 1000;
-                if (t >= next_check[i]) {
-                    int held = 0;
-                    next_check[i] = t + SESSION_CHECK_MS;
-                    if (dlock_lock_check(lk->locks[i], &held, NULL) != DLOCK_OK || !held) {
-                        lost = LOST_SESSION;
-                        lost_name = (i ? o->also[i - 1] : o->name);
-                        continue;
-                    }
-                }
-                if (next_check[i] - t < timeout)
-                    timeout = (int)(next_check[i] - t) + 1;
-                continue;
-            }
+            if (i < lk->nlocks && valid > SESSION_VALID_MS)
+                continue; /* kept by a session: the checker thread watches it */
             int64_t left = valid - margin;
             if (left <= 0) {
                 lost = LOST_EXPIRED;
@@ -1001,10 +1021,13 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         if (!lost && (pfd[1].revents & POLLIN)) {
             char b = 0;
             (void)read_byte(lostfd, &b);
-            lost = b ? b : -1;
+            lost = b ? (unsigned char)b : -1;
             for (i = 0; i < lk->nlocks; i++)
                 if (dlock_lock_is_lost(lk->locks[i]))
                     lost_name = (i ? o->also[i - 1] : o->name);
+            int sl = atomic_load(&lk->session_lost);
+            if ((lost == LOST_SESSION || lost == LOST_UNANSWERED) && sl >= 1)
+                lost_name = sl > 1 ? o->also[sl - 2] : o->name;
         }
     }
     code = status_code(status);
@@ -1225,7 +1248,30 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 (long long)(lk.took_us / 1000000), (long long)(lk.took_us % 1000000), lk.fence,
                 lk.nlocks ? dlock_lock_token(lk.locks[0]) : "");
 
+    int session = 0;
+    pthread_t checker;
+    for (i = 0; i < lk.nlocks; i++)
+        if (dlock_lock_valid_ms(lk.locks[i]) > SESSION_VALID_MS)
+            session = 1;
+    if (session && pipe2(lk.check_stop, O_CLOEXEC) == 0) {
+        lk.lost_fd = lostpipe[1];
+        if (pthread_create(&checker, NULL, session_main, &lk) != 0) {
+            close(lk.check_stop[0]);
+            close(lk.check_stop[1]);
+            session = 0;
+        }
+    } else if (session) {
+        session = 0;
+    }
+    if (!session && lk.nlocks && dlock_lock_valid_ms(lk.locks[0]) > SESSION_VALID_MS && g->verbose)
+        cli_err(CMD, "cannot start the session checker: a lost session is seen at release only");
     code = supervise(g, &o, &lk, sigfd, lostpipe[0], &oldmask, &oldpipe);
+    if (session) {
+        write_byte(lk.check_stop[1], 's');
+        pthread_join(checker, NULL);
+        close(lk.check_stop[0]);
+        close(lk.check_stop[1]);
+    }
 
     /* Release (on the locker thread) only now that the child has exited. */
     write_byte(lk.cmd_pipe[1], 'r');

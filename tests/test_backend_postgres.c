@@ -707,6 +707,41 @@ static void test_cli_session_lost(const char *cli) {
     ASSERT_LT(took, 5000);
 }
 
+/* Signals reach the command at once while a session check hangs on a
+ * frozen server (the check runs on a thread of its own; before: the
+ * supervising loop sat in the check for the command timeout). */
+static void test_cli_check_frozen(const char *cli) {
+    if (!cli || access(cli, X_OK)) return;
+    char started[300], termed[300], script[800];
+    snprintf(started, sizeof started, "%s/cli-frozen.started", g_dir);
+    snprintf(termed, sizeof termed, "%s/cli-frozen.termed", g_dir);
+    snprintf(script, sizeof script,
+             "trap 'touch \"%s\"; exit 3' TERM; touch '%s'; while :; do sleep 0.05; done",
+             termed, started);
+    pid_t kid = th_fork();
+    if (kid == 0) {
+        execl(cli, cli, "--url", g_url, "--timeout", "5s", "run", "cli-frozen", "-c", script,
+              (char *)NULL);
+        _exit(127);
+    }
+    ASSERT_EVENTUALLY(access(started, F_OK) == 0, 15000);
+    th_sleep_ms(300);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "kill -STOP %ld $(pgrep -P %ld)", (long)g_pg, (long)g_pg);
+    ASSERT_EQ(system(cmd), 0);
+    th_sleep_ms(1500); /* a check is under way, waiting for the frozen server */
+    int64_t t0 = th_now_ms();
+    kill(kid, SIGTERM);
+    ASSERT_EVENTUALLY(access(termed, F_OK) == 0, 10000);
+    int64_t took = th_now_ms() - t0;
+    snprintf(cmd, sizeof cmd, "kill -CONT %ld $(pgrep -P %ld)", (long)g_pg, (long)g_pg);
+    ASSERT_EQ(system(cmd), 0);
+    int st = th_wait_child(kid, 20000);
+    th_log("dlock run, server frozen, SIGTERM: the command had it after %lld ms (dlock exit %d)",
+           (long long)took, st);
+    ASSERT_LT(took, 1000);
+}
+
 /* ---- dlock_lock_cancel: the server cancels the waiting statement ---- */
 static void test_cancel(void) {
     dlock_client *c = client();
@@ -735,6 +770,7 @@ int main(int argc, char **argv) {
     test_facts();
     test_cli(argc > 1 ? argv[1] : NULL);
     test_cli_session_lost(argc > 1 ? argv[1] : NULL);
+    test_cli_check_frozen(argc > 1 ? argv[1] : NULL);
     test_cancel(); /* last: a thread (no fork after it) */
     th_log("all passed");
     return 0;
