@@ -86,15 +86,20 @@ struct dl_script {
  * because most attempts of a waiter find it taken: they spend nothing on the
  * counter. */
 #define DL_LUA_FENCE(var, k)                                                           \
+    DL_LUA_FENCE_TRY(var, k)                                                           \
+    "if not " var " then return redis.error_reply('" DL_FENCE_ERR " the fencing "     \
+    "counter ' .. " k " .. ' cannot be counted on (not an integer, or at its "       \
+    "largest) and the server\\'s clock cannot be read (TIME)') end "
+
+/* DL_LUA_FENCE without the error: var is nil when no token can be had (for
+ * a handoff, which then wakes the waiter instead of granting it). */
+#define DL_LUA_FENCE_TRY(var, k)                                                       \
     "local " var " = redis.pcall('incr', " k ") "                                      \
     "if type(" var ") ~= 'number' then " var " = nil end "                             \
     "do local t = redis.pcall('time') "                                                \
     "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
     "if not " var " or now > " var " then " var " = now "                              \
-    "redis.call('set', " k ", string.format('%d', " var ")) end end end "              \
-    "if not " var " then return redis.error_reply('" DL_FENCE_ERR " the fencing "     \
-    "counter ' .. " k " .. ' cannot be counted on (not an integer, or at its "       \
-    "largest) and the server\\'s clock cannot be read (TIME)') end "
+    "redis.call('set', " k ", string.format('%d', " var ")) end end end "
 
 /* The error a lock script answers when it wrote a hold it cannot give a
  * fencing token (DL_LUA_FENCE): the caller gives the hold back (the script

@@ -173,7 +173,10 @@
  * grant carries the counter as GET returns it: the same number as f, without
  * a string.format('%d', f). A granted owner's entry
  * in the lease hash stays (it is rewritten if it queues again, and the hash
- * goes with the queue). */
+ * goes with the queue). A head no fencing token can be had for (no clock,
+ * and a counter INCR cannot count on: DL_LUA_FENCE) is not granted: it stays
+ * the head and is woken with "0", so the release (or the attempt) that
+ * hands over completes, and the head's own attempt fails holding nothing. */
 #define FAIR_LUA_ADVANCE(h, pfx)                                                      \
     "while " h " do "                                                                  \
     "local ch = " pfx " .. ':' .. " h " "                                              \
@@ -181,7 +184,9 @@
     "local keep = not lease "                                                          \
     "if lease then if lease < 0 then lease, keep = -lease, true end "                  \
     "if redis.call('pubsub', 'numsub', ch)[2] > 0 then "                               \
-    DL_LUA_FENCE("f", "KEYS[2]")                                                       \
+    DL_LUA_FENCE_TRY("f", "KEYS[2]")                                                   \
+    "if not f then redis.call('lpush', KEYS[3], " h ") "                               \
+    "redis.call('publish', ch, '0') break end "                                        \
     "redis.call('zrem', KEYS[4], " h "); redis.call('hset', KEYS[1], " h ", 1) "       \
     "redis.call('pexpire', KEYS[1], math.min(lease, " DL_STR(DL_FAIR_GRANT_MS) ")) "   \
     "redis.call('publish', ch, 'granted:' .. redis.call('get', KEYS[2])) "             \

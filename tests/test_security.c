@@ -4,6 +4,8 @@
  * extends someone else's lock. */
 #include "harness.h"
 
+#include <pthread.h>
+
 #include <ctype.h>
 #include <stdlib.h>
 
@@ -18,6 +20,15 @@ static int is_hex32(const char *t)
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b);
+}
+
+static int g_fair_rc = -1;
+
+/* A fair waiter (test_security's handoff step). */
+static void *fair_waiter(void *arg)
+{
+    g_fair_rc = dlock_acquire(arg, 10000, 30000, NULL);
+    return NULL;
 }
 
 int main(void)
@@ -64,6 +75,37 @@ int main(void)
     ASSERT_EQ(th_cmd_int(rc, "EXISTS app:bad2"), 0);
     dlock_lock_free(badl);
     dlock_lock_free(badr);
+    /* the fair lock's handoff under the same conditions: the release
+     * completes and holds nothing (before: it deleted the lock, then failed,
+     * and the handle still counted its validity), and the waiter, whose
+     * client may read the clock, takes the lock */
+    {
+        th_cmd_ok(rc, "ACL SETUSER app ~redisson_lock_queue:{app:* ~redisson_lock_timeout:{app:*"
+                      " ~redisson_lock_lease:{app:*");
+        dlock_lock *fa = th_lock(c, "app:fair", DLOCK_KIND_FAIR);
+        dlock_client *cw = th_client(s, 0);
+        dlock_lock *fw = th_lock(cw, "app:fair", DLOCK_KIND_FAIR);
+        ASSERT_LOK(fa, dlock_acquire(fa, DLOCK_NOWAIT, 30000, NULL));
+        pthread_t bg;
+        ASSERT_EQ(pthread_create(&bg, NULL, fair_waiter, fw), 0);
+        ASSERT_EVENTUALLY(th_cmd_int(rc, "LLEN redisson_lock_queue:{app:fair}") == 1, 5000);
+        th_sleep_ms(100);
+        th_cmd_ok(rc, "SET redisson_lock_token:{app:fair} abc");
+        int frc = dlock_release(fa);
+        th_log("fair release with no token to hand over: %s (%s), valid %lld ms", dlock_strerror(frc),
+               dlock_lock_errmsg(fa), (long long)dlock_lock_valid_ms(fa));
+        ASSERT_LOK(fa, frc);
+        ASSERT_EQ(dlock_lock_holding(fa), 0);
+        ASSERT_EQ(dlock_lock_valid_ms(fa), 0);
+        pthread_join(bg, NULL);
+        ASSERT_LOK(fw, g_fair_rc);
+        th_cmd_ok(rc, "ACL SETUSER app resetkeys ~app:* ~redisson_lock_token:{app:*"
+                      " ~redisson_lock__channel:{app:* ~dlock_waiters:{app:*");
+        ASSERT_LOK(fw, dlock_release(fw));
+        dlock_lock_free(fa);
+        dlock_lock_free(fw);
+        dlock_client_free(cw);
+    }
     th_cmd_ok(rc, "ACL SETUSER app +time");
     ASSERT_LOK(in, dlock_acquire(in, DLOCK_NOWAIT, 5000, &fence));
     ASSERT_U64_GT(fence, 1000000000000000ULL);
