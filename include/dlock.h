@@ -569,7 +569,10 @@ DLOCK_EXPORT int dlock_acquire_token(dlock_client *c, const char *name, size_t n
                                      int64_t wait_ms, int64_t lease_ms,
                                      char token[DLOCK_TOKEN_LEN + 1], uint64_t *fence);
 /* Releases the plain lock name if token owns it. DLOCK_ENOTOWNER otherwise
- * (wrong token, or the lease expired); nothing is changed then. */
+ * (wrong token, or the lease expired); nothing is changed then. A token not
+ * of the shape dlock_acquire_token gives (DLOCK_TOKEN_LEN lowercase hex
+ * digits) is DLOCK_EINVAL, so that no other value of the key can pass for
+ * one (dlock_extend_token too). */
 DLOCK_EXPORT int dlock_release_token(dlock_client *c, const char *name, size_t name_len,
                                      const char *token);
 /* Sets the lease of the plain lock name to lease_ms if token owns it;

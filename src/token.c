@@ -41,8 +41,18 @@ static int token_op(dlock_client *c, const char *op, const char *name, size_t na
     dl_err err = {0};
     if (!(c->backend->caps & DL_CAP_TOKENS))
         return dl_backend_unsupported(c, lease_ms ? "extend by token" : "release by token");
-    if (!token || !*token || strlen(token) >= sizeof ((dlock_lock *)0)->token) {
-        dl_seterr(&err, DLOCK_EINVAL, "%s: missing or malformed token", op);
+    /* only the shape dlock_acquire_token gives: a string that is not one
+     * (an application's value, another client's token) could otherwise
+     * "own" a key that is no lock of ours, and the release delete it */
+    size_t tl = token ? strlen(token) : 0;
+    int shaped = tl == DLOCK_TOKEN_LEN;
+    for (size_t i = 0; shaped && i < tl; i++)
+        shaped = (token[i] >= '0' && token[i] <= '9') || (token[i] >= 'a' && token[i] <= 'f');
+    if (!shaped) {
+        dl_seterr(&err, DLOCK_EINVAL,
+                  "%s: missing or malformed token (a token of acquire is %d lowercase "
+                  "hexadecimal digits)",
+                  op, DLOCK_TOKEN_LEN);
         return dl_client_fail(c, &err);
     }
     dlock_lock *l = NULL;

@@ -29,6 +29,11 @@ expect_one_line 81 "extend with a wrong token" extend job 0123456789abcdef012345
 p=$(pttl job)
 check "wrong extend left the lease alone (pttl $p)" "[ $p -le 40000 ]"
 expect_one_line 81 "release with a wrong token" release job 0123456789abcdef0123456789abcdef
+# a string that is no token of ours is refused before anything is sent: an
+# application key whose value it is stays (before: deleted as "released")
+rcli set appkey hello >/dev/null
+expect_one_line 64 "release with a value that is no token" release appkey hello
+check "the application's key is left alone" "[ \"\$(rcli get appkey)\" = hello ]"
 check "wrong release left the key" "[ \"\$(rcli get job)\" = '$tok' ]"
 
 # The right token.
