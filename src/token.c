@@ -41,6 +41,8 @@ static int token_op(dlock_client *c, const char *op, const char *name, size_t na
     dl_err err = {0};
     if (!(c->backend->caps & DL_CAP_TOKENS))
         return dl_backend_unsupported(c, lease_ms ? "extend by token" : "release by token");
+    size_t nl = name_len; /* the name's own errors first */
+    if (dl_check_name(name, &nl, &err)) return dl_client_fail(c, &err);
     /* only the shape dlock_acquire_token gives: a string that is not one
      * (an application's value, another client's token) could otherwise
      * "own" a key that is no lock of ours, and the release delete it */

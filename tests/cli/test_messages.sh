@@ -74,7 +74,7 @@ json_check "unreachable server as JSON (not a partial array)" 'd["code"] == 69 a
 tok=$("$DLOCK" acquire --ttl 30s jsonlock)
 expect 1 "--json -q, busy lock" -q acquire -n --json jsonlock
 json_check "busy lock as JSON" 'd["code"] == 1 and "held by another owner" in d["error"]' "$TMP/out"
-expect 81 "--json, wrong token" --json release jsonlock 0123
+expect 81 "--json, wrong token" --json release jsonlock 0123456789abcdef0123456789abcdef
 json_check "not the owner as JSON" 'd["code"] == 81' "$TMP/out"
 expect 0 "--json success is the data" --json release jsonlock "$tok"
 json_check "release --json" '"error" not in d' "$TMP/out"
