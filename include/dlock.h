@@ -710,7 +710,9 @@ DLOCK_EXPORT int dlock_permits_cancel(dlock_permits *p);
 /* Releases the permit id: DLOCK_ENOTOWNER if it is not held (expired, or
  * never issued). */
 DLOCK_EXPORT int dlock_permits_release(dlock_permits *p, const char *id);
-/* Sets the lease of permit id to lease_ms from now; DLOCK_ENOTOWNER if gone. */
+/* Sets the lease of permit id to lease_ms from now, or leaves it when it
+ * runs longer already (another handle may count on it: a lease is never
+ * shortened, the watchdog's renewals included); DLOCK_ENOTOWNER if gone. */
 DLOCK_EXPORT int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms);
 /* How long permit id, held through p, is surely still valid, in ms, by this
  * process's CLOCK_BOOTTIME: as dlock_lock_valid_ms, its lease counted from

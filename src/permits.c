@@ -47,6 +47,7 @@
     "if not n then error('semaphore value is not an integer') end "                           \
     "return n end "                                                                           \
     "local function reclaim() "                                                               \
+    "value() "                                                                                \
     "local n = redis.call('zremrangebyscore', KEYS[2], '-inf', ms(now)) "                     \
     "if n > 0 then redis.call('incrby', KEYS[1], n) end "                                     \
     "return n end "                                                                           \
@@ -87,8 +88,10 @@ static dl_script release_script = DL_SCRIPT("permits_release",
 static dl_script renew_script = DL_SCRIPT("permits_renew",
     PERMITS_PRELUDE
     "wake(reclaim()) "
-    "if redis.call('zscore', KEYS[2], ARGV[1]) then "
-    "redis.call('zadd', KEYS[2], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1]) "
+    "local s = redis.call('zscore', KEYS[2], ARGV[1]) "
+    "if s then "
+    "if tonumber(s) < now + tonumber(ARGV[2]) then "
+    "redis.call('zadd', KEYS[2], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1]) end "
     "return 1 end "
     "return 0");
 
@@ -124,7 +127,8 @@ static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
     "for i, key in ipairs(KEYS) do "
     "local s = redis.pcall('zscore', key, ARGV[i + 1]) "
     "if type(s) == 'string' and tonumber(s) > now then "
-    "redis.call('zadd', key, 'XX', exp, ARGV[i + 1]); res[i] = 1 "
+    "if tonumber(s) < tonumber(exp) then redis.call('zadd', key, 'XX', exp, ARGV[i + 1]) end "
+    "res[i] = 1 "
     "else res[i] = 0 end end "
     "return res");
 

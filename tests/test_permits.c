@@ -519,6 +519,45 @@ static void concurrency(const th_server *srv, redisContext *rc)
     dlock_client_free(c);
 }
 
+/* A renewal through another handle never shortens a permit's lease the
+ * holder counts on (before: renew(id, 300 ms) cut a 20 s permit, and a
+ * third client took the only permit while the holder counted 19 s); and a
+ * count a foreign client broke fails the call before an expired permit is
+ * taken back (before: it was dropped from the lease set, its permit lost). */
+static void shared_renew(th_server *srv, redisContext *rc)
+{
+    dlock_client *c1 = th_client(srv, 0), *c2 = th_client(srv, 0), *c3 = th_client(srv, 0);
+    dlock_permits *p1 = pm(c1, "pm:shared"), *p2 = pm(c2, "pm:shared"), *p3 = pm(c3, "pm:shared");
+    init_permits(p1, 1);
+    char id[DLOCK_PERMIT_ID_LEN + 1], id3[DLOCK_PERMIT_ID_LEN + 1];
+    ASSERT_POK(p1, dlock_permits_acquire(p1, DLOCK_NOWAIT, 20000, id));
+    ASSERT_POK(p2, dlock_permits_renew(p2, id, 300));
+    th_sleep_ms(500);
+    int64_t v = dlock_permits_valid_ms(p1, id);
+    int rc3 = dlock_permits_acquire(p3, DLOCK_NOWAIT, 1000, id3);
+    th_log("permit renewed for 300 ms by another handle: the holder counts %lld ms, a third "
+           "client: %s", (long long)v, dlock_strerror(rc3));
+    ASSERT_GT(v, 15000);
+    ASSERT_EQ(rc3, DLOCK_EBUSY);
+    ASSERT_POK(p1, dlock_permits_release(p1, id));
+
+    /* an expired permit and a broken count */
+    ASSERT_POK(p1, dlock_permits_acquire(p1, DLOCK_NOWAIT, 200, id));
+    th_sleep_ms(300);
+    th_cmd_ok(rc, "SET pm:shared abc");
+    int64_t n = 0;
+    ASSERT_PCODE(p2, dlock_permits_available(p2, &n), DLOCK_ESERVER);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {pm:shared}:timeout"), 1); /* still there */
+    th_cmd_ok(rc, "SET pm:shared 0");
+    ASSERT_EQ(avail(p2), 1); /* taken back now */
+    dlock_permits_free(p1);
+    dlock_permits_free(p2);
+    dlock_permits_free(p3);
+    dlock_client_free(c1);
+    dlock_client_free(c2);
+    dlock_client_free(c3);
+}
+
 int main(void)
 {
     th_init("permits");
@@ -535,6 +574,7 @@ int main(void)
     lost(srv, rc);
     valid_frozen(srv, rc);
     concurrency(srv, rc);
+    shared_renew(srv, rc);
     redisFree(rc);
     dlock_client_free(c);
     th_server_stop(srv);
