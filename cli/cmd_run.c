@@ -141,6 +141,9 @@ typedef struct locker {
     int check_stop[2]; /* main -> checker: stop (a byte, or EOF) */
     int lost_fd;       /* checker -> main: the reason, as the lost callbacks */
     atomic_int session_lost; /* 1 + the index of the lock it found lost, 0 none */
+    /* locks kept by a session, set before the checker starts: while it runs
+     * it alone touches those handles (a check may mark one lost) */
+    unsigned char session_kept[MAX_ALSO + 1];
 } locker;
 
 static int64_t now_us(void)
@@ -296,7 +299,7 @@ static void *session_main(void *arg)
         if (readable_within(lk->check_stop[0], SESSION_CHECK_MS))
             return NULL;
         for (size_t i = 0; i < lk->nlocks; i++) {
-            if (dlock_lock_valid_ms(lk->locks[i]) <= SESSION_VALID_MS)
+            if (!lk->session_kept[i])
                 continue;
             int held = 0, rc = dlock_lock_check(lk->locks[i], &held, NULL);
             if (rc == DLOCK_OK && held)
@@ -945,10 +948,12 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
              * before another holder starts. A permit is supervised as a lock
              * is. The locker thread is idle now, so reading the handles here
              * is safe. */
+            if (i < lk->nlocks && lk->session_kept[i])
+                continue; /* the checker thread watches it (and alone reads it) */
             int64_t valid = i < lk->nlocks ? dlock_lock_valid_ms(lk->locks[i])
                                            : dlock_permits_valid_ms(lk->permits, lk->permit_id);
             if (i < lk->nlocks && valid > SESSION_VALID_MS)
-                continue; /* kept by a session: the checker thread watches it */
+                continue; /* kept by a session, with no checker (it could not start) */
             int64_t left = valid - margin;
             if (left <= 0) {
                 lost = LOST_EXPIRED;
@@ -1255,9 +1260,12 @@ int cmd_run(int argc, char **argv, cli_global *g)
             session = 1;
     if (session && pipe2(lk.check_stop, O_CLOEXEC) == 0) {
         lk.lost_fd = lostpipe[1];
+        for (i = 0; i < lk.nlocks; i++)
+            lk.session_kept[i] = dlock_lock_valid_ms(lk.locks[i]) > SESSION_VALID_MS;
         if (pthread_create(&checker, NULL, session_main, &lk) != 0) {
             close(lk.check_stop[0]);
             close(lk.check_stop[1]);
+            memset(lk.session_kept, 0, sizeof lk.session_kept);
             session = 0;
         }
     } else if (session) {
