@@ -241,6 +241,16 @@ static void teardown(pair_state *st) {
     if (st->rc) redisFree(st->rc);
 }
 
+/* The median of the per-round ratios of series s to series base, as metric
+ * name of s (when base runs). */
+static void ratio_to(bench_ctx *ctx, double rate[][MAX_ROUNDS], int rounds, int s, int base,
+                     const char *name) {
+    if (!bench_series_on(ctx, series_name[base])) return;
+    double ratio[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[base][r];
+    bench_metric("pairs", series_name[s], name, bench_median_d(ratio, (size_t)rounds), "x");
+}
+
 int bench_pairs(bench_ctx *ctx) {
     const int rounds = ctx->quick ? 4 : MAX_ROUNDS;
     const int64_t round_ns = ctx->quick ? 150000000LL : 500000000LL;
@@ -308,29 +318,14 @@ int bench_pairs(bench_ctx *ctx) {
                 snprintf(rtext, sizeof rtext, "%.2fx", rm);
                 bench_metric("pairs", series_name[s], "ratio_to_raw", rm, "x");
             }
-            if (s == S_DLOCK && bench_series_on(ctx, series_name[S_RAWFENCED])) {
-                /* the client library's own overhead: same protocol, same server work */
-                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_RAWFENCED][r];
-                bench_metric("pairs", series_name[s], "ratio_to_raw_fenced",
-                             bench_median_d(ratio, (size_t)rounds), "x");
-            }
-            if (s == S_IDENTITY && bench_series_on(ctx, series_name[S_DLOCK])) {
-                /* what recording the holder's identity costs */
-                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_DLOCK][r];
-                bench_metric("pairs", series_name[s], "ratio_to_dlock",
-                             bench_median_d(ratio, (size_t)rounds), "x");
-            }
-            if (s == S_IDENTITY && bench_series_on(ctx, series_name[S_RAWWHO])) {
-                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_RAWWHO][r];
-                bench_metric("pairs", series_name[s], "ratio_to_raw_fenced_identity",
-                             bench_median_d(ratio, (size_t)rounds), "x");
-            }
-            if (s == S_RAWWHO && bench_series_on(ctx, series_name[S_RAWFENCED])) {
-                /* the floor: one more key per hold on the server, no library */
-                for (int r = 0; r < rounds; r++) ratio[r] = rate[s][r] / rate[S_RAWFENCED][r];
-                bench_metric("pairs", series_name[s], "ratio_to_raw_fenced",
-                             bench_median_d(ratio, (size_t)rounds), "x");
-            }
+            /* the client library's own overhead: same protocol, same server work */
+            if (s == S_DLOCK) ratio_to(ctx, rate, rounds, s, S_RAWFENCED, "ratio_to_raw_fenced");
+            /* what recording the holder's identity costs, and against its floor */
+            if (s == S_IDENTITY) ratio_to(ctx, rate, rounds, s, S_DLOCK, "ratio_to_dlock");
+            if (s == S_IDENTITY)
+                ratio_to(ctx, rate, rounds, s, S_RAWWHO, "ratio_to_raw_fenced_identity");
+            /* the floor: one more key per hold on the server, no library */
+            if (s == S_RAWWHO) ratio_to(ctx, rate, rounds, s, S_RAWFENCED, "ratio_to_raw_fenced");
             char rb[32];
             bench_fmt_num(rb, sizeof rb, med);
             printf("   %-20s %12s %7.1f us %7.1f us %7.1f us %10s\n", series_name[s], rb, p50,

@@ -234,26 +234,18 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         int64_t deadline = dl_cmd_deadline(c);
         if (deadline > valid_until) deadline = valid_until;
         int rc = c->fence_node ? fence_from_node(l, &fence, deadline, err) : DLOCK_OK;
-        if (!rc && dl_now_ms() >= valid_until) {
-            /* not acquired: the wait goes on, or a try fails as busy */
+        int late = c->fence_node && dl_now_ms() >= valid_until;
+        if (rc || late) {
             undo_attempt(l, lease_ms, conns, what);
             put_all(c, conns, NULL);
-            t->pttl = 0;
+            if (rc == DLOCK_EIO && late)
+                return dl_seterr(err, DLOCK_EIO,
+                                 "the fence server did not answer within the lock's validity "
+                                 "(%lld ms); not acquired",
+                                 (long long)(lease_ms - drift_ms(lease_ms)));
+            if (rc) return rc;
+            t->pttl = 0; /* not acquired: the wait goes on, or a try fails as busy */
             return DLOCK_OK;
-        }
-        if (rc == DLOCK_EIO && dl_now_ms() >= valid_until) {
-            /* the fence server did not answer within the validity */
-            undo_attempt(l, lease_ms, conns, what);
-            put_all(c, conns, NULL);
-            return dl_seterr(err, DLOCK_EIO,
-                             "the fence server did not answer within the lock's validity (%lld "
-                             "ms); not acquired",
-                             (long long)(lease_ms - drift_ms(lease_ms)));
-        }
-        if (rc) {
-            undo_attempt(l, lease_ms, conns, what);
-            put_all(c, conns, NULL);
-            return rc;
         }
         put_all(c, conns, NULL);
         t->acquired = 1;
