@@ -91,18 +91,30 @@ ping_ok() {
   [[ $reply == +PONG* ]]
 }
 
-# start_server NAME: a redis-server on a free port with its own directory
-# $DIR/NAME; sets PORT (empty on failure, its log then on stderr).
+# start_server NAME [ARGS...]: a redis-server on a free port with its own
+# directory $DIR/NAME; sets PORT (empty on failure, the last attempt's log and
+# output then on stderr). An argument @BUS@ becomes a free port chosen afresh
+# at each attempt (a cluster bus port: a busy one fails every retry alike).
 start_server() {
-  local d="$DIR/$1" p pid
+  local d="$DIR/$1" p b pid a
   shift
   mkdir -p "$d"
   PORT=""
   for _ in $(seq 20); do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
     port_busy "$p" && continue
+    local args=()
+    for a in "$@"; do
+      if [ "$a" = @BUS@ ]; then
+        b=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+        { [ "$b" != "$p" ] && ! port_busy "$b"; } || continue 2
+        a=$b
+      fi
+      args+=("$a")
+    done
+    rm -f "$d/log" "$d/nodes.conf"
     "$REDIS_SERVER" --port "$p" --bind 127.0.0.1 --dir "$d" --save '' --appendonly no \
-        --logfile "$d/log" --daemonize no "$@" >/dev/null 2>&1 &
+        --logfile "$d/log" --daemonize no ${args[@]+"${args[@]}"} >"$d/out" 2>&1 &
     pid=$!
     PIDS+=("$pid")
     for _ in $(seq 100); do
@@ -114,10 +126,9 @@ start_server() {
       sleep 0.05
     done
     stop_pid "$pid"
-    : > "$d/log"
   done
-  echo "bench: could not start redis-server; its log:" >&2
-  cat "$d/log" >&2 || true
+  echo "bench: could not start redis-server in $d; the last attempt's output and log:" >&2
+  cat "$d/out" "$d/log" >&2 2>/dev/null || true
   return 1
 }
 
@@ -139,8 +150,7 @@ fi
 if [ -z "$ONLY" ] || [[ ",$ONLY," == *,cluster,* ]]; then
   CL=()
   for i in 1 2 3; do
-    start_server "cluster$i" --cluster-enabled yes \
-        --cluster-port $(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 )) || exit 1
+    start_server "cluster$i" --cluster-enabled yes --cluster-port @BUS@ || exit 1
     CL+=("$PORT")
   done
   if redis-cli --cluster create "${CL[@]/#/127.0.0.1:}" --cluster-yes >"$DIR/cluster.log" 2>&1; then
