@@ -42,10 +42,3 @@ const dl_backend *dl_backend_for(const char *url) {
             if (!strncmp(url, *s, strlen(*s))) return backends[i];
     return &dl_backend_redis;
 }
-
-int dl_backend_unsupported(dlock_client *c, const char *what) {
-    dl_err err = {0};
-    dl_seterr(&err, DLOCK_ENOTSUP, "%s is not supported by the %s backend", what,
-              c->backend->name);
-    return dl_client_fail(c, &err);
-}

@@ -88,7 +88,7 @@ const dl_backend dl_backend_redis = {
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
              (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
     .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_IDWORKER |
-            DL_CAP_CANCEL,
+            DL_CAP_CANCEL | DL_CAP_HOLDER | DL_CAP_OWNER_HOLDS,
     .open = dl_redis_open,
     .close = NULL, /* the client's nodes are freed by client.c */
     .ping = dl_redis_ping,

@@ -100,3 +100,9 @@ int dl_cancel_nap(dl_cancel *x, int64_t ms) {
         if (dl_cancel_poll(x, p, 0, left > INT_MAX ? INT_MAX : (int)left) == -2) return 1;
     }
 }
+
+int dl_cancel_err(dlock_lock *l, dl_err *err) {
+    char nm[80];
+    return dl_seterr(err, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled",
+                     dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+}

@@ -277,6 +277,8 @@ dl_node *dl_cluster_route(dlock_client *c, unsigned slot);
 dl_node *dl_cluster_redirect(dlock_client *c, const redisReply *r, int *ask);
 /* A node for ep (ownership of ep's strings taken) with c's settings. */
 dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c);
+/* Closes n's idle connections and frees it (NULL is a no-op). */
+void dl_node_free(dl_node *n);
 /* The node a key lives on: the slot owner in a cluster, else the main node. */
 dl_node *dl_route(dlock_client *c, const char *key, size_t len);
 /* 1 in cluster mode: sharded pub/sub (SSUBSCRIBE/SPUBLISH) is used. */
@@ -443,6 +445,9 @@ enum {
                                 * the sem_* calls of the table) */
     DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
     DL_CAP_CANCEL = 1u << 5,   /* dlock_lock_cancel (waits in wait.c / redlock.c) */
+    DL_CAP_HOLDER = 1u << 6,   /* holder identity records (holder.c) */
+    DL_CAP_OWNER_HOLDS = 1u << 7, /* the server counts a reentrant owner's holds over
+                                   * all its handles (owner.c keeps per-handle records) */
 };
 
 struct dl_backend {
@@ -504,8 +509,11 @@ struct dl_backend {
 /* Redis and its deployments (single, RedLock, Sentinel, Cluster): the
  * backend of every URL no other backend claims (backend_redis.c). */
 extern const dl_backend dl_backend_redis;
-/* Its client set-up (client.c): parses url, connects, checks the nodes. */
+/* Its client set-up (topology.c): parses url, connects, checks the nodes;
+ * dl_topology_clear frees what it set up (at dlock_client_free, or after a
+ * failed open). */
 int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+void dl_topology_clear(dlock_client *c);
 int dl_redis_ping(dlock_client *c, int64_t *rtt_us, dl_err *err);
 /* Its queries by name (query.c). */
 int dl_redis_is_locked(dlock_client *c, const char *name, size_t len, int *locked, dl_err *err);
@@ -530,7 +538,12 @@ int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err);
  * URL parser explains a bad one). */
 const dl_backend *dl_backend_for(const char *url);
 /* Records DLOCK_ENOTSUP "<what> is not supported by the <name> backend" on c. */
-int dl_backend_unsupported(dlock_client *c, const char *what);
+static inline int dl_backend_unsupported(dlock_client *c, const char *what) {
+    dl_err err = {0};
+    dl_seterr(&err, DLOCK_ENOTSUP, "%s is not supported by the %s backend", what,
+              c->backend->name);
+    return dl_client_fail(c, &err);
+}
 
 /* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
 /* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
@@ -693,15 +706,45 @@ struct dlock_lock {
     dl_cancel cancel;          /* dlock_lock_cancel */
 };
 
-/* The client's record of its handles' holds per name and owner (lock.c). */
+/* RedLock's allowance for clock drift over a lease: lease / 100 + 2 ms. A
+ * RedLock hold is counted valid for the lease less this, from just before
+ * the request that started it (acquire, extend, watchdog renewal). */
+static inline int64_t dl_redlock_drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+/* What a hold's validity leaves out of its lease: RedLock's clock drift. */
+static inline int64_t dl_lease_margin(const dlock_lock *l, int64_t lease_ms) {
+    return l->c->mode == DL_MODE_REDLOCK ? dl_redlock_drift_ms(lease_ms) : 0;
+}
+
+/* dlock_lock_valid_ms of a handle: 0 when it holds nothing, was marked lost
+ * or its hold surely ended; the watchdog's last renewal counts. */
+static inline int64_t dl_hold_valid_ms(const dlock_lock *l) {
+    if (l->holds <= 0 || atomic_load(&l->lease.lost)) return 0;
+    int64_t until = l->expires_at;
+    if (l->watchdog) {
+        int64_t renewed = (int64_t)atomic_load(&l->lease.last_ok) + l->lease_ms -
+                          dl_lease_margin(l, l->lease_ms);
+        if (renewed > until) until = renewed;
+    }
+    int64_t left = until - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
+/* ---- owners and their holds (owner.c) ---- */
 /* The holds l's owner should have on the server before a release of l: the
- * sum of this client's handles' counts (lock.c, "holds per owner"), in
+ * sum of this client's handles' counts (owner.c, "holds per owner"), in
  * decimal into buf (24 bytes); "" (returns 0) when not known (an untracked
  * kind, no record, a hold that went unrecorded). The release scripts of the
  * counted kinds take it last: a count already below it means this release
  * was applied before (a copy of the request), and changes nothing. */
 size_t dl_owner_expect(dlock_lock *l, char *buf);
+/* l's hold count becomes v, and its record with it; returns the owner's sum
+ * over this client's handles afterwards (-1: unknown or not counted). */
+int64_t dl_set_holds(dlock_lock *l, int64_t v);
+/* Frees the client's records (at dlock_client_free). */
 void dl_owned_free(dlock_client *c);
+/* "<client id>:<thread id>" into l->token. */
+int dl_owner_thread(dlock_lock *l, dl_err *err);
 
 /* dlock_acquire without noting where cancels stand (l->cancel_seen): for
  * dlock_multi_acquire, which notes it for every lock of the set first. */
@@ -715,7 +758,7 @@ int dl_lock_reexpire(dlock_lock *l, dl_err *err);
 /* Records err as l's message; returns its code. */
 int dl_lock_fail(dlock_lock *l, const dl_err *err);
 
-/* Sets DLOCK_ECANCELED for lock l's wait in err. */
+/* Sets DLOCK_ECANCELED for lock l's wait in err. cancel.c. */
 int dl_cancel_err(dlock_lock *l, dl_err *err);
 
 /* What a lock kind does; one table per kind, one file per kind. */
@@ -799,10 +842,6 @@ long long dl_call_release_result(const dl_call *call, long long v);
 /* RedLock versions of the generic lock steps (redlock.c). */
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
 int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err);
-/* RedLock's allowance for clock drift over a lease: lease / 100 + 2 ms. A
- * RedLock hold is counted valid for the lease less this, from just before
- * the request that started it (acquire, extend, watchdog renewal). */
-int64_t dl_redlock_drift_ms(int64_t lease_ms);
 int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
 int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
 
@@ -815,7 +854,7 @@ extern const dl_kind_ops dl_write_ops;
 /* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
  * write, at most timeout_ms; *acks the count the server answered. The
  * reply is read until io_deadline (0: timeout_ms plus the command timeout
- * from now). wait.c. */
+ * from now). scripts.c. */
 int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
                           int64_t io_deadline, long long *acks, dl_err *err);
 /* Tries, and waits through pub/sub until acquired or deadline. */
@@ -823,8 +862,5 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl
 /* Parses {1, fence[, count]} | {0, pttl} answers of acquire scripts. */
 int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
                      dl_err *err);
-/* "<client id>:<thread id>" into l->token. */
-int dl_owner_thread(dlock_lock *l, dl_err *err);
-
 
 #endif

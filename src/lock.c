@@ -7,6 +7,10 @@
 
 #include "internal.h"
 
+/* The most surplus holds a release gives back (a bound, not a count: one
+ * lost reply leaves one). */
+#define DL_SURPLUS_MAX 16
+
 /* Every kind, by dlock_kind value. */
 static const dl_kind_ops *dl_kind_lookup(dlock_kind kind) {
     static const dl_kind_ops *const kinds[] = {
@@ -32,10 +36,6 @@ static int lock_ok(dlock_lock *l) {
     return DLOCK_OK;
 }
 
-/* What a hold's validity leaves out of its lease: RedLock's clock drift. */
-static int64_t lease_margin(const dlock_lock *l, int64_t lease_ms) {
-    return l->c->mode == DL_MODE_REDLOCK ? dl_redlock_drift_ms(lease_ms) : 0;
-}
 
 static void lease_lost(dl_lease *lease, int reason) {
     dlock_lock *l = (dlock_lock *)((char *)lease - offsetof(dlock_lock, lease));
@@ -97,131 +97,6 @@ fail:
     return dl_client_fail(c, &err);
 }
 
-/* ---- holds per owner ----
- * The server counts a reentrant, fair, read or write lock's holds per owner
- * ("<client id>:<thread id>", ":write" for the writer), whatever handle of
- * that owner took them; each handle counts its own. The client keeps one
- * record per handle that holds such a lock (its name and owner copied, its
- * count), so that it can add up an owner's holds over its handles: a release
- * that leaves the owner's count above that sum can tell that the surplus is
- * no handle's (an attempt whose reply was lost and that was tried again, a
- * handle that started afresh after a release failed) and give it back. A
- * handle whose hold has surely ended (marked lost, or its validity run out)
- * counts for nothing in the sum: the server may have dropped its holds, and
- * a release expecting them would change nothing. Every change of such a
- * handle's count goes through set_holds. An owner's handles all belong to one
- * thread (the owner names it), the thread that adds them up; the records'
- * keys are copies, so other threads' handles are never read. */
-/* The most surplus holds a release gives back (a bound, not a count: one
- * lost reply leaves one). */
-#define DL_SURPLUS_MAX 16
-
-typedef struct dl_owned {
-    char *key; /* name, NUL, owner */
-    size_t len;
-    dlock_lock *l;
-    int64_t count;
-} dl_owned;
-
-/* Kinds whose server count is shared by an owner's handles. */
-static int tracked(const dlock_lock *l) {
-    return l->c->backend == &dl_backend_redis && l->ops->reentrant && !l->ops->unique_owner;
-}
-
-static int same_owner(const dl_owned *o, const dlock_lock *l) {
-    return o->len == l->name_len + 1 + l->token_len && !memcmp(o->key, l->name, l->name_len) &&
-           !memcmp(o->key + l->name_len + 1, l->token, l->token_len);
-}
-
-/* The sum of the counts of l's name and owner over the handles whose holds
- * may still be on the server; -1 when not known (a hold that could not be
- * recorded for want of memory: from then on the client never counts on a
- * sum). Under owned_mu. */
-static int64_t owner_sum_locked(dlock_lock *l) {
-    dlock_client *c = l->c;
-    if (c->owned_broken) return -1;
-    int64_t sum = 0;
-    for (size_t i = 0; i < c->nowned; i++) {
-        const dl_owned *o = &c->owned[i];
-        if (!same_owner(o, l)) continue;
-        /* the same owner: a handle of this thread (see above) */
-        if (o->l != l && (atomic_load(&o->l->lease.lost) || dlock_lock_valid_ms(o->l) == 0))
-            continue;
-        sum += o->count;
-    }
-    return sum;
-}
-
-/* l's record gets count v (none when v is 0); returns the owner's sum
- * afterwards (owner_sum_locked). */
-static int64_t owned_set(dlock_lock *l, int64_t v) {
-    dlock_client *c = l->c;
-    pthread_mutex_lock(&c->owned_mu);
-    size_t i = 0;
-    while (i < c->nowned && c->owned[i].l != l) i++;
-    if (i == c->nowned && v > 0) {
-        size_t len = l->name_len + 1 + l->token_len;
-        char *k = NULL;
-        if (c->nowned == c->owned_cap) {
-            size_t cap = c->owned_cap ? 2 * c->owned_cap : 8;
-            dl_owned *o = realloc(c->owned, cap * sizeof *o);
-            if (!o) {
-                c->owned_broken = 1;
-                goto out;
-            }
-            c->owned = o;
-            c->owned_cap = cap;
-        }
-        if (!(k = malloc(len))) {
-            c->owned_broken = 1;
-            goto out;
-        }
-        memcpy(k, l->name, l->name_len);
-        k[l->name_len] = '\0';
-        memcpy(k + l->name_len + 1, l->token, l->token_len);
-        c->owned[c->nowned++] = (dl_owned){k, len, l, 0};
-    }
-    if (i < c->nowned) {
-        if (v > 0) {
-            c->owned[i].count = v;
-        } else { /* the handle's last hold: forget it */
-            free(c->owned[i].key);
-            c->owned[i] = c->owned[--c->nowned];
-        }
-    }
-out:;
-    int64_t sum = owner_sum_locked(l);
-    pthread_mutex_unlock(&c->owned_mu);
-    return sum;
-}
-
-size_t dl_owner_expect(dlock_lock *l, char *buf) {
-    buf[0] = '\0';
-    if (!tracked(l) || l->token_len == 0) return 0;
-    dlock_client *c = l->c;
-    pthread_mutex_lock(&c->owned_mu);
-    int64_t sum = owner_sum_locked(l);
-    pthread_mutex_unlock(&c->owned_mu);
-    return sum > 0 ? dl_fmt_ll(buf, sum) : 0;
-}
-
-void dl_owned_free(dlock_client *c) {
-    for (size_t i = 0; i < c->nowned; i++) free(c->owned[i].key);
-    free(c->owned);
-    c->owned = NULL;
-    c->nowned = c->owned_cap = 0;
-    pthread_mutex_destroy(&c->owned_mu);
-}
-
-/* l's hold count becomes v, and its record with it; returns the owner's sum
- * over this client's handles afterwards (-1: unknown). */
-static int64_t set_holds(dlock_lock *l, int64_t v) {
-    int64_t delta = v - l->holds;
-    l->holds = v;
-    if (!tracked(l) || l->token_len == 0) return -1;
-    return delta ? owned_set(l, v) : -1;
-}
-
 static void wd_off(dlock_lock *l) {
     if (l->watchdog) {
         dl_watchdog_unregister(l->c, &l->lease);
@@ -249,7 +124,7 @@ void dlock_lock_free(dlock_lock *l) {
      * (the surplus, above), or their lease ends them. Kept in the owner's
      * sum, they would stay on the server for as long as another handle of
      * the same owner re-entered them, each release renewing their lease. */
-    if (l->holds > 0) set_holds(l, 0);
+    if (l->holds > 0) dl_set_holds(l, 0);
     wd_off(l);
     if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
     dl_cancel_destroy(&l->cancel);
@@ -265,22 +140,11 @@ void dlock_lock_free(dlock_lock *l) {
 
 int dlock_lock_cancel(dlock_lock *l) { return l ? dl_cancel_ask(l->c, &l->cancel) : DLOCK_EINVAL; }
 
-int dl_cancel_err(dlock_lock *l, dl_err *err) {
-    char nm[80];
-    return dl_seterr(err, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled",
-                     dl_name_msg(l->name, l->name_len, nm, sizeof nm));
-}
 
 const char *dlock_lock_errmsg(const dlock_lock *l) {
     return l ? l->errmsg : "no lock (NULL handle)";
 }
 
-int dl_owner_thread(dlock_lock *l, dl_err *err) {
-    (void)err;
-    int n = snprintf(l->token, sizeof l->token, "%s:%ld", l->c->id, dl_thread_id());
-    l->token_len = (size_t)n;
-    return DLOCK_OK;
-}
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence) {
     if (!l) return DLOCK_EINVAL;
@@ -303,7 +167,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         /* a hold whose release failed (I/O) and whose lease has surely run
          * out since: nothing is left to re-enter, start afresh */
         wd_off(l);
-        set_holds(l, 0);
+        dl_set_holds(l, 0);
         l->token[0] = '\0';
         l->token_len = 0;
     }
@@ -354,7 +218,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         }
         return lock_fail(l, &err);
     }
-    set_holds(l, l->holds + 1);
+    dl_set_holds(l, l->holds + 1);
     l->fence = t.fence;
     /* a re-entry with an explicit lease of a hold the watchdog keeps leaves it
      * kept: the watchdog's lease stays the handle's (the re-entry's own lease
@@ -370,7 +234,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         if (rc) {
             dl_err saved = err;
             dlock_release(l); /* best effort; the lease runs out otherwise */
-            set_holds(l, 0);
+            dl_set_holds(l, 0);
             return lock_fail(l, &saved);
         }
     } else if (lease_ms != DLOCK_WATCHDOG && !reenter) {
@@ -383,7 +247,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
 static int mark_lost(dlock_lock *l, const char *op, dl_err *err) {
     char nm[80];
     wd_off(l);
-    set_holds(l, 0);
+    dl_set_holds(l, 0);
     atomic_store(&l->lease.lost, 1);
     return dl_seterr(err, DLOCK_ELOST,
                      "%s: lock '%s' was no longer held by this owner (lease expired or taken "
@@ -414,10 +278,10 @@ int dlock_release(dlock_lock *l) {
         mark_lost(l, "release", &err);
         return lock_fail(l, &err);
     }
-    int64_t owner_holds = set_holds(l, res == 1 ? 0 : l->holds - 1);
+    int64_t owner_holds = dl_set_holds(l, res == 1 ? 0 : l->holds - 1);
     if (res == 0 && owner_holds == 0 && l->c->mode != DL_MODE_REDLOCK) {
         /* the server still counts holds of this owner that none of this
-         * client's handles has (the top of the file): give them back, so
+         * client's handles has (owner.c): give them back, so
          * that the lock is free now and not at the end of its lease */
         for (int i = 0; i < DL_SURPLUS_MAX && res == 0; i++) {
             dl_err ignored = {0};
@@ -457,12 +321,12 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
         /* the extend may have reached the server (a reply lost, too few
          * replicas acknowledging it): the hold is counted valid for the
          * shorter of what it had and the new lease from t0 */
-        int64_t until = t0 + lease_ms - lease_margin(l, lease_ms);
+        int64_t until = t0 + lease_ms - dl_lease_margin(l, lease_ms);
         if (until < had) {
             l->expires_at = until;
             if (was_wd) /* the watchdog counts from its last renewal */
                 atomic_store(&l->lease.last_ok,
-                             (long long)(until - l->lease_ms + lease_margin(l, l->lease_ms)));
+                             (long long)(until - l->lease_ms + dl_lease_margin(l, l->lease_ms)));
         }
         if (was_wd) {
             dl_err e2 = {0};
@@ -475,7 +339,7 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
         return lock_fail(l, &err);
     }
     l->lease_ms = lease_ms;
-    l->expires_at = t0 + lease_ms - lease_margin(l, lease_ms);
+    l->expires_at = t0 + lease_ms - dl_lease_margin(l, lease_ms);
     return lock_ok(l);
 }
 
@@ -492,23 +356,13 @@ int dl_lock_reexpire(dlock_lock *l, dl_err *err) {
     int rc = l->c->backend->extend(l, l->lease_ms, &res, err);
     if (rc) return rc;
     if (res != 1) return mark_lost(l, "acquire", err);
-    l->expires_at = t0 + l->lease_ms - lease_margin(l, l->lease_ms);
+    l->expires_at = t0 + l->lease_ms - dl_lease_margin(l, l->lease_ms);
     return DLOCK_OK;
 }
 
 int dlock_lock_holding(const dlock_lock *l) { return l && l->holds > 0; }
 
-int64_t dlock_lock_valid_ms(const dlock_lock *l) {
-    if (!l || l->holds <= 0 || atomic_load(&l->lease.lost)) return 0;
-    int64_t until = l->expires_at;
-    if (l->watchdog) {
-        int64_t renewed = (int64_t)atomic_load(&l->lease.last_ok) + l->lease_ms -
-                          lease_margin(l, l->lease_ms);
-        if (renewed > until) until = renewed;
-    }
-    int64_t left = until - dl_now_ms();
-    return left > 0 ? left : 0;
-}
+int64_t dlock_lock_valid_ms(const dlock_lock *l) { return l ? dl_hold_valid_ms(l) : 0; }
 
 int dlock_lock_is_lost(const dlock_lock *l) { return l ? atomic_load(&l->lease.lost) : 0; }
 

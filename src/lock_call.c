@@ -5,6 +5,29 @@
 
 #include "internal.h"
 
+int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
+                     dl_err *err) {
+    long long a = 0, b = 0, n = 0;
+    memset(t, 0, sizeof *t);
+    if (r->type == REDIS_REPLY_ERROR) {
+        t->unfenced = r->str && !strncmp(r->str, DL_FENCE_ERR, sizeof DL_FENCE_ERR - 1);
+        return dl_reply_error(r, "acquire", err);
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
+        dl_reply_int(r->element[1], &b) || (r->elements > 2 && dl_reply_int(r->element[2], &n)))
+        return dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
+    if (a == 1) {
+        t->acquired = 1;
+        t->fence = (uint64_t)b;
+        t->count = r->elements > 2 ? n : 1;
+        l->expires_at = t0 + lease_ms;
+        atomic_store(&l->lease.last_ok, (long long)t0);
+    } else {
+        t->pttl = b;
+    }
+    return DLOCK_OK;
+}
+
 int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
                     dl_err *err) {
     (void)wait_ms;

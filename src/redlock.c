@@ -17,9 +17,6 @@
 #define DL_RL_RETRY_MAX_MS 100
 #define DL_RL_PROBE_MS 100
 
-static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
-
-int64_t dl_redlock_drift_ms(int64_t lease_ms) { return drift_ms(lease_ms); }
 
 /* One connection to node n for a fan-out: an idle one, else a new one whose
  * connect is only started (dl_conn_open_start: the fan-out finishes it,
@@ -225,12 +222,12 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         replies[i] = NULL;
     }
     int64_t elapsed = dl_now_ms() - t0;
-    int64_t validity = lease_ms - elapsed - drift_ms(lease_ms);
+    int64_t validity = lease_ms - elapsed - dl_redlock_drift_ms(lease_ms);
     if (ok >= c->quorum && validity > 0) {
         /* the token must come while the hold is valid: one issued after it
          * ran out could follow the next holder's (a token higher than the
          * holder's, for a hold that is over) */
-        int64_t valid_until = t0 + lease_ms - drift_ms(lease_ms);
+        int64_t valid_until = t0 + lease_ms - dl_redlock_drift_ms(lease_ms);
         int64_t deadline = dl_cmd_deadline(c);
         if (deadline > valid_until) deadline = valid_until;
         int rc = c->fence_node ? fence_from_node(l, &fence, deadline, err) : DLOCK_OK;
@@ -242,7 +239,7 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
                 return dl_seterr(err, DLOCK_EIO,
                                  "the fence server did not answer within the lock's validity "
                                  "(%lld ms); not acquired",
-                                 (long long)(lease_ms - drift_ms(lease_ms)));
+                                 (long long)(lease_ms - dl_redlock_drift_ms(lease_ms)));
             if (rc) return rc;
             t->pttl = 0; /* not acquired: the wait goes on, or a try fails as busy */
             return DLOCK_OK;
@@ -251,7 +248,7 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         t->acquired = 1;
         t->fence = fence;
         t->count = count;
-        l->expires_at = t0 + lease_ms - drift_ms(lease_ms);
+        l->expires_at = t0 + lease_ms - dl_redlock_drift_ms(lease_ms);
         atomic_store(&l->lease.last_ok, (long long)t0);
         return DLOCK_OK;
     }
@@ -283,7 +280,7 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cf
     if (!l->ops->call)
         return dl_seterr(err, DLOCK_ENOTSUP, "%s locks are not supported on redlock://",
                          l->ops->name);
-    if (lease_ms <= drift_ms(lease_ms) + c->node_timeout_ms)
+    if (lease_ms <= dl_redlock_drift_ms(lease_ms) + c->node_timeout_ms)
         return dl_seterr(err, DLOCK_EINVAL,
                          "lease %lld ms is too short for RedLock (node timeout %lld ms)",
                          (long long)lease_ms, (long long)c->node_timeout_ms);
@@ -368,7 +365,7 @@ int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *e
         if (replies[i] && !dl_reply_int(replies[i], &v) && v == 1) ok++;
     }
     put_all(c, conns, replies);
-    if (ok >= c->quorum && dl_now_ms() - t0 + drift_ms(lease_ms) < lease_ms) {
+    if (ok >= c->quorum && dl_now_ms() - t0 + dl_redlock_drift_ms(lease_ms) < lease_ms) {
         *res = 1;
         return DLOCK_OK;
     }

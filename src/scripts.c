@@ -1,4 +1,5 @@
-/* Running Lua scripts: EVALSHA with an EVAL fallback on NOSCRIPT. The
+/* Running Lua scripts: EVALSHA with an EVAL fallback on NOSCRIPT, and WAIT
+ * for the replicas of what a connection wrote. The
  * scripts themselves live with the kind that uses them (lock_plain.c...). */
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -271,4 +272,27 @@ int dl_reply_expect_int(redisReply *r, const char *what, long long *v, dl_err *e
     if (r->type == REDIS_REPLY_ERROR) return dl_reply_error(r, what, err);
     if (dl_reply_int(r, v)) return dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply", what);
     return DLOCK_OK;
+}
+
+/* WAIT for c->wait_replicas replicas on conn (or the count already taken
+ * where a redirected write went: dl_eval_opt). WAIT counts the replicas that
+ * acknowledged this connection's own latest write. */
+int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
+                          int64_t io_deadline, long long *acks, dl_err *err) {
+    char n[24], ms[24];
+    if (conn->redirect_acks >= 0) { /* waited for where the write went */
+        *acks = conn->redirect_acks;
+        conn->redirect_acks = -1;
+        return DLOCK_OK;
+    }
+    if (timeout_ms < 1) timeout_ms = 1;
+    const char *argv[3] = {"WAIT", n, ms};
+    size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas), dl_fmt_ll(ms, timeout_ms)};
+    redisReply *r = NULL;
+    *acks = 0;
+    if (!io_deadline) io_deadline = dl_deadline(timeout_ms + c->command_timeout_ms);
+    int rc = dl_conn_command(conn, io_deadline, 3, argv, lens, &r, err);
+    if (!rc) rc = dl_reply_expect_int(r, "WAIT", acks, err);
+    if (r) freeReplyObject(r);
+    return rc;
 }

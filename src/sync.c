@@ -158,27 +158,6 @@ int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err) {
     return rc;
 }
 
-int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
-                        int64_t deadline) {
-    int sh = dl_sharded(sub);
-    const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", channel};
-    size_t lens[2] = {sh ? 12u : 11u, channel_len};
-    dl_err err;
-    if (dl_conn_append(sub, 2, argv, lens, &err) != DLOCK_OK) return 0;
-    if (!flush) return 1;
-    if (dl_conn_flush(sub, deadline, &err) != DLOCK_OK) return 0;
-    sub->subscribed = 0;
-    sub->draining = 1;
-    return 1;
-}
-
-void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len) {
-    if (!sub) return;
-    if (!sub->broken && sub->subscribed)
-        dl_send_unsubscribe(sub, channel, channel_len, 1, dl_deadline(1000));
-    dl_node_put(sub);
-}
-
 int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err) {
     *ready = 0;
     if (dl_conn_has_pending(sub)) {

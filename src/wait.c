@@ -25,28 +25,6 @@
 #define DL_OUTAGE_PAUSE_MIN_MS 50
 #define DL_OUTAGE_PAUSE_MAX_MS 1000
 
-int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
-                     dl_err *err) {
-    long long a = 0, b = 0, n = 0;
-    memset(t, 0, sizeof *t);
-    if (r->type == REDIS_REPLY_ERROR) {
-        t->unfenced = r->str && !strncmp(r->str, DL_FENCE_ERR, sizeof DL_FENCE_ERR - 1);
-        return dl_reply_error(r, "acquire", err);
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
-        dl_reply_int(r->element[1], &b) || (r->elements > 2 && dl_reply_int(r->element[2], &n)))
-        return dl_seterr(err, DLOCK_EPROTO, "acquire: unexpected reply from the script");
-    if (a == 1) {
-        t->acquired = 1;
-        t->fence = (uint64_t)b;
-        t->count = r->elements > 2 ? n : 1;
-        l->expires_at = t0 + lease_ms;
-        atomic_store(&l->lease.last_ok, (long long)t0);
-    } else {
-        t->pttl = b;
-    }
-    return DLOCK_OK;
-}
 
 /* Waits until the subscriber connection has a message, or until deadline,
  * or until the wait is cancelled (dlock_lock_cancel).
@@ -93,6 +71,7 @@ static int64_t wait_left(int64_t deadline) {
     return left > 0 ? left : 0;
 }
 
+
 /* wait_replicas: WAIT until enough replicas have the acquire, or release it.
  * Acknowledged only after the lease ran out (WAIT may take longer than a
  * short lease): the lock is no longer held, maybe taken by another client
@@ -103,26 +82,6 @@ static int64_t wait_left(int64_t deadline) {
  * an attempt on this connection (lock_fair.c), a write that follows the
  * grant in the replication stream, so a replica that acknowledges it has
  * the grant (test_replicas). */
-int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
-                          int64_t io_deadline, long long *acks, dl_err *err) {
-    char n[24], ms[24];
-    if (conn->redirect_acks >= 0) { /* waited for where the write went */
-        *acks = conn->redirect_acks;
-        conn->redirect_acks = -1;
-        return DLOCK_OK;
-    }
-    if (timeout_ms < 1) timeout_ms = 1;
-    const char *argv[3] = {"WAIT", n, ms};
-    size_t lens[3] = {4, dl_fmt_ll(n, c->wait_replicas), dl_fmt_ll(ms, timeout_ms)};
-    redisReply *r = NULL;
-    *acks = 0;
-    if (!io_deadline) io_deadline = dl_deadline(timeout_ms + c->command_timeout_ms);
-    int rc = dl_conn_command(conn, io_deadline, 3, argv, lens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "WAIT", acks, err);
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
 static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];
