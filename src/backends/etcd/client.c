@@ -157,14 +157,6 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     return rc;
 }
 
-/* A call on the client's own handle. */
-int dl_etcd_client_rpc(etcd_client *ec, const char *path, cJSON *req, cJSON **resp, int *gcode,
-                       dl_err *err) {
-    pthread_mutex_lock(&ec->mu);
-    int rc = dl_etcd_rpc(ec, ec->curl, path, req, dl_etcd_req_timeout(ec), resp, gcode, err);
-    pthread_mutex_unlock(&ec->mu);
-    return rc;
-}
 
 static int etcd_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
     int64_t t0 = dl_now_us();

@@ -243,11 +243,9 @@ typedef struct etcd_sem {
     int nacq, cap;
 } etcd_sem;
 
-/* client.c */
+/* http.c */
 int dl_etcd_client_rpc(etcd_client *ec, const char *path, cJSON *req, cJSON **resp, int *gcode,
                        dl_err *err);
-
-/* http.c */
 char *dl_etcd_b64_enc(const char *src, size_t len);
 size_t dl_etcd_b64_dec(const char *s, char *out, size_t outlen);
 int dl_etcd_conn_failure(CURLcode rc);
@@ -310,11 +308,14 @@ int dl_etcd_lease_grant(etcd_client *ec, CURL *h, int64_t ttl_s, long long *id, 
                         dl_err *err);
 void dl_etcd_lease_revoke(etcd_client *ec, CURL *h, long long id);
 int dl_etcd_lease_keepalive(etcd_client *ec, CURL *h, long long id, int *alive, dl_err *err);
-void dl_etcd_ka_lost_locked(etcd_client *ec, etcd_lock *el);
 void *dl_etcd_ka_main(void *arg);
 int dl_etcd_ka_add(etcd_client *ec, etcd_lock *el, int *stale, dl_err *err);
 int dl_etcd_sess_get(etcd_client *ec, CURL *h, long long *id, int64_t *ttl_s, dl_err *err);
 void dl_etcd_sess_drop(etcd_client *ec, long long id);
+
+/* kept.c (under ka_mu: the _locked ones) */
+void dl_etcd_ka_remove_locked(etcd_client *ec, etcd_lock *el);
+void dl_etcd_ka_lost_locked(etcd_client *ec, etcd_lock *el);
 int dl_etcd_ka_del(etcd_client *ec, etcd_lock *el);
 
 /* watch.c */

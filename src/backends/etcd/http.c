@@ -355,3 +355,12 @@ int dl_etcd_add_prefix_range(cJSON *o, const char *prefix, size_t len) {
     free(end);
     return ok;
 }
+
+/* A call on the client's own handle. */
+int dl_etcd_client_rpc(etcd_client *ec, const char *path, cJSON *req, cJSON **resp, int *gcode,
+                       dl_err *err) {
+    pthread_mutex_lock(&ec->mu);
+    int rc = dl_etcd_rpc(ec, ec->curl, path, req, dl_etcd_req_timeout(ec), resp, gcode, err);
+    pthread_mutex_unlock(&ec->mu);
+    return rc;
+}

@@ -97,23 +97,6 @@ static void my_close(dlock_client *c) {
     c->bctx = NULL;
 }
 
-/* Runs a one-number query on the client's connection (connecting again if
- * it was lost; the queries are idempotent, so a lost one is retried once). */
-int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnull,
-                       dl_err *err) {
-    my_client *mc = c->bctx;
-    pthread_mutex_lock(&mc->mu);
-    int rc = DLOCK_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!mc->db && (rc = dl_my_connect(mc, &mc->db, err))) break;
-        int broken = 0;
-        rc = dl_my_query(mc->db, sql, dl_deadline(mc->cmd_ms), 1, v, isnull, &broken, err);
-        if (!rc || !broken) break;
-        dl_my_close_db(&mc->db);
-    }
-    pthread_mutex_unlock(&mc->mu);
-    return rc;
-}
 
 static int my_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
     long long v;

@@ -1,4 +1,4 @@
-/* MySQL connections and queries with a deadline (KILL QUERY on a cancel), and lock names as GET_LOCK keys. (The design: mysql_backend.h.) */
+/* MySQL connections and queries with a deadline (KILL QUERY on a cancel), the client's own connection, and lock names as GET_LOCK keys. (The design: mysql_backend.h.) */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -268,4 +268,63 @@ void dl_my_make_key(const char *name, size_t len, char *hex) {
 
 const char *dl_my_name_msg(const dlock_lock *l, char *buf, size_t len) {
     return dl_name_msg(l->name, l->name_len, buf, len);
+}
+
+/* ---- the client's own connection ---- */
+
+/* Runs a statement on the client's connection, connecting first when there
+ * is none; a broken connection is closed (the next statement reconnects).
+ * The caller holds mc->mu. */
+int dl_my_cdb_exec(my_client *mc, const char *sql, int64_t until, long long *affected,
+                   long long *matched, dl_err *err) {
+    int broken = 0;
+    int rc = mc->db ? DLOCK_OK : dl_my_connect(mc, &mc->db, err);
+    if (!rc) rc = dl_my_exec(mc->db, sql, until, affected, matched, &broken, err);
+    if (rc && broken) dl_my_close_db(&mc->db);
+    return rc;
+}
+
+/* Runs a one-number query on the client's connection (connecting again if
+ * it was lost; the queries are idempotent, so a lost one is retried once). */
+int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnull,
+                       dl_err *err) {
+    my_client *mc = c->bctx;
+    pthread_mutex_lock(&mc->mu);
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!mc->db && (rc = dl_my_connect(mc, &mc->db, err))) break;
+        int broken = 0;
+        rc = dl_my_query(mc->db, sql, dl_deadline(mc->cmd_ms), 1, v, isnull, &broken, err);
+        if (!rc || !broken) break;
+        dl_my_close_db(&mc->db);
+    }
+    pthread_mutex_unlock(&mc->mu);
+    return rc;
+}
+
+/* Like dl_my_client_query, for a row of strings. */
+int dl_my_client_row(dlock_client *c, const char *sql, my_row *row, dl_err *err) {
+    my_client *mc = c->bctx;
+    pthread_mutex_lock(&mc->mu);
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!mc->db && (rc = dl_my_connect(mc, &mc->db, err))) break;
+        int broken = 0;
+        rc = dl_my_query_row(mc->db, sql, dl_deadline(mc->cmd_ms), row, &broken, err);
+        if (!rc || !broken) break;
+        dl_my_close_db(&mc->db);
+    }
+    pthread_mutex_unlock(&mc->mu);
+    return rc;
+}
+
+/* KILL QUERY id on the client's own connection (a user may kill its own
+ * connections' statements). */
+int dl_my_kill_query(my_client *mc, unsigned long id, dl_err *err) {
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL QUERY %lu", id);
+    pthread_mutex_lock(&mc->mu);
+    int rc = dl_my_cdb_exec(mc, sql, dl_deadline(mc->cmd_ms), NULL, NULL, err);
+    pthread_mutex_unlock(&mc->mu);
+    return rc;
 }

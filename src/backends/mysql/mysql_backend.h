@@ -204,10 +204,6 @@ typedef struct renew_snap {
     int result; /* 1 renewed, 0 lost, -1 no answer */
 } renew_snap;
 
-/* client.c */
-int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnull,
-                       dl_err *err);
-
 /* conn.c */
 int dl_my_connect_t(my_client *mc, unsigned connect_s, unsigned rw_s, MYSQL **out,
                     dl_err *err);
@@ -224,6 +220,12 @@ int dl_my_query_row(MYSQL *db, const char *sql, int64_t until, my_row *row, int 
                     dl_err *err);
 void dl_my_make_key(const char *name, size_t len, char *hex);
 const char *dl_my_name_msg(const dlock_lock *l, char *buf, size_t len);
+int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnull,
+                       dl_err *err);
+int dl_my_client_row(dlock_client *c, const char *sql, my_row *row, dl_err *err);
+int dl_my_cdb_exec(my_client *mc, const char *sql, int64_t until, long long *affected,
+                   long long *matched, dl_err *err);
+int dl_my_kill_query(my_client *mc, unsigned long id, dl_err *err);
 
 /* lock.c */
 int dl_my_lock_init(dlock_lock *l, dl_err *err);
@@ -241,10 +243,6 @@ int dl_my_force_unlock(dlock_client *c, const char *name, size_t len, int *exist
                        dl_err *err);
 
 /* table.c */
-int dl_my_cdb_exec(my_client *mc, const char *sql, int64_t until, long long *affected,
-                   long long *matched, dl_err *err);
-int dl_my_kill_query(my_client *mc, unsigned long id, dl_err *err);
-int dl_my_client_row(dlock_client *c, const char *sql, my_row *row, dl_err *err);
 void dl_my_renew_off(my_client *mc, my_lock *ml);
 int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                         dl_err *err);

@@ -25,44 +25,8 @@ static void to_hex(const char *s, size_t n, char *out) {
     out[2 * n] = '\0';
 }
 
-/* Runs a statement on the client's connection, connecting first when there
- * is none; a broken connection is closed (the next statement reconnects).
- * The caller holds mc->mu. */
-int dl_my_cdb_exec(my_client *mc, const char *sql, int64_t until, long long *affected,
-                   long long *matched, dl_err *err) {
-    int broken = 0;
-    int rc = mc->db ? DLOCK_OK : dl_my_connect(mc, &mc->db, err);
-    if (!rc) rc = dl_my_exec(mc->db, sql, until, affected, matched, &broken, err);
-    if (rc && broken) dl_my_close_db(&mc->db);
-    return rc;
-}
 
-/* KILL QUERY id on the client's own connection (a user may kill its own
- * connections' statements). */
-int dl_my_kill_query(my_client *mc, unsigned long id, dl_err *err) {
-    char sql[48];
-    snprintf(sql, sizeof sql, "KILL QUERY %lu", id);
-    pthread_mutex_lock(&mc->mu);
-    int rc = dl_my_cdb_exec(mc, sql, dl_deadline(mc->cmd_ms), NULL, NULL, err);
-    pthread_mutex_unlock(&mc->mu);
-    return rc;
-}
 
-/* Like dl_my_client_query, for a row of strings. */
-int dl_my_client_row(dlock_client *c, const char *sql, my_row *row, dl_err *err) {
-    my_client *mc = c->bctx;
-    pthread_mutex_lock(&mc->mu);
-    int rc = DLOCK_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (!mc->db && (rc = dl_my_connect(mc, &mc->db, err))) break;
-        int broken = 0;
-        rc = dl_my_query_row(mc->db, sql, dl_deadline(mc->cmd_ms), row, &broken, err);
-        if (!rc || !broken) break;
-        dl_my_close_db(&mc->db);
-    }
-    pthread_mutex_unlock(&mc->mu);
-    return rc;
-}
 
 /* One acquire attempt in one transaction: the name's fence counter is
  * incremented (its row lock orders the acquirers of a name), then the lock
