@@ -46,7 +46,7 @@ static const char release_lua[] =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
     "else return 0 end";
 /* the work of dlock's plain acquire and release scripts (src/lock_plain.c;
- * the fence function is DL_LUA_FENCE of src/internal.h) */
+ * the fence function is DL_LUA_FENCE of src/services.h) */
 static const char fenced_acquire_lua[] =
     "local function fence(k) local f = redis.call('incr', k) "
     "local t = redis.call('time') "

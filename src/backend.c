@@ -3,7 +3,7 @@
  * found (DLOCK_HAVE_<NAME>, set by CMake). */
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #ifdef DLOCK_HAVE_POSTGRES
 extern const dl_backend dl_backend_postgres;

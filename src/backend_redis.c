@@ -7,7 +7,7 @@
  * with every lock kind, the library's watchdog, token calls, listing,
  * permit-expirable semaphores and latches, and the ID worker (ZooKeeper has
  * semaphores too). */
-#include "internal.h"
+#include "kinds.h"
 
 static int redis_lock_init(dlock_lock *l, dl_err *err) { return l->ops->init(l, err); }
 

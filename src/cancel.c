@@ -8,7 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "services.h"
 
 void dl_cancel_init(dl_cancel *x) {
     atomic_init(&x->gen, 0);
@@ -101,8 +101,8 @@ int dl_cancel_nap(dl_cancel *x, int64_t ms) {
     }
 }
 
-int dl_cancel_err(dlock_lock *l, dl_err *err) {
+int dl_cancel_name_err(const char *name, size_t name_len, dl_err *err) {
     char nm[80];
     return dl_seterr(err, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled",
-                     dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                     dl_name_msg(name, name_len, nm, sizeof nm));
 }

@@ -6,7 +6,7 @@
 #include <strings.h>
 
 
-#include "internal.h"
+#include "kinds.h"
 
 #define DL_DEFAULT_URL "redis://127.0.0.1:6379"
 

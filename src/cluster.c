@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "topology.h"
 
 #define DL_CLUSTER_MAX_NODES 64
 

@@ -9,7 +9,7 @@
 #include <poll.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "services.h"
 
 _Thread_local dl_err dl_fanout_refused;
 

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define WHO_FIELD_MAX 255 /* bytes kept of the label and of the command */
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define IDW_DEFAULT_EPOCH 1640995200LL      /* 2022-01-01T00:00:00Z, as in the seed */
 #define IDW_TS_LIMIT (1LL << 31)            /* seconds must be < 2^31 */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 
 /* ---- scripts: KEYS[1] = latch, KEYS[2] = channel ---- */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* The most surplus holds a release gives back (a bound, not a count: one
  * lost reply leaves one). */

@@ -3,7 +3,7 @@
  * description serves every RedLock node (redlock.c). */
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
                      dl_err *err) {

@@ -68,7 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* The default W, and the longest a waiter stays away: a third of this or of
  * W, whichever is less (it also comes back when told). */

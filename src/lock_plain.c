@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define DL_PLAIN_RECHECK_MS DL_WAIT_RECHECK_MS
 #define DL_PLAIN_REGISTRY_TTL_MS (3 * DL_PLAIN_RECHECK_MS)

@@ -3,7 +3,7 @@
  * message "0" on redisson_lock__channel:{name}. */
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* KEYS: lock, fence counter. ARGV: lease ms, owner field.
  * -> {1, fence, holds} acquired or re-entered | {0, pttl} */

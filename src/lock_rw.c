@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* A waiting writer's entry lasts this long (server clock) unless refreshed. */
 #define DL_RW_WAITER_MS 5000

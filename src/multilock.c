@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 static int rank(dlock_kind k) { return k == DLOCK_KIND_WRITE ? 0 : (int)k; }
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
                    size_t name_len, const char *chan_prefix) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 int dl_owner_thread(dlock_lock *l, dl_err *err) {
     (void)err;

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 
 /* ---- scripts: KEYS[1] = name, KEYS[2] = {name}:timeout, KEYS[3] = channel ---- */

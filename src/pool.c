@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "topology.h"
 
 #define DL_BACKOFF_MIN_MS 50
 #define DL_BACKOFF_MAX_MS 2000

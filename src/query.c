@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* KEYS: lock, channel, plain waiters. ARGV: plain waiter channel prefix.
  * -> 1 deleted (waiters told: the channel's, and one plain waiter) | 0 was free */

@@ -10,7 +10,7 @@
 
 #include <poll.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define DL_RL_MAX 64
 #define DL_RL_RETRY_MIN_MS 10

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "services.h"
 
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 
 /* ---- scripts ---- */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 
-#include "internal.h"
+#include "topology.h"
 
 #define DL_SENTINEL_REFRESH_MS 1000
 #define DL_SENTINEL_TIMEOUT_MS 500

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "services.h"
 
 /* Sends cmd (SUBSCRIBE / UNSUBSCRIBE) for channel and reads up to its
  * confirmation (messages that come first are dropped: the caller retries

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 int dlock_acquire_token(dlock_client *c, const char *name, size_t name_len, int64_t wait_ms,
                         int64_t lease_ms, char token[DLOCK_TOKEN_LEN + 1], uint64_t *fence) {

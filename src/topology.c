@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "topology.h"
 
 int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err) {
     if (c->unusable) return dl_seterr(err, DLOCK_EINVAL, "client failed to open; free it");

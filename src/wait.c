@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 /* Keys held without any expiry (a peer's lock taken with no TTL) cannot be
  * waited out: re-check them with a backoff between these bounds. */

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define DL_WD_BATCH 100
 

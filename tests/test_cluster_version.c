@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "internal.h" /* dl_cluster_version_check */
+#include "topology.h" /* dl_cluster_version_check */
 
 static void expect(const char *info, int want, const char *in_msg)
 {

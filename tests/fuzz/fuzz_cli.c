@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "cmds.h"
-#include "internal.h"
+#include "kinds.h" /* dl_backend_for */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -102,7 +102,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define ETCD_MAX_EPS 16
 #define ETCD_MAX_BODY (16u << 20) /* an answer larger than this is refused */

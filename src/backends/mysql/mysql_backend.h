@@ -131,7 +131,7 @@
 
 #include <mysql.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define MY_KEY_MAX 64                 /* longest lock name GET_LOCK takes (MySQL) */
 #define MY_FOREVER_CHUNK_S 31536000LL /* one GET_LOCK of a forever wait: a year */

@@ -58,7 +58,7 @@
 #include <libpq-fe.h>
 #include <openssl/sha.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 typedef struct pg_client {
     const char **kw;            /* libpq connection keywords, NULL-terminated */

@@ -113,7 +113,7 @@
 
 #include <zookeeper/zookeeper.h>
 
-#include "internal.h"
+#include "kinds.h"
 
 #define ZK_GUID_BYTES 16
 /* not a ZooKeeper code: our own deadline passed with the request unanswered */

@@ -1,0 +1,312 @@
+/* The services layer (docs/design.md, "Layers"): running scripts on one
+ * server or several at once, cancelling a wait, and waiting on pub/sub.
+ * Included by the layer above (kinds.h) and by scripts.c, fanout.c,
+ * cancel.c and sync.c. */
+#ifndef DLOCK_SERVICES_H
+#define DLOCK_SERVICES_H
+
+#include "topology.h"
+
+/* ---- scripts (scripts.c) ---- */
+typedef struct dl_script dl_script;
+struct dl_script {
+    const char *name;
+    const char *text;
+    char sha[41];              /* computed on first use */
+    atomic_int ready;
+    /* for Redis Cluster: the text with PUBLISH as SPUBLISH (sharded pub/sub,
+     * as Redisson uses on Redis 7 clusters), made on first use */
+    char *stext;
+    char ssha[41];
+    atomic_int sready;
+};
+
+#define DL_SCRIPT(name, text) {name, text, "", 0}
+
+/* Lua, inline: pops waiters from the ZSET z (lowest score first) until one
+ * is subscribed to its channel prefix .. member, and tells it (PUBLISH):
+ * one live waiter is told, dead ones (their connection gone) are dropped on
+ * the way. Subscribed is read with PUBSUB NUMSUB, which counts the channel's
+ * own subscribers only: PUBLISH's count includes every pattern subscriber
+ * (a monitoring tool's PSUBSCRIBE *), and would take a dead waiter for a
+ * live one. The plain lock's waiters register there (lock_plain.c). z and
+ * prefix are Lua expressions.
+ *
+ * The lock scripts paste their snippets inline instead of defining Lua
+ * functions: a `local function` builds a closure on every run, and on a
+ * server that has been idle for a few milliseconds (every lock handoff: the
+ * waiter slept) a script pays for each function it defines, a visible share
+ * of a plain acquire's server time (docs/benchmarks.md, "Server time";
+ * `bench/run.sh --only server_time`). The permit semaphore's
+ * helpers are still functions: off the handoff path, and used more than
+ * once per script. */
+#define DL_LUA_WAKE_ONE(z, prefix)                                                     \
+    "while true do local w = redis.call('zpopmin', " z ") "                            \
+    "if not w[1] then break end "                                                      \
+    "if redis.call('pubsub', 'numsub', " prefix " .. w[1])[2] > 0 then "               \
+    "redis.call('publish', " prefix " .. w[1], '0') break end end "
+
+/* Fencing tokens, Lua inline: DL_LUA_FENCE(var, k) sets the new local var to
+ * the next token of the counter k (a Lua expression): max(counter + 1, the
+ * server's clock in microseconds), stored back in the counter. It INCRs the
+ * counter (redisson_lock_token:{N}), as Redisson's RFencedLock does, then
+ * reads TIME and, when the clock is ahead (nearly always: acquisitions are
+ * more than a microsecond apart), SETs the counter to it. The counter never
+ * expires: Redisson's RFencedLock counts on from it with plain INCRs, and one
+ * that expired would start those again at 1.
+ *
+ * Why tokens stay strictly increasing through any loss of the counter (a
+ * restart from an older RDB or AOF, without persistence, a failover to a
+ * replica that missed the latest increments, a DEL): every token is at most
+ * the server's clock when it was issued, as long as the counter started at
+ * or below the clock (a fresh counter, Redisson's, a small one from before)
+ * and the clock never stepped back; so whatever older value the counter is
+ * restored to, the next token is the clock of a later moment, above every
+ * token before. The exact condition: the clock of the server that issues the
+ * next token is ahead of the clock of every server that issued one before,
+ * at the time it did (docs/design.md, "Fencing tokens").
+ *
+ * Two more calls than a bare INCR on every acquire (design.md gives the
+ * cost). The token goes out as a string with string.format('%d'): Lua's
+ * tostring shows 1.7e15 as "1.7e+15". An ACL user without +time
+ * (SECURITY.md's recipe before +time) gets the plain INCR: tokens from 1,
+ * increasing only while the counter is kept. A counter INCR cannot count on
+ * (a foreign client wrote a word, another type, or its largest value) is set
+ * to the clock, which the tokens before it did not pass (the condition
+ * above); without the clock the script answers DL_FENCE_ERR after its
+ * writes, and the caller gives the hold back. The lock is written first
+ * because most attempts of a waiter find it taken: they spend nothing on the
+ * counter. */
+#define DL_LUA_FENCE(var, k)                                                           \
+    DL_LUA_FENCE_TRY(var, k)                                                           \
+    "if not " var " then return redis.error_reply('" DL_FENCE_ERR " the fencing "     \
+    "counter ' .. " k " .. ' cannot be counted on (not an integer, or at its "       \
+    "largest) and the server\\'s clock cannot be read (TIME)') end "
+
+/* DL_LUA_FENCE without the error: var is nil when no token can be had (for
+ * a handoff, which then wakes the waiter instead of granting it). */
+#define DL_LUA_FENCE_TRY(var, k)                                                       \
+    "local " var " = redis.pcall('incr', " k ") "                                      \
+    "if type(" var ") ~= 'number' then " var " = nil end "                             \
+    "do local t = redis.pcall('time') "                                                \
+    "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "              \
+    "if not " var " or now > " var " then " var " = now "                              \
+    "redis.call('set', " k ", string.format('%d', " var ")) end end end "
+
+/* The error a lock script answers when it wrote a hold it cannot give a
+ * fencing token (DL_LUA_FENCE): the caller gives the hold back (the script
+ * cannot undo its writes: Redis does not roll a script back). */
+#define DL_FENCE_ERR "DLOCKFENCE"
+
+/* Lua, inline: the expiry of key k becomes ms (a Lua expression) from now,
+ * unless it is later already (a key without expiry gets one; ms <= 0
+ * changes nothing). The kinds whose hold is shared by an owner's handles
+ * (reentrant, fair, read and write locks: the server counts holds per owner,
+ * not per handle) set their lease this way on every path but a new hold's:
+ * a re-entry, a release that leaves holds, an extend or a renewal by one
+ * handle never shortens the lease another handle of the same owner counts
+ * on (dlock_lock_valid_ms). */
+#define DL_LUA_RAISE_TTL(k, ms)                                                        \
+    "do local m_ = tonumber(" ms ") "                                                  \
+    "if m_ and m_ > 0 and redis.call('pttl', " k ") < m_ then "                        \
+    "redis.call('pexpire', " k ", m_) end end "
+
+/* The plain lock's waiter registry and its channel prefix. */
+#define DL_PLAIN_WAITERS_PREFIX "dlock_waiters:"
+
+/* dl_eval_opt: the script may tell a waiter (PUBLISH) that waits for it, a
+ * handoff: send PING before it, in the same write. Redis queues a
+ * connection's first pending reply at the head of the list it writes out
+ * after the event loop's round, so without it the caller's reply went out
+ * before the waiter's message, one loopback write (and the caller's wake-up)
+ * before the waiter's. With the PING's reply queued first, the message
+ * goes first. (ASKING, sent before a script on an ASK redirect, does the
+ * same.) */
+#define DL_EVAL_TELL_FIRST 1
+int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
+                const char **keys, const size_t *keylens, int nargs, const char **args,
+                const size_t *arglens, redisReply **out, dl_err *err);
+
+/* Runs a script by EVALSHA, falling back to EVAL on NOSCRIPT.
+ * keys/args are binary-safe (lens). */
+int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
+            const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+            redisReply **out, dl_err *err);
+/* Queues an EVALSHA (no fallback; the caller re-sends by dl_eval on NOSCRIPT). */
+int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                   const size_t *keylens, int nargs, const char **args,
+                   const size_t *arglens, dl_err *err);
+int dl_is_noscript(const redisReply *r);
+/* dl_eval on a pooled connection with the command deadline: the usual case. */
+int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
+                   const size_t *keylens, int nargs, const char **args, const size_t *arglens,
+                   redisReply **out, dl_err *err);
+/* Runs one script on several connections at once: sends to every non-NULL
+ * conns[i], then waits for all answers in one poll() loop until deadline
+ * (NOSCRIPT answered by EVAL on that connection). replies[i] gets each answer
+ * or NULL (no connection, no answer in time: that connection is marked
+ * broken). unanswered (may be NULL): 1 where the request went out whole but
+ * no answer came in time (the server may still run it), else 0. Returns how
+ * many answered. */
+/* The last refusal of a new connection's AUTH that dl_fanout_eval met on
+ * this thread (code DLOCK_EAUTH), for RedLock to tell a quorum missed for
+ * it; its caller clears code before a fan-out. */
+extern _Thread_local dl_err dl_fanout_refused;
+size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s, int nkeys,
+                      const char **keys, const size_t *keylens, int nargs, const char **args,
+                      const size_t *arglens, redisReply **replies, unsigned char *unanswered);
+/* Sends EVAL of s on c right behind the request dl_fanout_eval left
+ * unanswered there, without waiting (what the socket takes at once; c stays
+ * broken). A server runs one connection's commands in order, so s runs only
+ * right after that request, never without it, and it runs whenever both
+ * reached the server (a frozen server runs what it read once it thaws, even
+ * from a connection closed meanwhile; a command cut short never runs). */
+void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                     const size_t *keylens, int nargs, const char **args, const size_t *arglens);
+/* Queues EVAL (by text) of s. */
+int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
+                        const size_t *keylens, int nargs, const char **args,
+                        const size_t *arglens, dl_err *err);
+/* The script call of one operation, described rather than run, so that the
+ * same call can go to one server or to every RedLock node. */
+enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
+struct dl_call {
+    dl_script *script;
+    int nkeys, nargs;
+    const char *keys[4];
+    size_t keylens[4];
+    const char *args[6];
+    size_t arglens[6];
+    char num[24];              /* the lease, in decimal, when an argument */
+    char expect[24];           /* a release's expected count (dl_owner_expect) */
+    int binary_release;        /* release answers 1 released / 0 not ours
+                                * (else 1 released, 0 still held, -1 not ours) */
+};
+
+/* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
+ * write, at most timeout_ms; *acks the count the server answered. The
+ * reply is read until io_deadline (0: timeout_ms plus the command timeout
+ * from now). */
+int dl_conn_wait_replicas(const dlock_client *c, dl_conn *conn, int64_t timeout_ms,
+                          int64_t io_deadline, long long *acks, dl_err *err);
+/* Interprets an integer script answer; error replies become codes. */
+int dl_reply_expect_int(redisReply *r, const char *what, long long *v, dl_err *err);
+
+/* ---- cancelling a wait (cancel.c) ----
+ * dlock_lock_cancel and its siblings add 1 to gen and write to fd, the
+ * eventfd of the wait under way (-1 when none). An operation notes gen when
+ * it starts (seen) and stops waiting once gen differs. The handle's eventfd
+ * (own) is made by its first wait and kept until the handle is freed: a wait
+ * that ends only unpublishes it, with no close() between the grant and the
+ * caller holding the lock (about 5 us of a handoff's wake-up). busy counts
+ * cancels between reading fd and writing to it: the eventfd is closed only
+ * when none is, so a write never lands in a reused descriptor. */
+typedef struct dl_cancel {
+    atomic_uint gen;
+    atomic_int fd;
+    atomic_int busy;
+    int own;
+    unsigned seen;
+} dl_cancel;
+
+void dl_cancel_init(dl_cancel *x);
+/* Sets DLOCK_ECANCELED "waiting for lock '<name>' was cancelled" in err. */
+int dl_cancel_name_err(const char *name, size_t name_len, dl_err *err);
+/* The handle is freed: closes its eventfd. */
+void dl_cancel_destroy(dl_cancel *x);
+/* The public cancels (async-signal-safe): DLOCK_ENOTSUP when c's backend
+ * cannot cancel its waits, else the cancel is made and DLOCK_OK. */
+int dl_cancel_ask(dlock_client *c, dl_cancel *x);
+/* An operation that may wait starts: earlier cancels are not for it. */
+void dl_cancel_note(dl_cancel *x);
+/* 1 if the operation under way was cancelled. */
+int dl_canceled(dl_cancel *x);
+/* A wait starts: publishes the handle's eventfd (made on first use), which a
+ * cancel writes to, and returns it (-1 if it cannot be created: a cancel is
+ * then noticed at the next wake-up of the wait). Only the waiting thread
+ * calls it. A count left by a cancel that came as the previous wait ended
+ * wakes this one once, which reads it away and finds itself not cancelled. */
+int dl_cancel_begin(dl_cancel *x);
+/* The wait is over: a cancel no longer writes to the eventfd. A no-op
+ * without dl_cancel_begin. */
+void dl_cancel_end(dl_cancel *x);
+/* Reads the eventfd empty (after poll saw it readable). */
+void dl_cancel_drain(dl_cancel *x);
+/* Between dl_cancel_begin and dl_cancel_end: sleeps ms, or less when the
+ * wait is cancelled. 1 cancelled, 0 not. For waits that poll the server (no
+ * notification to wait on). */
+int dl_cancel_nap(dl_cancel *x, int64_t ms);
+/* Between dl_cancel_begin and dl_cancel_end: poll(2) on fds plus the
+ * eventfd (in fds[n], which the caller leaves room for), up to ms (-1:
+ * forever). Returns poll's result for fds[0..n-1] (0: none ready), or -2
+ * when the wait is cancelled. EINTR counts as none ready. */
+struct pollfd;
+int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms);
+/* For a wait the server runs (a statement), whose end must be asked for (a
+ * cancel request, KILL QUERY): as dl_cancel_poll (x may be NULL: poll) until
+ * the caller first asks, then poll(2) on fds alone. *asked: 0, then when the
+ * caller last asked (monotonic ms; the caller sets it). Returns -2 when it is
+ * time to ask: on the cancel, then every DL_CANCEL_ASK_AGAIN_MS until the
+ * answer comes (a request that reaches the server before it started the
+ * statement is dropped); else poll's result. */
+#define DL_CANCEL_ASK_AGAIN_MS 200
+int dl_cancel_poll_ask(dl_cancel *x, const int64_t *asked, struct pollfd *fds, int n, int ms);
+
+/* The common part of the synchronizer handles (object.c; kinds.h). */
+struct dl_object {
+    dlock_client *c;
+    char *name;
+    size_t name_len;
+    char *channel;             /* the channel its waiters subscribe to */
+    size_t channel_len;
+    char errmsg[DL_ERRMSG_MAX];
+    void *bdata;               /* a backend's per-handle state (sem_init) */
+    dl_cancel cancel;          /* dlock_semaphore_cancel and its siblings */
+    dlock_semaphore_lost_fn lost_fn; /* dlock_semaphore_on_lost (semaphores) */
+    void *lost_ud;
+};
+
+/* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
+/* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
+ * confirmation (messages before it are dropped: callers try again after
+ * subscribing anyway). */
+int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
+                     size_t channel_len, dl_err *err);
+/* Borrows a connection and subscribes it to channel. */
+int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
+                      dl_err *err);
+/* Every wait on Redis tries again at least this often, whatever it was told:
+ * the backstop for a change that published nothing (a client that does not
+ * publish, a manual INCRBY or DEL) or a wake-up that was lost (a woken waiter
+ * that hung). dl_sync_wait caps its sleep at it; the lock kinds' scripts cap
+ * the wait they return at it or below (lock_plain.c, lock_rw.c, lock_fair.c),
+ * and wait.c caps every other kind's. */
+#define DL_WAIT_RECHECK_MS 2000
+
+/* Waits for message(s) on o's subscription sub until `until` (monotonic
+ * ms), at most DL_WAIT_RECHECK_MS: DLOCK_OK when a message came,
+ * DLOCK_ETIMEDOUT at until or at that bound (the caller tries again, and
+ * tells its own deadline), DLOCK_ECANCELED once o's operation is cancelled
+ * (its wait begun with dl_cancel_begin), or a failure. */
+int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
+/* Sleeps up to left ms until sub has something to read (*ready = 1) or the
+ * wait of cx is cancelled (*ready = 0; the caller checks dl_canceled), or
+ * time runs out (*ready = 0). DLOCK_OK, or DLOCK_EIO if poll fails. */
+int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err);
+/* Unsubscribes and returns the connection (closed if that fails). */
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+/* Redis Cluster, a waiter subscribed to channel on *sub: when the channel's
+ * slot has moved to another master (an attempt met MOVED; the old master's
+ * SUNSUBSCRIBE at the move woke the waiter for it), moves the subscription
+ * and the command connection *conn there and sets *moved: the caller
+ * attempts again before it waits. Releases publish on the new master's
+ * shard; a waiter left on the old one heard nothing (a lock waiter until its
+ * re-check, a semaphore waiter until its deadline). */
+int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
+                   dl_conn **sub, int *moved, dl_err *err);
+/* DLOCK_EINVAL unless wait_ms >= 0 or DLOCK_WAIT_FOREVER. */
+int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
+/* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
+int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
+
+#endif

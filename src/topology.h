@@ -1,0 +1,284 @@
+/* The topology layer (docs/design.md, "Layers"): the client and its
+ * backend's table, the pool of connections of each server node, Sentinel
+ * and Cluster, and how a key reaches its node and a command its server.
+ * Included by the layers above (services.h, kinds.h) and by pool.c,
+ * topology.c, sentinel.c and cluster.c. */
+#ifndef DLOCK_TOPOLOGY_H
+#define DLOCK_TOPOLOGY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base.h"
+#include "transport.h"
+
+/* ---- the client (client.c), its nodes and pool (pool.c) ---- */
+typedef struct dl_watchdog dl_watchdog;
+typedef struct dl_object dl_object;
+typedef struct dl_backend dl_backend;
+
+typedef struct dl_sentinel dl_sentinel;
+typedef struct dl_cluster dl_cluster;
+
+/* One server: its address and a pool of idle connections, re-established
+ * after failures with a bounded exponential backoff. */
+typedef struct dl_node {
+    dl_endpoint ep;            /* guarded by mu when sentinel is set (it moves) */
+    dl_sentinel *sentinel;     /* set: the address is the master the sentinels name */
+    dlock_client *client;      /* the client it belongs to */
+    int max_idle;
+    int64_t connect_timeout_ms;
+    pthread_mutex_t mu;        /* guards the pool and the backoff state */
+    dl_conn *idle;
+    int nidle;
+    int64_t backoff_ms;        /* current reconnect backoff, 0 when healthy */
+    unsigned gen;              /* counts the address's moves (Sentinel): a
+                                * connection opened before the last one is
+                                * closed, never pooled (dl_conn.node_gen) */
+    int64_t next_attempt_ms;   /* monotonic ms before which no connect is tried */
+} dl_node;
+
+struct dlock_client {
+    int mode;                  /* DL_MODE_* */
+    dl_node **nodes;           /* single: 1 node; redlock: the masters */
+    size_t nnodes;
+    size_t quorum;             /* redlock: nnodes / 2 + 1 */
+    dl_node *fence_node;       /* redlock: designated fencing counter, or NULL */
+    dl_sentinel *sentinel;     /* sentinel mode: how nodes[0] finds the master */
+    dl_cluster *cluster;       /* cluster mode: the slot map (nodes grow with it) */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    int64_t watchdog_lease_ms;
+    int64_t node_timeout_ms;
+    char *who;                 /* holder identity "host\tlabel\tcommand", or NULL
+                                * (dlock_client_set_identity; holder.c) */
+    size_t who_host_len;
+    atomic_int fail_fast;      /* a wait ends at a connection failure
+                                * (dlock_client_set_fail_fast) */
+    atomic_llong fair_wait_ms; /* the fair lock's thread wait time
+                                * (dlock_client_set_fair_wait) */
+    int wait_replicas;
+    int64_t wait_replicas_timeout_ms;
+    int max_idle;
+    int unusable;              /* dlock_client_new failed: every call refuses */
+    char id[40];               /* UUID-shaped client id */
+
+    pthread_mutex_t wd_mu;     /* guards wd creation */
+    /* holds of this client's handles per lock name and owner, for the kinds
+     * whose server count is the owner's across handles (lock.c) */
+    pthread_mutex_t owned_mu;
+    struct dl_owned *owned;
+    size_t nowned, owned_cap;
+    int owned_broken;          /* a hold could not be recorded (memory) */
+    dl_watchdog *wd;
+
+    const dl_backend *backend; /* NULL: Redis (everything above); else the backend */
+    void *bctx;                /* the backend's client state */
+};
+
+/* ---- Sentinel (sentinel.c) ---- */
+/* Creates the sentinel state from a parsed target (takes its sentinels). */
+int dl_sentinel_new(dl_target *t, dl_sentinel **out, dl_err *err);
+void dl_sentinel_free(dl_sentinel *s);
+/* Asks the sentinels for the master's address and moves node n there when it
+ * changed (dropping n's idle connections). force: ask even if asked lately. */
+int dl_sentinel_refresh(dl_node *n, int force, dl_err *err);
+/* Checks that a new connection's server is a master (ROLE). */
+int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err);
+
+/* ---- Redis Cluster (cluster.c) ---- */
+int dl_cluster_new(dl_cluster **out, dl_err *err);
+void dl_cluster_free(dl_cluster *k);
+/* Rebuilds the slot map from CLUSTER SLOTS. */
+int dl_cluster_refresh(dlock_client *c, dl_err *err);
+/* Whether the server whose INFO server text is info can run cluster mode:
+ * it needs Redis 7 (SSUBSCRIBE / SPUBLISH, sharded pub/sub). DLOCK_OK for a
+ * redis_version of 7 or later, or when info names no redis_version (a
+ * server that does not say cannot be judged: its first SSUBSCRIBE tells);
+ * DLOCK_ENOTSUP, with a message naming the version, for an older one. */
+int dl_cluster_version_check(const char *info, dl_err *err);
+/* dl_cluster_version_check on the first node that answers INFO server. */
+int dl_cluster_check_server(dlock_client *c, dl_err *err);
+/* How many nodes the client knows (a cluster's list grows). */
+size_t dl_node_count(dlock_client *c);
+/* The master owning slot (the map is refreshed when unknown or stale). */
+dl_node *dl_cluster_route(dlock_client *c, unsigned slot);
+/* For a MOVED / ASK error reply: the node to go to (*ask 1 for ASK), the
+ * map updated for MOVED; NULL when r is no redirection. */
+dl_node *dl_cluster_redirect(dlock_client *c, const redisReply *r, int *ask);
+/* ---- nodes and their pools (pool.c), routing (topology.c) ---- */
+/* A node for ep (ownership of ep's strings taken) with c's settings. */
+dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c);
+/* Closes n's idle connections and frees it (NULL is a no-op). */
+void dl_node_free(dl_node *n);
+/* The node a key lives on: the slot owner in a cluster, else the main node. */
+dl_node *dl_route(dlock_client *c, const char *key, size_t len);
+/* 1 in cluster mode: sharded pub/sub (SSUBSCRIBE/SPUBLISH) is used. */
+int dl_sharded(const dl_conn *conn);
+/* Borrows a connection to the node holding key. */
+int dl_pool_get_key(dlock_client *c, const char *key, size_t len, int64_t deadline,
+                    dl_conn **out, dl_err *err);
+
+/* Borrows a connection to node (an idle one, or a new one) before deadline.
+ * While the node's reconnect backoff runs (after failed connects: 50 ms
+ * doubling to 2 s) no connect is tried: DLOCK_EIO, or a sleep when the
+ * backoff ends before deadline. */
+int dl_node_get(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* dl_node_get that connects at once, backoff or not (RedLock: a node the
+ * quorum needs). */
+int dl_node_get_now(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
+/* Takes an idle connection of n that is still good (no connect): 1 and
+ * *out set, or 0 when there is none. */
+int dl_node_take_idle(dl_node *n, int64_t deadline, dl_conn **out);
+/* Records how a connect to n ended (DLOCK_EIO starts or doubles its
+ * reconnect backoff, DLOCK_OK ends it). */
+void dl_node_opened(dl_node *n, int rc);
+/* 1 while n's reconnect backoff runs and n has no idle connection;
+ * *may_probe = 1 when its last connect attempt is probe_ms old or older. */
+int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe);
+/* Returns a connection to its node: kept if healthy and not subscribed. */
+void dl_node_put(dl_conn *conn);
+/* A waiter's subscription outlives its wait: the waiter that holds the lock
+ * returns at once, without writing UNSUBSCRIBE. sub (subscribed to channel
+ * alone) goes back to its pool still subscribed; the UNSUBSCRIBE goes out
+ * with the connection's next use, or not at all when the next waiter on its
+ * node wants the same channel (dl_node_get_sub). A plain dl_node_get takes
+ * such a connection last and unsubscribes it first. Falls back to
+ * dl_unsubscribe_async when it cannot keep it. */
+void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len);
+/* A connection of the node to subscribe to channel with. *subscribed = 1:
+ * it already is (a lingering connection of an earlier wait on the same
+ * channel; no I/O was done); 0: the caller subscribes it (an UNSUBSCRIBE
+ * from another lingering channel may be queued on it, and goes out with the
+ * SUBSCRIBE). */
+int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
+                    dl_conn **out, int *subscribed, dl_err *err);
+/* The lingering connection of the node subscribed to channel, if one is idle
+ * (no I/O; NULL if none). */
+dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len);
+/* Borrows a connection to the client's main node (single: the server;
+ * redlock: the first master, used for queries) before deadline. */
+int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
+/* Returns a connection (NULL is a no-op). */
+void dl_pool_put(dlock_client *c, dl_conn *conn);
+/* Deadline for one command round trip from now. */
+int64_t dl_cmd_deadline(const dlock_client *c);
+/* Borrow, run one command, return: the usual one-shot round trip. */
+int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
+                      redisReply **out, dl_err *err);
+
+/* Queues (S)UNSUBSCRIBE from channel on sub, and sends it when flush (sub
+ * is then no longer subscribed, its confirmation still to be read:
+ * draining). 1 done, 0 failed. */
+int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
+                        int64_t deadline);
+/* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
+ * returns the connection to its pool; the next user reads the confirmation
+ * first (dl_node_get). Saves a round trip on the way out of a wait. */
+void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len);
+
+/* ---- lock names on a Redis Cluster (cluster.c) ---- */
+/* On a Redis Cluster client: DLOCK_EINVAL when the keys derived from name
+ * (a valid name, len resolved) would not share its slot. */
+int dl_check_cluster_name(const dlock_client *c, const char *name, size_t len, dl_err *err);
+/* On a Redis Cluster client: DLOCK_EINVAL when a latch's channel (from
+ * dl_latch_channel) hashes to another slot than the latch's key, as it does
+ * for a name with a hash tag of its own. */
+int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
+                           const char *channel, size_t channel_len, dl_err *err);
+
+/* ---- the backend's table (backend.c, backend_redis.c, backends/) ----
+ * A backend serves the lock API over one kind of server, chosen by the URL
+ * scheme: Redis (backend_redis.c), ZooKeeper, etcd, PostgreSQL, MySQL. The
+ * public calls go through its table; what a backend leaves NULL (or out of
+ * its kinds and caps) answers DLOCK_ENOTSUP, "not supported by the <name>
+ * backend". */
+typedef struct dl_try dl_try;
+/* What a backend has beyond the calls of its table. */
+enum {
+    DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
+    DL_CAP_TOKENS = 1u << 1,   /* acquire / release / extend by token (token.c) */
+    DL_CAP_LIST = 1u << 2,     /* dlock_list */
+    DL_CAP_OBJECTS = 1u << 3,  /* expirable permits and latches (semaphores:
+                                * the sem_* calls of the table) */
+    DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
+    DL_CAP_CANCEL = 1u << 5,   /* dlock_lock_cancel (waits in wait.c / redlock.c) */
+    DL_CAP_HOLDER = 1u << 6,   /* holder identity records (holder.c) */
+    DL_CAP_OWNER_HOLDS = 1u << 7, /* the server counts a reentrant owner's holds over
+                                   * all its handles (owner.c keeps per-handle records) */
+};
+
+struct dl_backend {
+    const char *name;                  /* "redis", "postgres", "mysql", ... */
+    const char *const *schemes;        /* URL prefixes it serves, NULL-terminated */
+    unsigned kinds;                    /* bit 1 << kind for each lock kind it has */
+    unsigned caps;                     /* DL_CAP_* */
+    /* client: open sets c->bctx; close frees it */
+    int (*open)(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+    void (*close)(dlock_client *c);
+    int (*ping)(dlock_client *c, int64_t *rtt_us, dl_err *err);
+    /* a lock handle: l->bdata is the backend's (its own connection, say) */
+    int (*lock_init)(dlock_lock *l, dl_err *err);
+    void (*lock_destroy)(dlock_lock *l);
+    /* wait_ms as dlock_acquire; lease_ms > 0 or DLOCK_WATCHDOG (held while
+     * the session lives). Success: t->acquired, t->fence, t->count filled,
+     * l->expires_at set (INT64_MAX for a session-held lock). Not acquired:
+     * DLOCK_EBUSY (try once) or DLOCK_ETIMEDOUT, with a message. Reentry of
+     * a handle that holds: called again, t->count the new hold count. */
+    int (*acquire)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+    /* one hold: *res 1 released fully, 0 still held, -1 was not held (lost) */
+    int (*release)(dlock_lock *l, long long *res, dl_err *err);
+    int (*extend)(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
+    int (*check)(dlock_lock *l, int *held, int64_t *count, dl_err *err);
+    /* queries by name */
+    int (*inspect)(dlock_client *c, const char *name, size_t len, dlock_info *info, dl_err *err);
+    int (*fence_current)(dlock_client *c, const char *name, size_t len, uint64_t *fence,
+                         dl_err *err);
+    int (*force_unlock)(dlock_client *c, const char *name, size_t len, int *existed,
+                        dl_err *err);
+    /* dlock_server_fact for this backend: at least "version" (the server's
+     * version) and "session" (one line: what keeps a lock held, e.g. "the
+     * connection" or "a session with a 10000 ms timeout"); DLOCK_ESERVER
+     * "no such fact" for others. */
+    int (*server_fact)(dlock_client *c, const char *what, char *buf, size_t buflen,
+                       dl_err *err);
+    /* the owner of a new hold into l->token; NULL: "<client id>:<thread id>" */
+    int (*owner)(dlock_lock *l, dl_err *err);
+    /* cheaper forms of inspect, when the backend has them (NULL: inspect) */
+    int (*is_locked)(dlock_client *c, const char *name, size_t len, int *locked, dl_err *err);
+    int (*remaining_ttl)(dlock_client *c, const char *name, size_t len, int64_t *ttl_ms,
+                         dl_err *err);
+    /* the semaphore (dlock_semaphore_*), when the backend has one (NULL
+     * sem_acquire: DLOCK_ENOTSUP). o is the handle's common part; sem_init
+     * (may be NULL) sets o->bdata, sem_destroy frees it. Arguments are
+     * checked by semaphore.c before: permits >= 1 (acquire, release),
+     * wait_ms >= 0 or DLOCK_WAIT_FOREVER, permits >= 0 (try_set), result
+     * pointers not NULL. Not acquired: DLOCK_EBUSY (wait_ms 0) or
+     * DLOCK_ETIMEDOUT, with a message. */
+    int (*sem_init)(dl_object *o, dl_err *err);
+    void (*sem_destroy)(dl_object *o);
+    int (*sem_acquire)(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err);
+    int (*sem_release)(dl_object *o, int64_t permits, dl_err *err);
+    int (*sem_available)(dl_object *o, int64_t *permits, dl_err *err);
+    int (*sem_try_set)(dl_object *o, int64_t permits, int *set, dl_err *err);
+    int (*sem_add)(dl_object *o, int64_t delta, dl_err *err);
+};
+
+/* Records DLOCK_ENOTSUP "<what> is not supported by the <name> backend" on c. */
+static inline int dl_backend_unsupported(dlock_client *c, const char *what) {
+    dl_err err = {0};
+    dl_seterr(&err, DLOCK_ENOTSUP, "%s is not supported by the %s backend", what,
+              c->backend->name);
+    return dl_client_fail(c, &err);
+}
+
+/* A Redis client's set-up (topology.c): parses url, connects, checks the nodes;
+ * dl_topology_clear frees what it set up (at dlock_client_free, or after a
+ * failed open). */
+int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+void dl_topology_clear(dlock_client *c);
+int dl_redis_ping(dlock_client *c, int64_t *rtt_us, dl_err *err);
+
+#endif
