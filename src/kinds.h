@@ -23,13 +23,23 @@ int dl_sem_refused(const dl_object *o, int64_t permits, int timed_out, dl_err *e
  * whose permits belong to the handle that took them). */
 int dl_sem_over_release(const dl_object *o, int64_t permits, int64_t held, dl_err *err);
 
-/* Checks that c's backend has objects of kind (DLOCK_KIND_SEMAPHORE,
- * DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH), checks and copies name and
- * derives the channel chan_prefix + {name} (the latch's: dl_latch_channel,
- * checked with dl_check_cluster_latch). Failures are recorded on c
- * (dlock_errmsg) and returned. */
-int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
-                   size_t name_len, const char *chan_prefix);
+/* A new handle of size bytes whose first member is its dl_object (NULL,
+ * with the code in *rc, on failure): checks that c's backend has objects of kind
+ * (DLOCK_KIND_SEMAPHORE, DLOCK_KIND_PERMIT_SEMAPHORE, DLOCK_KIND_LATCH),
+ * checks and copies name and derives the channel chan_prefix + {name} (the
+ * latch's: dl_latch_channel, checked with dl_check_cluster_latch).
+ * DLOCK_EINVAL for a NULL c, or (recorded on c as "<fn>: NULL out") when
+ * the caller has no out pointer (have_out 0); other failures are recorded
+ * on c (dlock_errmsg). */
+void *dl_object_new(dlock_client *c, size_t size, dlock_kind kind, const char *name,
+                    size_t name_len, const char *chan_prefix, const char *fn, int have_out,
+                    int *rc);
+/* Runs script s on conn (a pooled connection of the handle's client when
+ * NULL) and reads its integer answer into *v; an error answer is the
+ * script's error (dl_sync_reply_error), another answer DLOCK_EPROTO. */
+int dl_object_eval_int(dl_object *o, dl_conn *conn, dl_script *s, const char *what, int nkeys,
+                       const char **keys, const size_t *keylens, int nargs, const char **args,
+                       const size_t *arglens, long long *v, dl_err *err);
 void dl_object_clear(dl_object *o);
 /* Records err on the handle; returns its code. */
 int dl_object_fail(dl_object *o, const dl_err *err);

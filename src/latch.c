@@ -66,15 +66,10 @@ static int la_ok(dlock_latch *l) { return dl_object_ok(&l->o); }
 
 int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_latch **out) {
     if (out) *out = NULL;
-    if (!c) return DLOCK_EINVAL;
-    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_latch_new: NULL out"});
-    dlock_latch *l = calloc(1, sizeof *l);
-    if (!l) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&l->o, c, DLOCK_KIND_LATCH, name, name_len, DL_LATCH_CHANNEL_PREFIX);
-    if (rc) {
-        free(l);
-        return rc;
-    }
+    int rc;
+    dlock_latch *l = dl_object_new(c, sizeof *l, DLOCK_KIND_LATCH, name, name_len,
+                                   DL_LATCH_CHANNEL_PREFIX, "dlock_latch_new", out != NULL, &rc);
+    if (!l) return rc;
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
@@ -98,15 +93,7 @@ static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, 
     size_t keylens[2] = {l->o.name_len, l->o.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
-    redisReply *r = NULL;
-    int rc = dl_client_eval(l->o.c, s, 2, keys, keylens, 1, args, arglens, &r, err);
-    if (rc) return rc;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dl_sync_reply_error(r, what, err);
-    else if (dl_reply_int(r, v))
-        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
-    freeReplyObject(r);
-    return rc;
+    return dl_object_eval_int(&l->o, NULL, s, what, 2, keys, keylens, 1, args, arglens, v, err);
 }
 
 /* GET on conn (a pooled one when NULL); absent is 0. */

@@ -6,8 +6,8 @@
 
 #include "kinds.h"
 
-int dl_object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
-                   size_t name_len, const char *chan_prefix) {
+static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const char *name,
+                       size_t name_len, const char *chan_prefix) {
     dl_err err = {0};
     memset(o, 0, sizeof *o);
     o->c = c;
@@ -62,4 +62,44 @@ int dl_object_fail(dl_object *o, const dl_err *err) {
 int dl_object_ok(dl_object *o) {
     o->errmsg[0] = '\0';
     return DLOCK_OK;
+}
+
+void *dl_object_new(dlock_client *c, size_t size, dlock_kind kind, const char *name,
+                    size_t name_len, const char *chan_prefix, const char *fn, int have_out,
+                    int *rc) {
+    *rc = DLOCK_EINVAL;
+    if (!c) return NULL;
+    if (!have_out) {
+        dl_err err = {0};
+        dl_seterr(&err, DLOCK_EINVAL, "%s: NULL out", fn);
+        *rc = dl_client_fail(c, &err);
+        return NULL;
+    }
+    dl_object *o = calloc(1, size);
+    if (!o) {
+        *rc = dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+        return NULL;
+    }
+    *rc = object_init(o, c, kind, name, name_len, chan_prefix);
+    if (*rc) {
+        free(o);
+        return NULL;
+    }
+    return o;
+}
+
+int dl_object_eval_int(dl_object *o, dl_conn *conn, dl_script *s, const char *what, int nkeys,
+                       const char **keys, const size_t *keylens, int nargs, const char **args,
+                       const size_t *arglens, long long *v, dl_err *err) {
+    redisReply *r = NULL;
+    int rc = conn ? dl_eval(conn, dl_cmd_deadline(o->c), s, nkeys, keys, keylens, nargs, args,
+                            arglens, &r, err)
+                  : dl_client_eval(o->c, s, nkeys, keys, keylens, nargs, args, arglens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dl_sync_reply_error(r, what, err);
+    else if (dl_reply_int(r, v))
+        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
+    freeReplyObject(r);
+    return rc;
 }

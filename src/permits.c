@@ -186,15 +186,10 @@ static int pm_ok(dlock_permits *p) { return dl_object_ok(&p->o); }
 
 int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_permits **out) {
     if (out) *out = NULL;
-    if (!c) return DLOCK_EINVAL;
-    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_permits_new: NULL out"});
-    dlock_permits *p = calloc(1, sizeof *p);
-    if (!p) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&p->o, c, DLOCK_KIND_PERMIT_SEMAPHORE, name, name_len, "redisson_sc:");
-    if (rc) {
-        free(p);
-        return rc;
-    }
+    int rc;
+    dlock_permits *p = dl_object_new(c, sizeof *p, DLOCK_KIND_PERMIT_SEMAPHORE, name, name_len,
+                                     "redisson_sc:", "dlock_permits_new", out != NULL, &rc);
+    if (!p) return rc;
     p->zkey = dl_derive_key("", p->o.name, p->o.name_len, ":timeout", &p->zkey_len);
     if (!p->zkey) {
         dlock_permits_free(p);
@@ -330,15 +325,10 @@ static int pm_eval(dlock_permits *p, dl_conn *conn, dl_script *s, int nargs, con
 /* pm_eval expecting an integer answer. */
 static int pm_eval_int(dlock_permits *p, dl_script *s, const char *what, int nargs,
                        const char **args, const size_t *arglens, long long *v, dl_err *err) {
-    redisReply *r = NULL;
-    int rc = pm_eval(p, NULL, s, nargs, args, arglens, &r, err);
-    if (rc) return rc;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dl_sync_reply_error(r, what, err);
-    else if (dl_reply_int(r, v))
-        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
-    freeReplyObject(r);
-    return rc;
+    const char *keys[3] = {p->o.name, p->zkey, p->o.channel};
+    size_t keylens[3] = {p->o.name_len, p->zkey_len, p->o.channel_len};
+    return dl_object_eval_int(&p->o, NULL, s, what, 3, keys, keylens, nargs, args, arglens, v,
+                              err);
 }
 
 /* One acquire attempt: *got 1, or 0 with *left_ms (ms to the earliest

@@ -62,15 +62,10 @@ static int sem_ok(dlock_semaphore *s) { return dl_object_ok(&s->o); }
 
 int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dlock_semaphore **out) {
     if (out) *out = NULL;
-    if (!c) return DLOCK_EINVAL;
-    if (!out) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "dlock_semaphore_new: NULL out"});
-    dlock_semaphore *s = calloc(1, sizeof *s);
-    if (!s) return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
-    int rc = dl_object_init(&s->o, c, DLOCK_KIND_SEMAPHORE, name, name_len, "redisson_sc:");
-    if (rc) {
-        free(s);
-        return rc;
-    }
+    int rc;
+    dlock_semaphore *s = dl_object_new(c, sizeof *s, DLOCK_KIND_SEMAPHORE, name, name_len,
+                                       "redisson_sc:", "dlock_semaphore_new", out != NULL, &rc);
+    if (!s) return rc;
     dl_err err = {0};
     if (c->backend->sem_init && (rc = c->backend->sem_init(&s->o, &err))) {
         dlock_semaphore_free(s);
@@ -103,17 +98,8 @@ static int sem_eval(dlock_semaphore *s, dl_conn *conn, dl_script *script, const 
     size_t keylens[2] = {s->o.name_len, s->o.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
-    redisReply *r = NULL;
-    int rc = conn ? dl_eval(conn, dl_cmd_deadline(s->o.c), script, 2, keys, keylens, 1, args,
-                            arglens, &r, err)
-                  : dl_client_eval(s->o.c, script, 2, keys, keylens, 1, args, arglens, &r, err);
-    if (rc) return rc;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dl_sync_reply_error(r, what, err);
-    else if (dl_reply_int(r, v))
-        rc = dl_seterr(err, DLOCK_EPROTO, "%s: unexpected reply from the script", what);
-    freeReplyObject(r);
-    return rc;
+    return dl_object_eval_int(&s->o, conn, script, what, 2, keys, keylens, 1, args, arglens, v,
+                              err);
 }
 
 static int64_t wait_left(int64_t deadline) {
