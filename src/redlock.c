@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <poll.h>
 
 #include "kinds.h"
 
@@ -263,17 +262,17 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
     return DLOCK_OK;
 }
 
-static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cfd, dl_try *t,
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                         dl_err *err);
 
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
-    int cfd = wait_ms != 0 ? dl_cancel_begin(&l->cancel) : -1;
-    int rc = redlock_wait(l, wait_ms, lease_ms, cfd, t, err);
+    if (wait_ms != 0) dl_cancel_begin(&l->cancel);
+    int rc = redlock_wait(l, wait_ms, lease_ms, t, err);
     dl_cancel_end(&l->cancel);
     return rc;
 }
 
-static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cfd, dl_try *t,
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                         dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];
@@ -305,14 +304,8 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, int cf
             DL_RL_RETRY_MIN_MS + (int64_t)dl_random_below(DL_RL_RETRY_MAX_MS - DL_RL_RETRY_MIN_MS);
         if (t->pttl >= 0 && t->pttl + 1 < delay) delay = t->pttl + 1;
         if (now + delay > deadline) delay = deadline - now;
-        if (cfd < 0) {
-            dl_sleep_ms(delay);
-            continue;
-        }
         /* the delay, cut short by a cancel */
-        struct pollfd p = {.fd = cfd, .events = POLLIN};
-        if (poll(&p, 1, (int)delay) > 0) dl_cancel_drain(&l->cancel);
-        if (dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
+        if (dl_cancel_nap(&l->cancel, delay)) return dl_cancel_err(l, err);
     }
 }
 

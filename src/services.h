@@ -283,6 +283,15 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
  * and wait.c caps every other kind's. */
 #define DL_WAIT_RECHECK_MS 2000
 
+/* The next message on the subscribed connection sub into *msg (the caller
+ * frees it): one already read is taken first, else it sleeps in poll until
+ * one arrives. DLOCK_ETIMEDOUT at the monotonic time until (at once when it
+ * has passed and none is buffered), DLOCK_ECANCELED (no message, nothing
+ * set in err: the caller words it) once the wait of cx is cancelled (cx may
+ * be NULL), or a failure (a message that cannot be parsed marks sub
+ * broken). The one loop of every wait on pub/sub: the locks' (wait.c) and
+ * the objects' (dl_sync_wait). */
+int dl_sub_next(dl_conn *sub, dl_cancel *cx, int64_t until, redisReply **msg, dl_err *err);
 /* Waits for message(s) on o's subscription sub until `until` (monotonic
  * ms), at most DL_WAIT_RECHECK_MS: DLOCK_OK when a message came,
  * DLOCK_ETIMEDOUT at until or at that bound (the caller tries again, and
@@ -290,8 +299,9 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
  * (its wait begun with dl_cancel_begin), or a failure. */
 int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
 /* Sleeps up to left ms until sub has something to read (*ready = 1) or the
- * wait of cx is cancelled (*ready = 0; the caller checks dl_canceled), or
- * time runs out (*ready = 0). DLOCK_OK, or DLOCK_EIO if poll fails. */
+ * wait of cx (may be NULL) is cancelled (*ready = 0; the caller checks
+ * dl_canceled), or time runs out (*ready = 0). DLOCK_OK, or DLOCK_EIO if
+ * poll fails. */
 int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err);
 /* Unsubscribes and returns the connection (closed if that fails). */
 void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);

@@ -91,16 +91,8 @@ void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, siz
     dl_pool_put(c, sub);
 }
 
-/* Sleeps until a message arrives on o's subscribed connection (DLOCK_OK;
- * messages already buffered behind it are consumed too, they say nothing
- * more), or until the monotonic time `until` (DLOCK_ETIMEDOUT;
- * DL_INF_DEADLINE: no bound), or until the operation is cancelled
- * (DLOCK_ECANCELED: o->cancel, whose wait the caller began), or a failure. */
-int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
-    dlock_client *c = o->c;
-    int got = 0;
-    int64_t cap = dl_now_ms() + DL_WAIT_RECHECK_MS;
-    if (until == DL_INF_DEADLINE || until > cap) until = cap;
+int dl_sub_next(dl_conn *sub, dl_cancel *cx, int64_t until, redisReply **msg, dl_err *err) {
+    *msg = NULL;
     for (;;) {
         void *reply = NULL;
         if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
@@ -108,41 +100,54 @@ int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
             return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
         }
         if (reply) {
-            redisReply *m = reply;
-            int bad = m->type == REDIS_REPLY_ERROR;
-            int rc = bad ? dl_reply_error(m, "pub/sub", err) : DLOCK_OK;
-            freeReplyObject(m);
-            if (bad) {
-                sub->broken = 1;
-                return rc;
-            }
-            got = 1;
-            continue; /* drain what is already buffered */
+            *msg = reply;
+            return DLOCK_OK;
         }
-        if (got) return DLOCK_OK;
-        if (dl_canceled(&o->cancel)) {
-            char nm[80];
-            return dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled",
-                             dl_name_msg(o->name, o->name_len, nm, sizeof nm));
-        }
+        if (cx && dl_canceled(cx)) return DLOCK_ECANCELED;
         int64_t left = until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
         int ready = 0;
-        int prc = dl_sub_poll(sub, &o->cancel, left, &ready, err);
-        if (prc) return prc;
-        if (!ready) continue;
-        redisReply *r = NULL;
-        int rc = dl_conn_read(sub, dl_cmd_deadline(c), &r, err);
+        int rc = dl_sub_poll(sub, cx, left, &ready, err);
         if (rc) return rc;
-        int bad = r->type == REDIS_REPLY_ERROR;
-        if (bad) rc = dl_reply_error(r, "pub/sub", err);
-        freeReplyObject(r);
-        if (bad) {
-            sub->broken = 1;
-            return rc;
+        if (!ready) continue; /* a cancel is told at the top of the loop */
+        /* readable: read what is there (no second poll); a message that
+         * arrived in part is completed on the next round */
+        redisReply *r = NULL;
+        rc = dl_conn_poll_reply(sub, &r, err);
+        if (rc) return rc;
+        if (r) {
+            *msg = r;
+            return DLOCK_OK;
         }
-        got = 1;
     }
+}
+
+/* An error message on a subscription ends the wait, and the connection. */
+static int sub_error(dl_conn *sub, redisReply *m, dl_err *err) {
+    int rc = dl_reply_error(m, "pub/sub", err);
+    freeReplyObject(m);
+    sub->broken = 1;
+    return rc;
+}
+
+int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
+    int64_t cap = dl_now_ms() + DL_WAIT_RECHECK_MS;
+    if (until == DL_INF_DEADLINE || until > cap) until = cap;
+    redisReply *m = NULL;
+    int rc = dl_sub_next(sub, &o->cancel, until, &m, err);
+    if (rc == DLOCK_ECANCELED) {
+        char nm[80];
+        return dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled",
+                         dl_name_msg(o->name, o->name_len, nm, sizeof nm));
+    }
+    if (rc) return rc;
+    /* the messages already buffered behind it say nothing more */
+    do {
+        if (m->type == REDIS_REPLY_ERROR) return sub_error(sub, m, err);
+        freeReplyObject(m);
+        rc = dl_sub_next(sub, NULL, 0, &m, err);
+    } while (!rc);
+    return rc == DLOCK_ETIMEDOUT ? DLOCK_OK : rc;
 }
 
 int dl_sync_check_wait(int64_t wait_ms, dl_err *err) {
@@ -164,7 +169,7 @@ int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *e
         *ready = 1;
         return DLOCK_OK;
     }
-    int cfd = atomic_load(&cx->fd);
+    int cfd = cx ? atomic_load(&cx->fd) : -1;
     struct pollfd p[2] = {{.fd = sub->fd, .events = POLLIN}, {.fd = cfd, .events = POLLIN}};
     int n = poll(p, cfd >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
     if (n < 0 && errno == EINTR) return DLOCK_OK;

@@ -33,32 +33,14 @@
 static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
                         dl_err *err) {
     *granted = 0;
-    for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
-        }
-        if (!reply) {
-            if (dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
-            int64_t left = until - dl_now_ms();
-            if (left <= 0) return DLOCK_ETIMEDOUT;
-            int ready = 0;
-            int prc = dl_sub_poll(sub, &l->cancel, left, &ready, err);
-            if (prc) return prc;
-            if (!ready) continue; /* a cancel is told at the top of the loop */
-            /* readable: read what is there (no second poll); a message
-             * that arrived in part is completed on the next round */
-            int rc = dl_conn_poll_reply(sub, (redisReply **)&reply, err);
-            if (rc) return rc;
-            if (!reply) continue;
-        }
-        redisReply *m = reply;
-        if (l->ops->message && m->type == REDIS_REPLY_ARRAY && m->elements == 3)
-            *granted = l->ops->message(l, m->element[2], t);
-        freeReplyObject(m);
-        return DLOCK_OK;
-    }
+    redisReply *m = NULL;
+    int rc = dl_sub_next(sub, &l->cancel, until, &m, err);
+    if (rc == DLOCK_ECANCELED) return dl_cancel_err(l, err);
+    if (rc) return rc;
+    if (l->ops->message && m->type == REDIS_REPLY_ARRAY && m->elements == 3)
+        *granted = l->ops->message(l, m->element[2], t);
+    freeReplyObject(m);
+    return DLOCK_OK;
 }
 
 static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) {
