@@ -202,56 +202,57 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
     return DLOCK_OK;
 }
 
-static int is_tryagain(const redisReply *r) {
-    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && !strncmp(r->str, "TRYAGAIN", 8);
-}
-
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
             const size_t *keylens, int nargs, const char **args, const size_t *arglens,
             redisReply **out, dl_err *err) {
     return dl_eval_opt(c, deadline, 0, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
 }
 
+typedef struct {
+    dl_conn *first;            /* the connection the call began on */
+    dl_call *post;             /* goes along when the call is redirected */
+    const char *pre;
+    int64_t deadline;
+    dl_script *s;
+    int nkeys, nargs;
+    const char **keys, **args;
+    const size_t *keylens, *arglens;
+} eval_ctx;
+
+/* The call again on conn, where a redirection sent it. With wait_replicas,
+ * the WAIT goes there too: WAIT counts a connection's own writes, and the
+ * first connection, which wrote nothing, would find every replica up to
+ * date. */
+static int eval_redirected(void *ctx, dl_conn *conn, int asking, redisReply **out, dl_err *err) {
+    eval_ctx *x = ctx;
+    dlock_client *cl = x->first->node->client;
+    conn->post = x->post;
+    int rc = eval_on(conn, asking ? "ASKING" : x->pre, x->deadline, x->s, x->nkeys, x->keys,
+                     x->keylens, x->nargs, x->args, x->arglens, out, err);
+    conn->post = NULL;
+    if (!rc && cl->wait_replicas > 0 && *out && (*out)->type != REDIS_REPLY_ERROR) {
+        long long acks = 0;
+        dl_err werr = {0};
+        x->first->redirect_acks =
+            dl_conn_wait_replicas(cl, conn, cl->wait_replicas_timeout_ms, 0, &acks, &werr) ? 0
+                                                                                          : acks;
+    }
+    return rc;
+}
+
 int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const char **keys, const size_t *keylens, int nargs, const char **args,
                 const size_t *arglens, redisReply **out, dl_err *err) {
-    const char *pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL;
-    dl_call *post = c->post; /* goes along when the call is redirected */
+    eval_ctx x = {.first = c, .post = c->post, .pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL,
+                  .deadline = deadline, .s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                  .args = args, .keylens = keylens, .arglens = arglens};
     c->redirect_acks = -1;
-    int rc = eval_on(c, pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
+    int rc = eval_on(c, x.pre, deadline, s, nkeys, keys, keylens, nargs, args, arglens, out, err);
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
      * script while its slot migrates) */
-    for (int hop = 0; !rc && cl && cl->cluster && hop < 8; hop++) {
-        int ask = 0;
-        dl_node *to = NULL;
-        if (is_tryagain(*out)) {
-            dl_sleep_ms(5 << (hop < 4 ? hop : 4));
-            to = c->node;
-        } else if (!(to = dl_cluster_redirect(cl, *out, &ask))) {
-            break;
-        }
-        freeReplyObject(*out);
-        *out = NULL;
-        dl_conn *c2 = NULL;
-        rc = dl_node_get(to, deadline, &c2, err);
-        if (rc) break;
-        c2->post = post;
-        rc = eval_on(c2, ask ? "ASKING" : pre, deadline, s, nkeys, keys, keylens, nargs, args,
-                     arglens, out, err);
-        c2->post = NULL;
-        if (!rc && cl->wait_replicas > 0 && *out && (*out)->type != REDIS_REPLY_ERROR) {
-            /* the write is c2's: WAIT counts a connection's own writes, and
-             * c, which wrote nothing, would find every replica up to date */
-            long long acks = 0;
-            dl_err werr = {0};
-            c->redirect_acks = dl_conn_wait_replicas(cl, c2, cl->wait_replicas_timeout_ms, 0,
-                                                     &acks, &werr)
-                                   ? 0
-                                   : acks;
-        }
-        dl_node_put(c2);
-    }
+    if (!rc && cl && cl->cluster)
+        rc = dl_follow_redirects(cl, c->node, deadline, eval_redirected, &x, out, err);
     return rc;
 }
 

@@ -29,34 +29,66 @@ void dl_pool_put(dlock_client *c, dl_conn *conn) {
     dl_node_put(conn);
 }
 
-int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
-                      redisReply **out, dl_err *err) {
-    int64_t deadline = dl_cmd_deadline(c);
-    dl_conn *conn;
-    /* the key, when there is one, is the first argument */
-    int rc = argc > 1 ? dl_pool_get_key(c, argv[1], lens[1], deadline, &conn, err)
-                      : dl_pool_get(c, deadline, &conn, err);
-    if (rc) return rc;
-    rc = dl_conn_command(conn, deadline, argc, argv, lens, out, err);
-    dl_pool_put(c, conn);
-    /* Redis Cluster: follow MOVED and ASK */
-    for (int hop = 0; !rc && c->cluster && hop < 8; hop++) {
+static int is_tryagain(const redisReply *r) {
+    return r && r->type == REDIS_REPLY_ERROR && r->len >= 8 && !strncmp(r->str, "TRYAGAIN", 8);
+}
+
+int dl_follow_redirects(dlock_client *c, dl_node *from, int64_t deadline, dl_redirect_run run,
+                        void *ctx, redisReply **out, dl_err *err) {
+    int rc = DLOCK_OK;
+    for (int hop = 0; c->cluster && *out && hop < 8; hop++) {
         int ask = 0;
-        dl_node *to = dl_cluster_redirect(c, *out, &ask);
-        if (!to) break;
+        dl_node *to = NULL;
+        if (is_tryagain(*out)) {
+            dl_sleep_ms(5 << (hop < 4 ? hop : 4));
+            to = from;
+        } else if (!(to = dl_cluster_redirect(c, *out, &ask))) {
+            break;
+        }
         freeReplyObject(*out);
         *out = NULL;
+        dl_conn *conn = NULL;
         if ((rc = dl_node_get(to, deadline, &conn, err)) != DLOCK_OK) break;
-        if (ask) {
-            const char *a[1] = {"ASKING"};
-            size_t al[1] = {6};
-            redisReply *ok = NULL;
-            rc = dl_conn_command(conn, deadline, 1, a, al, &ok, err);
-            if (ok) freeReplyObject(ok);
-        }
-        if (!rc) rc = dl_conn_command(conn, deadline, argc, argv, lens, out, err);
+        rc = run(ctx, conn, ask, out, err);
         dl_node_put(conn);
+        if (rc) break;
+        from = to;
     }
+    return rc;
+}
+
+typedef struct {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+    int64_t deadline;
+} command_ctx;
+
+static int command_run(void *ctx, dl_conn *conn, int asking, redisReply **out, dl_err *err) {
+    command_ctx *x = ctx;
+    if (asking) {
+        const char *a[1] = {"ASKING"};
+        size_t al[1] = {6};
+        redisReply *ok = NULL;
+        int rc = dl_conn_command(conn, x->deadline, 1, a, al, &ok, err);
+        if (ok) freeReplyObject(ok);
+        if (rc) return rc;
+    }
+    return dl_conn_command(conn, x->deadline, x->argc, x->argv, x->lens, out, err);
+}
+
+int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
+                      redisReply **out, dl_err *err) {
+    command_ctx x = {argc, argv, lens, dl_cmd_deadline(c)};
+    dl_conn *conn;
+    /* the key, when there is one, is the first argument */
+    int rc = argc > 1 ? dl_pool_get_key(c, argv[1], lens[1], x.deadline, &conn, err)
+                      : dl_pool_get(c, x.deadline, &conn, err);
+    if (rc) return rc;
+    dl_node *from = conn->node;
+    rc = command_run(&x, conn, 0, out, err);
+    dl_pool_put(c, conn);
+    if (!rc) rc = dl_follow_redirects(c, from, x.deadline, command_run, &x, out, err);
     return rc;
 }
 

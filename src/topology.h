@@ -165,6 +165,19 @@ int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
 void dl_pool_put(dlock_client *c, dl_conn *conn);
 /* Deadline for one command round trip from now. */
 int64_t dl_cmd_deadline(const dlock_client *c);
+/* Runs a request again where a redirection sends it: conn borrowed from
+ * that node, asking 1 for an ASK redirection (the request goes after
+ * ASKING); the reply into *out. */
+typedef int (*dl_redirect_run)(void *ctx, dl_conn *conn, int asking, redisReply **out,
+                               dl_err *err);
+/* Redis Cluster (nothing elsewhere): while *out, the reply of a request
+ * made on a connection to node from, is a MOVED or ASK redirection, or
+ * TRYAGAIN (a multi-key request while its slot migrates, waited out with a
+ * growing pause), frees it and runs the request again with run where it
+ * says, 8 times at most; MOVED updates the slot map. *out is the last reply
+ * (NULL after a failure, whose code is returned). */
+int dl_follow_redirects(dlock_client *c, dl_node *from, int64_t deadline, dl_redirect_run run,
+                        void *ctx, redisReply **out, dl_err *err);
 /* Borrow, run one command, return: the usual one-shot round trip. */
 int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
                       redisReply **out, dl_err *err);
