@@ -17,7 +17,11 @@
  * to the same pipe as the lost-lease one). A backend without those
  * (ZooKeeper, etcd) gives --limit a permit of its semaphore, held by the
  * client's session or a lease it keeps alive, whose lost-permits callback
- * writes to that pipe too. */
+ * writes to that pipe too.
+ *
+ * This file: the options and the supervising loop. The locker thread and
+ * the session checker are in run_locker.c, the command's process tree in
+ * run_child.c; what they share is in run.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,9 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmds.h"
-
-extern char **environ;
+#include "run.h"
 
 const char help_run[] =
     "Usage: dlock run [OPTIONS] NAME COMMAND [ARGS...]\n"
@@ -94,246 +96,6 @@ enum { OPT_TTL = OPT_FIRST_LOCAL_, OPT_KIND, OPT_KILL_AFTER, OPT_LIMIT, OPT_ALSO
 
 #define CMD "run"
 #define LOST_EXPIRED 100 /* our own reason: the validity left reached the margin */
-#define LOST_SESSION 101 /* our own reason: a session-kept hold's check said not held */
-#define LOST_UNANSWERED 102 /* ... or got no answer */
-/* How often a hold kept by a session (MySQL GET_LOCK, PostgreSQL advisory
- * locks: no lease, no renewal, nothing that calls back) is asked about. */
-#define SESSION_CHECK_MS 1000
-/* A validity this long is a session's (it never runs out by itself). */
-#define SESSION_VALID_MS (100LL * 365 * 24 * 3600 * 1000)
-#define MSG_MAX 256
-#define MAX_ALSO 64
-
-typedef struct run_opts {
-    int64_t wait_ms;
-    int conflict;
-    int64_t ttl_ms;
-    dlock_kind kind;
-    const char *kind_opt; /* the option that set kind ("--kind", "-s", "-x"), or NULL */
-    int64_t kill_after_ms;
-    const char *shell; /* -c */
-    const char *name;
-    char **argv;       /* COMMAND [ARGS...] (NULL with -c) */
-    long limit;        /* --limit N, 0: none */
-    const char *also[MAX_ALSO]; /* --also NAME2... */
-    size_t nalso;
-} run_opts;
-
-/* State shared with the locker thread (hand-offs go through the pipes). */
-typedef struct locker {
-    dlock_lock **locks; /* NAME, then the --also locks (none with --limit) */
-    size_t nlocks;
-    uint64_t *fences;   /* one per lock */
-    dlock_permits *permits; /* --limit */
-    dlock_semaphore *sem;   /* --limit where permits belong to a session (ZooKeeper) */
-    int64_t limit;
-    char permit_id[DLOCK_PERMIT_ID_LEN + 1];
-    int64_t wait_ms;
-    int acquire_rc;
-    uint64_t fence;     /* NAME's fencing token */
-    int64_t took_us;
-    char acquire_msg[MSG_MAX];
-    int release_rc;
-    char release_msg[MSG_MAX];
-    int cmd_pipe[2];  /* main -> locker: "release now" (or EOF) */
-    int done_pipe[2]; /* locker -> main: 'a' acquire done, 'r' release done */
-    /* the session checker (session_main) */
-    int check_stop[2]; /* main -> checker: stop (a byte, or EOF) */
-    int lost_fd;       /* checker -> main: the reason, as the lost callbacks */
-    atomic_int session_lost; /* 1 + the index of the lock it found lost, 0 none */
-    /* locks kept by a session, set before the checker starts: while it runs
-     * it alone touches those handles (a check may mark one lost) */
-    unsigned char session_kept[MAX_ALSO + 1];
-} locker;
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void write_byte(int fd, char b)
-{
-    ssize_t r;
-    do
-        r = write(fd, &b, 1);
-    while (r < 0 && errno == EINTR);
-}
-
-static int read_byte(int fd, char *b)
-{
-    ssize_t r;
-    do
-        r = read(fd, b, 1);
-    while (r < 0 && errno == EINTR);
-    return r == 1 ? 0 : -1;
-}
-
-static void copy_msg(char *dst, const char *src)
-{
-    snprintf(dst, MSG_MAX, "%s", src ? src : "");
-}
-
-/* The message of the first lock that has one (a multi-lock failure leaves
- * it on the lock that failed). */
-static const char *locks_errmsg(const locker *lk)
-{
-    size_t i;
-    for (i = 0; i < lk->nlocks; i++) {
-        const char *m = dlock_lock_errmsg(lk->locks[i]);
-        if (m && *m)
-            return m;
-    }
-    return "";
-}
-
-static void *locker_main(void *arg)
-{
-    locker *lk = arg;
-    int64_t t0 = now_us();
-    char b;
-
-    if (lk->permits) {
-        int set = 0;
-        lk->acquire_rc = dlock_permits_try_set(lk->permits, lk->limit, &set);
-        if (lk->acquire_rc == DLOCK_OK)
-            lk->acquire_rc =
-                dlock_permits_acquire(lk->permits, lk->wait_ms, DLOCK_WATCHDOG, lk->permit_id);
-        if (lk->acquire_rc != DLOCK_OK)
-            copy_msg(lk->acquire_msg, dlock_permits_errmsg(lk->permits));
-    } else if (lk->sem) {
-        int set = 0;
-        lk->acquire_rc = dlock_semaphore_try_set(lk->sem, lk->limit, &set);
-        if (lk->acquire_rc == DLOCK_OK)
-            lk->acquire_rc = dlock_semaphore_acquire(lk->sem, 1, lk->wait_ms);
-        if (lk->acquire_rc != DLOCK_OK)
-            copy_msg(lk->acquire_msg, dlock_semaphore_errmsg(lk->sem));
-    } else if (lk->nlocks == 1) {
-        lk->acquire_rc = dlock_acquire(lk->locks[0], lk->wait_ms, DLOCK_WATCHDOG, &lk->fence);
-        if (lk->acquire_rc != DLOCK_OK)
-            copy_msg(lk->acquire_msg, dlock_lock_errmsg(lk->locks[0]));
-    } else {
-        lk->acquire_rc =
-            dlock_multi_acquire(lk->locks, lk->nlocks, lk->wait_ms, DLOCK_WATCHDOG, lk->fences);
-        if (lk->acquire_rc == DLOCK_OK)
-            lk->fence = lk->fences[0];
-        else
-            copy_msg(lk->acquire_msg, locks_errmsg(lk));
-    }
-    lk->took_us = now_us() - t0;
-    write_byte(lk->done_pipe[1], 'a');
-    if (lk->acquire_rc != DLOCK_OK)
-        return NULL;
-    (void)read_byte(lk->cmd_pipe[0], &b); /* a byte or EOF: release now */
-    if (lk->permits) {
-        lk->release_rc = dlock_permits_release(lk->permits, lk->permit_id);
-        if (lk->release_rc != DLOCK_OK)
-            copy_msg(lk->release_msg, dlock_permits_errmsg(lk->permits));
-    } else if (lk->sem) {
-        lk->release_rc = dlock_semaphore_release(lk->sem, 1);
-        if (lk->release_rc != DLOCK_OK)
-            copy_msg(lk->release_msg, dlock_semaphore_errmsg(lk->sem));
-    } else {
-        lk->release_rc = lk->nlocks == 1 ? dlock_release(lk->locks[0])
-                                         : dlock_multi_release(lk->locks, lk->nlocks);
-        if (lk->release_rc != DLOCK_OK)
-            copy_msg(lk->release_msg, locks_errmsg(lk));
-    }
-    write_byte(lk->done_pipe[1], 'r');
-    return NULL;
-}
-
-/* A signal came while the locker waits: cancel its wait, so that it leaves
- * the lock's queue or waiter registry (and gives back a lock handed to it
- * meanwhile) instead of leaving a dead entry that others wait behind. If the
- * acquire won the race, release. Bounded by CANCEL_GRACE_MS per step. If a
- * cancel is refused (DLOCK_ENOTSUP), dlock just exits. 1 when the locker
- * thread has said its last word (it returns right after: join it). */
-#define CANCEL_GRACE_MS 5000
-static int readable_within(int fd, int ms)
-{
-    struct pollfd p = {fd, POLLIN, 0};
-    int n;
-    do
-        n = poll(&p, 1, ms);
-    while (n < 0 && errno == EINTR);
-    return n > 0;
-}
-
-static int give_up_waiting(locker *lk)
-{
-    char b;
-    if (lk->permits) {
-        if (dlock_permits_cancel(lk->permits) != DLOCK_OK)
-            return 0;
-    } else if (lk->sem) {
-        if (dlock_semaphore_cancel(lk->sem) != DLOCK_OK)
-            return 0;
-    } else {
-        for (size_t i = 0; i < lk->nlocks; i++)
-            if (dlock_lock_cancel(lk->locks[i]) != DLOCK_OK)
-                return 0; /* refused: just exit */
-    }
-    if (!readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) || read_byte(lk->done_pipe[0], &b))
-        return 0;
-    if (lk->acquire_rc != DLOCK_OK)
-        return 1;
-    write_byte(lk->cmd_pipe[1], 'r');
-    return readable_within(lk->done_pipe[0], CANCEL_GRACE_MS) &&
-           read_byte(lk->done_pipe[0], &b) == 0;
-}
-
-/* The session checker: a hold kept by a session (MySQL GET_LOCK, PostgreSQL
- * advisory locks: no lease, no renewal, nothing that calls back) is lost
- * with its session, which tells nobody; this thread asks the server every
- * SESSION_CHECK_MS, apart from the supervising loop (a check can take up to
- * the command timeout when the server does not answer, and signals must be
- * forwarded meanwhile). It reads the handles only; the locker thread is
- * idle while the command runs, and the checker is stopped before the
- * release. */
-static void *session_main(void *arg)
-{
-    locker *lk = arg;
-    for (;;) {
-        if (readable_within(lk->check_stop[0], SESSION_CHECK_MS))
-            return NULL;
-        for (size_t i = 0; i < lk->nlocks; i++) {
-            if (!lk->session_kept[i])
-                continue;
-            int held = 0, rc = dlock_lock_check(lk->locks[i], &held, NULL);
-            if (rc == DLOCK_OK && held)
-                continue;
-            atomic_store(&lk->session_lost, (int)i + 1); /* before the pipe's byte */
-            write_byte(lk->lost_fd,
-                       (char)(rc == DLOCK_OK || rc == DLOCK_ELOST ? LOST_SESSION : LOST_UNANSWERED));
-            return NULL;
-        }
-    }
-}
-
-/* The lost-lease callback (watchdog thread): only a pipe write. */
-static void on_lost(dlock_lock *l, int reason, void *userdata)
-{
-    int fd = *(const int *)userdata;
-    (void)l;
-    write_byte(fd, (char)reason);
-}
-
-/* The lost-permit callbacks (--limit; watchdog or session thread): the same. */
-static void on_permit_lost(dlock_permits *p, const char *id, int reason, void *userdata)
-{
-    int fd = *(const int *)userdata;
-    (void)p, (void)id;
-    write_byte(fd, (char)reason);
-}
-
-static void on_sem_lost(dlock_semaphore *s, int reason, void *userdata)
-{
-    int fd = *(const int *)userdata;
-    (void)s;
-    write_byte(fd, (char)reason);
-}
 
 static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
 {
@@ -474,286 +236,6 @@ static int parse_args(int argc, char **argv, cli_global *g, run_opts *o)
  * with a '/' is a path, others are looked up in $PATH (unset: confstr's
  * default path). Checked before the lock is taken, so that a command that
  * cannot run is reported at once instead of after waiting for the lock. */
-static int exec_check(const char *file)
-{
-    const char *path = getenv("PATH");
-    char dflt[256], buf[4096];
-    int seen_eacces = 0;
-    struct stat st;
-    if (!*file)
-        return ENOENT;
-    if (strchr(file, '/')) {
-        if (stat(file, &st) != 0)
-            return errno;
-        if (S_ISDIR(st.st_mode) || access(file, X_OK) != 0)
-            return EACCES;
-        return 0;
-    }
-    if (!path) {
-        if (confstr(_CS_PATH, dflt, sizeof dflt) == 0 || strlen(dflt) >= sizeof dflt - 1)
-            snprintf(dflt, sizeof dflt, "/bin:/usr/bin");
-        path = dflt;
-    }
-    while (path) {
-        const char *end = strchr(path, ':');
-        size_t len = end ? (size_t)(end - path) : strlen(path);
-        /* an empty entry is the current directory */
-        if (snprintf(buf, sizeof buf, "%.*s%s%s", (int)len, path, len ? "/" : "", file) <
-                (int)sizeof buf &&
-            stat(buf, &st) == 0) {
-            if (!S_ISDIR(st.st_mode) && access(buf, X_OK) == 0)
-                return 0;
-            seen_eacces = 1;
-        }
-        path = end ? end + 1 : NULL;
-    }
-    return seen_eacces ? EACCES : ENOENT;
-}
-
-/* The child's environment: ours without DLOCK_NAME/DLOCK_FENCE/DLOCK_PERMIT,
- * plus DLOCK_NAME and either DLOCK_FENCE or (with a permit) DLOCK_PERMIT. */
-static char **child_env(const char *name, uint64_t fence, const char *permit)
-{
-    size_t n = 0, i, j = 0;
-    char **env;
-    size_t namelen = strlen(name);
-    while (environ && environ[n])
-        n++;
-    env = calloc(n + 3, sizeof *env);
-    if (!env)
-        return NULL;
-    for (i = 0; i < n; i++) {
-        if (strncmp(environ[i], "DLOCK_NAME=", 11) == 0 ||
-            strncmp(environ[i], "DLOCK_FENCE=", 12) == 0 ||
-            strncmp(environ[i], "DLOCK_PERMIT=", 13) == 0)
-            continue;
-        env[j++] = environ[i];
-    }
-    env[j] = malloc(namelen + 12);
-    env[j + 1] = malloc(48);
-    if (!env[j] || !env[j + 1]) {
-        free(env[j]);
-        free(env[j + 1]);
-        free(env);
-        return NULL;
-    }
-    memcpy(env[j], "DLOCK_NAME=", 11);
-    memcpy(env[j] + 11, name, namelen + 1);
-    if (permit)
-        snprintf(env[j + 1], 48, "DLOCK_PERMIT=%s", permit);
-    else
-        snprintf(env[j + 1], 48, "DLOCK_FENCE=%" PRIu64, fence);
-    env[j + 2] = NULL;
-    return env;
-}
-
-static void free_env(char **env)
-{
-    size_t n = 0;
-    if (!env)
-        return;
-    while (env[n])
-        n++;
-    /* the last two entries are ours */
-    if (n >= 2) {
-        free(env[n - 1]);
-        free(env[n - 2]);
-    }
-    free(env);
-}
-
-typedef struct child_setup {
-    const run_opts *o;
-    char **env;
-    sigset_t oldmask;
-    struct sigaction oldpipe;
-    pid_t parent;
-    int errfd;  /* write end of the exec-error pipe (close-on-exec) */
-    int tty;    /* the terminal whose foreground the command takes, or -1 */
-    int pdeath; /* no reaper: SIGTERM the command itself when dlock dies */
-} child_setup;
-
-/* In the child, between fork and exec: async-signal-safe calls only. */
-static void child_exec(const child_setup *cs)
-{
-    int err;
-    /* A process group of its own, so that what stops the command reaches
-     * everything it started (pipelines, forks): dlock signals the group. */
-    (void)setpgid(0, 0);
-    if (cs->tty >= 0) {
-        /* the terminal's foreground, as a shell gives it to a job (the
-         * parent does the same; whichever runs first wins). From a
-         * background group this needs SIGTTOU blocked. */
-        sigset_t ttou;
-        sigemptyset(&ttou);
-        sigaddset(&ttou, SIGTTOU);
-        sigprocmask(SIG_BLOCK, &ttou, NULL);
-        (void)tcsetpgrp(cs->tty, getpid());
-    }
-    if (cs->pdeath) {
-        /* If dlock dies, nobody renews the lease: stop the command too. */
-        (void)prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != cs->parent)
-            _exit(128 + SIGTERM);
-    }
-    sigaction(SIGPIPE, &cs->oldpipe, NULL);
-    sigprocmask(SIG_SETMASK, &cs->oldmask, NULL);
-    if (cs->o->shell) {
-        char *sh_argv[] = {"sh", "-c", (char *)cs->o->shell, NULL};
-        execve("/bin/sh", sh_argv, cs->env);
-    } else {
-        execvpe(cs->o->argv[0], cs->o->argv, cs->env);
-    }
-    err = errno;
-    {
-        ssize_t r = write(cs->errfd, &err, sizeof err);
-        (void)r;
-    }
-    _exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
-}
-
-/* The group exists and has a member (a zombie counts until reaped). */
-static int group_alive(pid_t pg)
-{
-    return kill(-pg, 0) == 0 || errno == EPERM;
-}
-
-/* Sends sig to every process under dlock that is not in the command's
- * process group pg (those a signal to the group reaches: sent twice, a
- * SIGTERM would also stop what a trap of the command starts) and is not
- * skip (the reaper): the processes that left the group (setsid), read from
- * /proc/<pid>/task/<tid>/children; once their parent is gone they are
- * dlock's children (dlock is a subreaper). Returns how many processes are
- * under dlock but skip, in the group or not (sig 0: only counts them). */
-#define TREE_MAX 4096
-static int signal_tree(pid_t pg, pid_t skip, int sig)
-{
-    static pid_t q[TREE_MAX];
-    int head = 0, tail = 0, n = 0;
-    q[tail++] = getpid();
-    while (head < tail) {
-        pid_t p = q[head++];
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%ld/task", (long)p);
-        DIR *d = opendir(path);
-        if (!d)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (e->d_name[0] == '.')
-                continue;
-            char cpath[96];
-            snprintf(cpath, sizeof cpath, "/proc/%ld/task/%.20s/children", (long)p, e->d_name);
-            /* the whole list first: a process killed while its list is
-             * read hands the rest of it to dlock, read already */
-            int fd = open(cpath, O_RDONLY | O_CLOEXEC);
-            if (fd < 0)
-                continue;
-            static char buf[65536];
-            size_t len = 0;
-            ssize_t r;
-            while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
-                len += (size_t)r;
-            close(fd);
-            buf[len] = '\0';
-            int first = tail;
-            for (char *cp = buf, *end; *cp; cp = end) {
-                long c = strtol(cp, &end, 10);
-                if (end == cp)
-                    break;
-                if ((pid_t)c != skip && tail < TREE_MAX)
-                    q[tail++] = (pid_t)c;
-                if ((pid_t)c != skip)
-                    n++;
-            }
-            for (int k = first; sig && k < tail; k++)
-                if (getpgid(q[k]) != pg)
-                    (void)kill(q[k], sig);
-        }
-        closedir(d);
-    }
-    return n;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* The reaper: a process in a session of its own that outlives dlock to stop
- * the command's process group when dlock dies without saying so (SIGKILL, a
- * crash). It reads the group id, then waits for one byte (dlock is done:
- * exit) or end of file (dlock is gone: SIGTERM and SIGCONT to the group,
- * SIGKILL after --kill-after if any of it is left). It ignores the signals
- * that reach dlock's group or a terminal's, and keeps no other descriptor,
- * so that it holds no connection to the server open. Forked from a threaded
- * process: async-signal-safe calls only. */
-static void reaper_main(int fd, int64_t kill_after_ms)
-{
-    static const int ignored[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
-                                  SIGUSR2, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
-    struct sigaction sa;
-    pid_t pg = 0;
-    int64_t waited = 0;
-    size_t i;
-    char b;
-    int n;
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_IGN;
-    for (i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-        sigaction(ignored[i], &sa, NULL);
-    (void)setsid();
-    if (fd != 0) {
-        (void)dup2(fd, 0);
-        fd = 0;
-    }
-    for (n = 1; n < 4096; n++)
-        (void)close(n);
-    if (read(fd, &pg, sizeof pg) != (ssize_t)sizeof pg || pg <= 0)
-        _exit(0);
-    do
-        n = (int)read(fd, &b, 1);
-    while (n < 0 && errno == EINTR);
-    if (n == 1)
-        _exit(0); /* dlock is done with the command */
-    (void)kill(-pg, SIGTERM);
-    (void)kill(-pg, SIGCONT);
-    while (waited < kill_after_ms && group_alive(pg)) {
-        sleep_ms(20);
-        waited += 20;
-    }
-    (void)kill(-pg, SIGKILL);
-    _exit(0);
-}
-
-/* Starts the reaper; its pid (and *fd, the pipe to it), or -1. */
-static pid_t start_reaper(const run_opts *o, int *fd)
-{
-    int p[2];
-    pid_t pid;
-    *fd = -1;
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return -1;
-    pid = fork();
-    if (pid == 0) {
-        close(p[1]);
-        reaper_main(p[0], o->kill_after_ms); /* does not return */
-    }
-    close(p[0]);
-    if (pid < 0) {
-        close(p[1]);
-        return -1;
-    }
-    *fd = p[1];
-    return pid;
-}
-
-/* The terminal dlock may give to the command: the first of stdin, stdout
- * and stderr that is a terminal whose foreground process group is dlock's
- * (dlock runs in the foreground); -1 if none. */
 static int owned_tty(void)
 {
     int fd;
@@ -841,21 +323,21 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
     cli_err(CMD, "fuzz build: no command is started");
     return EXIT_OSERR;
 #endif
-    cs.env = child_env(o->name, lk->fence, lk->permits ? lk->permit_id : NULL);
+    cs.env = run_child_env(o->name, lk->fence, lk->permits ? lk->permit_id : NULL);
     if (!cs.env) {
         cli_err(CMD, "out of memory");
         return EXIT_INTERNAL;
     }
     if (pipe2(errpipe, O_CLOEXEC) != 0) {
         cli_err(CMD, "pipe: %s", strerror(errno));
-        free_env(cs.env);
+        run_free_env(cs.env);
         return EXIT_OSERR;
     }
     cs.errfd = errpipe[1];
     cs.tty = owned_tty();
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     fflush(NULL);
-    reaper = start_reaper(o, &reapfd);
+    reaper = run_start_reaper(o, &reapfd);
     cs.pdeath = reaper < 0;
     if (reaper < 0 && g->verbose)
         cli_err(CMD, "cannot start the reaper (%s): if dlock is killed, only the command's "
@@ -865,15 +347,15 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         cli_err(CMD, "fork: %s", strerror(errno));
         close(errpipe[0]);
         close(errpipe[1]);
-        free_env(cs.env);
+        run_free_env(cs.env);
         if (reapfd >= 0) {
-            write_byte(reapfd, 'd');
+            run_write_byte(reapfd, 'd');
             close(reapfd);
         }
         return EXIT_OSERR;
     }
     if (pid == 0)
-        child_exec(&cs); /* does not return */
+        run_child_exec(&cs); /* does not return */
     (void)setpgid(pid, pid); /* as the child does: whichever runs first */
     if (cs.tty >= 0)
         (void)tcsetpgrp(cs.tty, pid); /* SIGTTOU is blocked (cmd_run) */
@@ -882,7 +364,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         (void)wr;
     }
     close(errpipe[1]);
-    free_env(cs.env);
+    run_free_env(cs.env);
     do
         r = read(errpipe[0], &exec_err, sizeof exec_err);
     while (r < 0 && errno == EINTR);
@@ -930,12 +412,12 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             }
         }
         /* after a lost lock, dlock ends once nothing it started is left */
-        if (done && (!lost || (!group_alive(pid) && !signal_tree(pid, reaper, 0))))
+        if (done && (!lost || (!run_group_alive(pid) && !run_signal_tree(pid, reaper, 0))))
             break;
         for (i = 0; i < lk->nlocks && !lost; i++) {
             if (dlock_lock_is_lost(lk->locks[i])) {
                 char b = 0;
-                (void)read_byte(lostfd, &b); /* non-blocking: the reason, if written */
+                (void)run_read_byte(lostfd, &b); /* non-blocking: the reason, if written */
                 lost = b ? (unsigned char)b : -1;
                 lost_name = (i ? o->also[i - 1] : o->name);
             }
@@ -971,10 +453,10 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
                     (long)pid, ka);
             kill(-pid, SIGTERM);
             kill(-pid, SIGCONT); /* a stopped process would not see the SIGTERM */
-            signal_tree(pid, reaper, SIGTERM); /* and what left the group */
-            signal_tree(pid, reaper, SIGCONT);
+            run_signal_tree(pid, reaper, SIGTERM); /* and what left the group */
+            run_signal_tree(pid, reaper, SIGCONT);
             cont = 0;
-            kill_at = now_us() / 1000 + o->kill_after_ms;
+            kill_at = run_now_us() / 1000 + o->kill_after_ms;
         }
         if (cont) {
             kill(-pid, SIGCONT);
@@ -984,17 +466,17 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
             /* what escaped the last round (a process handed to dlock while
              * its parent's list was read, more than TREE_MAX of them) */
             kill(-pid, SIGKILL);
-            signal_tree(pid, reaper, SIGKILL);
+            run_signal_tree(pid, reaper, SIGKILL);
             if (timeout > 20)
                 timeout = 20;
         }
         if (kill_at >= 0) {
-            int64_t rem = kill_at - now_us() / 1000;
+            int64_t rem = kill_at - run_now_us() / 1000;
             if (rem <= 0) {
                 if (g->verbose)
                     cli_err(CMD, "sending SIGKILL to process group %ld", (long)pid);
                 kill(-pid, SIGKILL);
-                signal_tree(pid, reaper, SIGKILL);
+                run_signal_tree(pid, reaper, SIGKILL);
                 kill_at = -2; /* done: from now on, every round kills what is left */
                 continue;
             }
@@ -1025,7 +507,7 @@ static int supervise(cli_global *g, const run_opts *o, locker *lk, int sigfd, in
         }
         if (!lost && (pfd[1].revents & POLLIN)) {
             char b = 0;
-            (void)read_byte(lostfd, &b);
+            (void)run_read_byte(lostfd, &b);
             lost = b ? (unsigned char)b : -1;
             for (i = 0; i < lk->nlocks; i++)
                 if (dlock_lock_is_lost(lk->locks[i]))
@@ -1045,7 +527,7 @@ out:
     if (cs.tty >= 0 && tcgetpgrp(cs.tty) == pid)
         (void)tcsetpgrp(cs.tty, getpgrp());
     if (reapfd >= 0) {
-        write_byte(reapfd, 'd'); /* done: the reaper exits */
+        run_write_byte(reapfd, 'd'); /* done: the reaper exits */
         close(reapfd);
     }
     if (reaper > 0)
@@ -1099,7 +581,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
         return 0;
     if (rc)
         return rc;
-    if (o.argv && (rc = exec_check(o.argv[0])) != 0) {
+    if (o.argv && (rc = run_exec_check(o.argv[0])) != 0) {
         cli_err(CMD, "cannot run '%s': %s", o.argv[0], strerror(rc));
         return rc == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
     }
@@ -1165,12 +647,12 @@ int cmd_run(int argc, char **argv, cli_global *g)
     if (o.limit) {
         rc = dlock_permits_new(c, o.name, DLOCK_CSTR, &lk.permits);
         if (rc == DLOCK_OK)
-            dlock_permits_on_lost(lk.permits, on_permit_lost, &lostpipe[1]);
+            dlock_permits_on_lost(lk.permits, run_on_permit_lost, &lostpipe[1]);
         /* no expirable permits (ZooKeeper): a semaphore whose permits
          * belong to this client's session, which ends with the process */
         if (rc == DLOCK_ENOTSUP &&
             dlock_semaphore_new(c, o.name, DLOCK_CSTR, &lk.sem) == DLOCK_OK) {
-            dlock_semaphore_on_lost(lk.sem, on_sem_lost, &lostpipe[1]);
+            dlock_semaphore_on_lost(lk.sem, run_on_sem_lost, &lostpipe[1]);
             rc = DLOCK_OK;
         }
     } else {
@@ -1178,7 +660,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
         for (i = 0; i <= o.nalso && rc == DLOCK_OK; i++) {
             rc = dlock_lock_new(c, i ? o.also[i - 1] : o.name, DLOCK_CSTR, o.kind, &locks[i]);
             if (rc == DLOCK_OK) {
-                dlock_lock_on_lost(locks[i], on_lost, &lostpipe[1]);
+                dlock_lock_on_lost(locks[i], run_on_lost, &lostpipe[1]);
                 lk.nlocks++;
             }
         }
@@ -1189,7 +671,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
         goto out;
     }
 
-    if ((rc = pthread_create(&th, NULL, locker_main, &lk)) != 0) {
+    if ((rc = pthread_create(&th, NULL, run_locker_main, &lk)) != 0) {
         cli_err(CMD, "cannot start a thread: %s", strerror(rc));
         code = EXIT_OSERR;
         goto out;
@@ -1214,13 +696,13 @@ int cmd_run(int argc, char **argv, cli_global *g)
                 if (g->verbose)
                     cli_err(CMD, "signal %u while waiting for %s; giving up", si.ssi_signo,
                             what);
-                if (give_up_waiting(&lk))
+                if (run_give_up_waiting(&lk))
                     pthread_join(th, NULL);
                 _exit(128 + (int)si.ssi_signo);
             }
         }
     }
-    (void)read_byte(lk.done_pipe[0], &b);
+    (void)run_read_byte(lk.done_pipe[0], &b);
 
     rc = lk.acquire_rc;
     if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT) {
@@ -1262,7 +744,7 @@ int cmd_run(int argc, char **argv, cli_global *g)
         lk.lost_fd = lostpipe[1];
         for (i = 0; i < lk.nlocks; i++)
             lk.session_kept[i] = dlock_lock_valid_ms(lk.locks[i]) > SESSION_VALID_MS;
-        if (pthread_create(&checker, NULL, session_main, &lk) != 0) {
+        if (pthread_create(&checker, NULL, run_session_main, &lk) != 0) {
             close(lk.check_stop[0]);
             close(lk.check_stop[1]);
             memset(lk.session_kept, 0, sizeof lk.session_kept);
@@ -1275,15 +757,15 @@ int cmd_run(int argc, char **argv, cli_global *g)
         cli_err(CMD, "cannot start the session checker: a lost session is seen at release only");
     code = supervise(g, &o, &lk, sigfd, lostpipe[0], &oldmask, &oldpipe);
     if (session) {
-        write_byte(lk.check_stop[1], 's');
+        run_write_byte(lk.check_stop[1], 's');
         pthread_join(checker, NULL);
         close(lk.check_stop[0]);
         close(lk.check_stop[1]);
     }
 
     /* Release (on the locker thread) only now that the child has exited. */
-    write_byte(lk.cmd_pipe[1], 'r');
-    if (read_byte(lk.done_pipe[0], &b) != 0) {
+    run_write_byte(lk.cmd_pipe[1], 'r');
+    if (run_read_byte(lk.done_pipe[0], &b) != 0) {
         cli_err(CMD, "internal error: no answer from the lock thread");
         code = EXIT_INTERNAL;
     } else if (code != EXIT_LOST && lk.permits && lk.release_rc == DLOCK_ENOTOWNER) {
@@ -1328,3 +810,4 @@ out:
     sigaction(SIGPIPE, &oldpipe, NULL);
     return code;
 }
+
