@@ -1,9 +1,11 @@
 /* The Redis backend: one server (redis://, rediss://, unix://), RedLock over
  * independent masters (redlock://), Sentinel (redis-sentinel://) and Cluster
- * (redis-cluster://). Its table entry is here; the work is done by the files
- * of each concern: the client and its connection pools (client.c), the lock
- * kinds' scripts (lock_<kind>.c), waiting (wait.c), RedLock (redlock.c), the
- * queries (query.c), the semaphore (semaphore.c). It is the only backend
+ * (redis-cluster://). Its table entry is here, and which way a lock's calls
+ * go: to the node that holds the name, or to every RedLock master at once.
+ * The work is done by the files of each concern: the topology and its
+ * connection pools (topology.c, pool.c), the lock kinds' scripts
+ * (lock_<kind>.c), waiting (wait.c), RedLock (redlock.c), the queries
+ * (query.c), the semaphore (semaphore.c). It is the only backend
  * with every lock kind, the library's watchdog, token calls, listing,
  * permit-expirable semaphores and latches, and the ID worker (ZooKeeper has
  * semaphores too). */
@@ -22,14 +24,9 @@ static int with_conn(dlock_lock *l, dl_conn **conn, dl_err *err) {
     return dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), conn, err);
 }
 
-static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
-                         dl_err *err) {
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
-    return dl_lock_wait(l, wait_ms, lease, t, err);
-}
+/* ---- on the node that holds the name (one server, Sentinel, Cluster) ---- */
 
-static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
-    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_release(l, res, err);
+static int server_release(dlock_lock *l, long long *res, dl_err *err) {
     dl_conn *conn = NULL;
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
@@ -40,8 +37,7 @@ static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
     return rc;
 }
 
-static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_extend(l, lease_ms, res, err);
+static int server_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
     dl_conn *conn = NULL;
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
@@ -67,14 +63,50 @@ static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err 
     return rc;
 }
 
-static int redis_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    if (l->c->mode == DL_MODE_REDLOCK) return dl_redlock_check(l, held, count, err);
+static int server_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
     dl_conn *conn = NULL;
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
     rc = l->ops->check(l, conn, held, count, err);
     dl_pool_put(l->c, conn);
     return rc;
+}
+
+/* ---- a lock's calls on the client's topology ---- */
+
+/* How a lock's calls run: on the node that holds the name, or on every
+ * RedLock master at once (redlock.c). */
+typedef struct lock_path {
+    int (*wait)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+    int (*release)(dlock_lock *l, long long *res, dl_err *err);
+    int (*extend)(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
+    int (*check)(dlock_lock *l, int *held, int64_t *count, dl_err *err);
+} lock_path;
+
+static const lock_path server_path = {dl_lock_wait, server_release, server_extend, server_check};
+static const lock_path fanout_path = {dl_redlock_wait, dl_redlock_release, dl_redlock_extend,
+                                      dl_redlock_check};
+
+static const lock_path *path(const dlock_client *c) {
+    return dl_topo_fanout(c) ? &fanout_path : &server_path;
+}
+
+static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+                         dl_err *err) {
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
+    return path(l->c)->wait(l, wait_ms, lease, t, err);
+}
+
+static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
+    return path(l->c)->release(l, res, err);
+}
+
+static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
+    return path(l->c)->extend(l, lease_ms, res, err);
+}
+
+static int redis_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
+    return path(l->c)->check(l, held, count, err);
 }
 
 static const char *const redis_schemes[] = {"redis://",         "rediss://",

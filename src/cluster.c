@@ -9,7 +9,6 @@
 
 #include "topology.h"
 
-#define DL_CLUSTER_MAX_NODES 64
 
 struct dl_cluster {
     pthread_mutex_t mu;           /* guards slots, nodes and the refresh time */
@@ -67,7 +66,7 @@ static dl_node *node_for(dlock_client *c, const char *host, int port) {
         dl_node *n = c->nodes[i];
         if (n->ep.port == port && n->ep.host && !strcmp(n->ep.host, host)) return n;
     }
-    if (c->nnodes >= DL_CLUSTER_MAX_NODES) return NULL;
+    if (c->nnodes >= DL_MAX_NODES) return NULL;
     /* a new master: same credentials and db as the seeds */
     dl_endpoint ep;
     if (dl_endpoint_copy(&ep, &c->nodes[0]->ep) != DLOCK_OK) return NULL;

@@ -72,7 +72,7 @@ static size_t own_command(char *out, size_t cap) {
 
 int dlock_client_set_identity(dlock_client *c, const char *command, const char *label) {
     if (!c) return DLOCK_EINVAL;
-    if (!(c->backend->caps & DL_CAP_HOLDER) || c->mode == DL_MODE_REDLOCK)
+    if (!(c->backend->caps & DL_CAP_HOLDER) || dl_topo_fanout(c))
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "holder identity is recorded on a Redis "
                                                           "server, Sentinel or Cluster only"});
     char host[256] = "";
@@ -247,7 +247,7 @@ int dlock_inspect_holder(dlock_client *c, const char *name, size_t name_len, con
     buf[0] = '\0';
     if (name_len == DLOCK_CSTR) name_len = strlen(name);
     dl_err err = {0};
-    if (!(c->backend->caps & DL_CAP_HOLDER) || c->mode == DL_MODE_REDLOCK)
+    if (!(c->backend->caps & DL_CAP_HOLDER) || dl_topo_fanout(c))
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "holder identity is recorded on a Redis "
                                                           "server, Sentinel or Cluster only"});
     if (name_len == 0) return dl_client_fail(c, &(dl_err){DLOCK_EINVAL, "empty lock name"});

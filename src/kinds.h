@@ -155,14 +155,9 @@ struct dlock_lock {
     dl_cancel cancel;          /* dlock_lock_cancel */
 };
 
-/* RedLock's allowance for clock drift over a lease: lease / 100 + 2 ms. A
- * RedLock hold is counted valid for the lease less this, from just before
- * the request that started it (acquire, extend, watchdog renewal). */
-static inline int64_t dl_redlock_drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
-
-/* What a hold's validity leaves out of its lease: RedLock's clock drift. */
+/* What a hold's validity leaves out of its lease (dl_topo_margin). */
 static inline int64_t dl_lease_margin(const dlock_lock *l, int64_t lease_ms) {
-    return l->c->mode == DL_MODE_REDLOCK ? dl_redlock_drift_ms(lease_ms) : 0;
+    return dl_topo_margin(l->c, lease_ms);
 }
 
 /* dlock_lock_valid_ms of a handle: 0 when it holds nothing, was marked lost

@@ -279,7 +279,7 @@ int dlock_release(dlock_lock *l) {
         return lock_fail(l, &err);
     }
     int64_t owner_holds = dl_set_holds(l, res == 1 ? 0 : l->holds - 1);
-    if (res == 0 && owner_holds == 0 && l->c->mode != DL_MODE_REDLOCK) {
+    if (res == 0 && owner_holds == 0 && !dl_topo_fanout(l->c)) {
         /* the server still counts holds of this owner that none of this
          * client's handles has (owner.c): give them back, so
          * that the lock is free now and not at the end of its lease */

@@ -19,7 +19,7 @@ static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const cha
                                              ? "the countdown latch"
                                              : "the permit-expirable semaphore");
     }
-    if (c->mode == DL_MODE_REDLOCK)
+    if (dl_topo_fanout(c))
         return dl_client_fail(c, &(dl_err){DLOCK_ENOTSUP, "semaphores and latches are not "
                                                           "supported on redlock://"});
     int rc = dl_check_name(name, &name_len, &err);

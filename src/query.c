@@ -398,9 +398,10 @@ int dl_redis_force_unlock(dlock_client *c, const char *name, size_t name_len, in
     dl_err first = {0};
     /* RedLock: every node, or a stale copy would keep counting; else the
      * node holding the name */
-    size_t count = c->mode == DL_MODE_REDLOCK ? c->nnodes : 1;
+    dl_node *nodes[DL_MAX_NODES];
+    size_t count = dl_topo_name_nodes(c, name, name_len, nodes, DL_MAX_NODES);
     for (size_t i = 0; i < count; i++) {
-        dl_node *node = c->mode == DL_MODE_REDLOCK ? c->nodes[i] : dl_route(c, name, name_len);
+        dl_node *node = nodes[i];
         int64_t deadline = dl_cmd_deadline(c);
         dl_conn *conn = NULL;
         redisReply *r = NULL;
@@ -423,7 +424,7 @@ int dl_redis_force_unlock(dlock_client *c, const char *name, size_t name_len, in
     free(chan);
     free(waiters);
     free(prefix);
-    if (answered == 0 || (c->mode == DL_MODE_REDLOCK && answered < c->quorum)) {
+    if (answered == 0 || answered < dl_topo_quorum(c)) {
         *err = first;
         return first.code;
     }
@@ -456,7 +457,7 @@ int dlock_list(dlock_client *c, const char *pattern, dlock_list_fn fn, void *use
     if (!pattern || !*pattern) pattern = "*";
     int rc = DLOCK_OK, stop = 0;
     /* a cluster's keys are spread over its masters: scan each */
-    size_t nodes = c->cluster ? dl_node_count(c) : 1;
+    size_t nodes = dl_topo_scan_nodes(c);
     if (c->unusable) rc = dl_seterr(&err, DLOCK_EINVAL, "client failed to open; free it");
     for (size_t ni = 0; ni < nodes && !rc && !stop; ni++) {
     char cursor[32] = "0";

@@ -11,7 +11,6 @@
 
 #include "kinds.h"
 
-#define DL_RL_MAX 64
 #define DL_RL_RETRY_MIN_MS 10
 #define DL_RL_RETRY_MAX_MS 100
 #define DL_RL_PROBE_MS 100
@@ -55,7 +54,7 @@ static int take_or_start(dl_node *n, int64_t deadline, int backoff, dl_conn **co
  * DLOCK_ENOQUORUM; a dead master now costs at most one connect attempt per
  * DL_RL_PROBE_MS, and only while the quorum needs it. */
 static void get_all(dlock_client *c, int64_t deadline, dl_conn **conns, unsigned char *opened) {
-    int later[DL_RL_MAX];
+    int later[DL_MAX_NODES];
     size_t got = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         int probe = 0;
@@ -91,7 +90,7 @@ static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **repl
     int64_t deadline = dl_deadline(c->node_timeout_ms);
     dl_call call;
     l->ops->call(l, op, lease_ms, &call);
-    unsigned char opened[DL_RL_MAX];
+    unsigned char opened[DL_MAX_NODES];
     get_all(c, deadline, conns, opened);
     dl_fanout_refused.code = DLOCK_OK;
     size_t answered = dl_fanout_eval(conns, c->nnodes, deadline, call.script, call.nkeys,
@@ -123,8 +122,8 @@ static void undo_attempt(dlock_lock *l, int64_t lease_ms, dl_conn **conns,
     dl_call call;
     /* a re-entry's undo leaves the hold with the lease it had */
     l->ops->call(l, DL_OP_RELEASE, l->holds > 0 ? l->lease_ms : lease_ms, &call);
-    dl_conn *now[DL_RL_MAX];
-    redisReply *replies[DL_RL_MAX];
+    dl_conn *now[DL_MAX_NODES];
+    redisReply *replies[DL_MAX_NODES];
     size_t nnow = 0;
     for (size_t i = 0; i < c->nnodes; i++) {
         now[i] = NULL;
@@ -178,10 +177,10 @@ static int fence_from_node(dlock_lock *l, uint64_t *fence, int64_t deadline, dl_
 /* One RedLock attempt. *answered: nodes that answered. */
 static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered, dl_err *err) {
     dlock_client *c = l->c;
-    redisReply *replies[DL_RL_MAX];
-    dl_conn *conns[DL_RL_MAX];
-    unsigned char unanswered[DL_RL_MAX];
-    unsigned char what[DL_RL_MAX];
+    redisReply *replies[DL_MAX_NODES];
+    dl_conn *conns[DL_MAX_NODES];
+    unsigned char unanswered[DL_MAX_NODES];
+    unsigned char what[DL_MAX_NODES];
     memset(t, 0, sizeof *t);
     int64_t t0 = dl_now_ms();
     *answered = run_all(l, DL_OP_ACQUIRE, lease_ms, replies, conns, unanswered);
@@ -311,8 +310,8 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try
 
 int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
     dlock_client *c = l->c;
-    redisReply *replies[DL_RL_MAX];
-    dl_conn *conns[DL_RL_MAX];
+    redisReply *replies[DL_MAX_NODES];
+    dl_conn *conns[DL_MAX_NODES];
     dl_call call;
     l->ops->call(l, DL_OP_RELEASE, l->lease_ms, &call);
     size_t answered = run_all(l, DL_OP_RELEASE, l->lease_ms, replies, conns, NULL);
@@ -348,8 +347,8 @@ int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
 
 int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
     dlock_client *c = l->c;
-    redisReply *replies[DL_RL_MAX];
-    dl_conn *conns[DL_RL_MAX];
+    redisReply *replies[DL_MAX_NODES];
+    dl_conn *conns[DL_MAX_NODES];
     int64_t t0 = dl_now_ms();
     size_t answered = run_all(l, DL_OP_EXTEND, lease_ms, replies, conns, NULL);
     size_t ok = 0;

@@ -251,7 +251,7 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
     dlock_client *cl = c->node ? c->node->client : NULL;
     /* Redis Cluster: follow MOVED and ASK, wait out TRYAGAIN (a multi-key
      * script while its slot migrates) */
-    if (!rc && cl && cl->cluster)
+    if (!rc && cl)
         rc = dl_follow_redirects(cl, c->node, deadline, eval_redirected, &x, out, err);
     return rc;
 }

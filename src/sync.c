@@ -66,7 +66,7 @@ int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, 
 int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
                    dl_conn **sub, int *moved, dl_err *err) {
     *moved = 0;
-    if (!c->cluster || !*sub) return DLOCK_OK;
+    if (!*sub || !dl_sharded(*sub)) return DLOCK_OK;
     dl_node *at = dl_route(c, channel, channel_len);
     if (!at || at == (*sub)->node) return DLOCK_OK;
     *moved = 1;

@@ -226,7 +226,7 @@ int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_e
     }
     if (c->mode != DL_MODE_SENTINEL) {
         /* a cluster's node list grows with its slot map: room for all */
-        c->nodes = calloc(c->mode == DL_MODE_CLUSTER ? 64 : t.neps, sizeof *c->nodes);
+        c->nodes = calloc(c->mode == DL_MODE_CLUSTER ? DL_MAX_NODES : t.neps, sizeof *c->nodes);
         if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         for (size_t i = 0; !rc && i < t.neps; i++) {
             rc = apply_credentials(&t.eps[i], o, err);
@@ -277,3 +277,43 @@ void dl_topology_clear(dlock_client *c) {
     c->cluster = NULL;
 }
 
+/* ---- the topology's answers: the one place that reads a client's mode ---- */
+
+int dl_topo_fanout(const dlock_client *c) { return c->mode == DL_MODE_REDLOCK; }
+
+size_t dl_topo_quorum(const dlock_client *c) { return dl_topo_fanout(c) ? c->quorum : 1; }
+
+int64_t dl_topo_margin(const dlock_client *c, int64_t lease_ms) {
+    return dl_topo_fanout(c) ? dl_redlock_drift_ms(lease_ms) : 0;
+}
+
+int64_t dl_topo_request_ms(const dlock_client *c, int64_t limit) {
+    if (dl_topo_fanout(c) && limit > c->node_timeout_ms * 4) limit = c->node_timeout_ms * 4;
+    return limit;
+}
+
+unsigned dl_topo_slot(const dlock_client *c, const char *key, size_t len) {
+    return c->cluster ? dl_key_slot(key, len) : 0;
+}
+
+int dl_topo_serves(dlock_client *c, dl_node *node, unsigned slot) {
+    return !c->cluster || dl_cluster_route(c, slot) == node;
+}
+
+size_t dl_topo_name_nodes(dlock_client *c, const char *name, size_t len, dl_node **nodes,
+                          size_t cap) {
+    if (!dl_topo_fanout(c)) {
+        nodes[0] = dl_route(c, name, len);
+        return 1;
+    }
+    size_t n = c->nnodes < cap ? c->nnodes : cap;
+    for (size_t i = 0; i < n; i++) nodes[i] = c->nodes[i];
+    return n;
+}
+
+size_t dl_topo_scan_nodes(dlock_client *c) { return c->cluster ? dl_node_count(c) : 1; }
+
+void dl_topo_note_reply(dlock_client *c, const redisReply *r) {
+    int ask;
+    if (c->cluster) dl_cluster_redirect(c, r, &ask);
+}

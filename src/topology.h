@@ -15,6 +15,10 @@
 #include "transport.h"
 
 /* ---- the client (client.c), its nodes and pool (pool.c) ---- */
+/* The most nodes a client has: a URL's endpoints (url.c checks it), a
+ * Cluster's masters. */
+#define DL_MAX_NODES 64
+
 typedef struct dl_watchdog dl_watchdog;
 typedef struct dl_object dl_object;
 typedef struct dl_backend dl_backend;
@@ -286,6 +290,44 @@ static inline int dl_backend_unsupported(dlock_client *c, const char *what) {
               c->backend->name);
     return dl_client_fail(c, &err);
 }
+
+/* RedLock's allowance for clock drift over a lease: lease / 100 + 2 ms. A
+ * RedLock hold is counted valid for the lease less this, from just before
+ * the request that started it (acquire, extend, watchdog renewal). */
+static inline int64_t dl_redlock_drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+/* ---- the topology's answers (topology.c) ----
+ * What differs between one server, a Sentinel-watched master, a Cluster and
+ * RedLock's independent masters, asked here rather than of the client's
+ * mode: the files above never read the mode. */
+/* 1 when a lock's calls go to all of the client's masters at once and a
+ * majority decides (RedLock: redlock.c runs them). */
+int dl_topo_fanout(const dlock_client *c);
+/* How many nodes must say yes (or no) for an answer to stand: RedLock's
+ * majority, else 1. */
+size_t dl_topo_quorum(const dlock_client *c);
+/* What a hold's validity leaves out of its lease: RedLock's clock drift
+ * (dl_redlock_drift_ms), else 0. */
+int64_t dl_topo_margin(const dlock_client *c, int64_t lease_ms);
+/* The longest one request to one node may take, at most limit: RedLock
+ * bounds it by four node timeouts, so that a frozen node cannot use up the
+ * others' time. */
+int64_t dl_topo_request_ms(const dlock_client *c, int64_t limit);
+/* What a key's requests are grouped by to share a node: its hash slot in a
+ * Cluster, else 0 (one group). */
+unsigned dl_topo_slot(const dlock_client *c, const char *key, size_t len);
+/* 1 when node serves slot (every node does outside a Cluster). */
+int dl_topo_serves(dlock_client *c, dl_node *node, unsigned slot);
+/* The nodes that hold a name's keys into nodes (cap at most): RedLock's
+ * every master, else the node the name routes to. Returns how many. */
+size_t dl_topo_name_nodes(dlock_client *c, const char *name, size_t len, dl_node **nodes,
+                          size_t cap);
+/* How many of c->nodes a listing scans: a Cluster's every master, else the
+ * first node. */
+size_t dl_topo_scan_nodes(dlock_client *c);
+/* A reply that names another node for a key (a Cluster's MOVED) updates the
+ * slot map; nothing elsewhere. */
+void dl_topo_note_reply(dlock_client *c, const redisReply *r);
 
 /* A Redis client's set-up (topology.c): parses url, connects, checks the nodes;
  * dl_topology_clear frees what it set up (at dlock_client_free, or after a

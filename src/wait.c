@@ -232,7 +232,6 @@ static int settle_lost_attempt(dlock_lock *l) {
 
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
     dlock_client *c = l->c;
-    if (c->mode == DL_MODE_REDLOCK) return dl_redlock_wait(l, wait_ms, lease_ms, t, err);
     int64_t deadline = dl_deadline(wait_ms);
     int64_t pause = DL_OUTAGE_PAUSE_MIN_MS;
     int unsettled = 0; /* an attempt's reply may have been lost */

@@ -102,7 +102,7 @@ static void batch_args(wd_snap *snap, size_t m, const char **keys, size_t *keyle
 /* In a cluster, a batch goes to the node owning its slot. */
 static int batch_here(dl_node *node, const wd_snap *first) {
     dlock_client *c = node->client;
-    return !c->cluster || dl_cluster_route(c, first->hslot) == node;
+    return dl_topo_serves(c, node, first->hslot);
 }
 
 /* 1 when an item of the batch snap[0..m) keeps a holder identity key. */
@@ -181,8 +181,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
             dl_node_put(c2);
             if (!r) continue;
         }
-        int ask;
-        if (node->client->cluster) dl_cluster_redirect(node->client, r, &ask); /* MOVED: new map */
+        dl_topo_note_reply(node->client, r); /* MOVED: new map */
         if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
             for (size_t i = 0; i < m; i++) {
                 long long v;
@@ -198,7 +197,7 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
      * holder counts on the renewed lease; unacknowledged, the items stay
      * unconfirmed (retried soon, lost at their due time) */
     const dlock_client *cl = node->client;
-    if (!rc && cl->wait_replicas > 0 && cl->mode != DL_MODE_REDLOCK) {
+    if (!rc && cl->wait_replicas > 0) { /* refused on RedLock at open */
         long long acks = 0;
         int64_t left = deadline - dl_now_ms();
         if (left > cl->wait_replicas_timeout_ms) left = cl->wait_replicas_timeout_ms;
@@ -235,13 +234,13 @@ static void renew_io(dl_watchdog *wd, wd_snap *snap, size_t n, int64_t cutoff) {
      * (sooner after a failure) and the lease check take over */
     int64_t limit = c->watchdog_lease_ms / 3;
     if (limit > c->command_timeout_ms) limit = c->command_timeout_ms;
-    if (c->mode == DL_MODE_REDLOCK && limit > c->node_timeout_ms * 4) limit = c->node_timeout_ms * 4;
+    limit = dl_topo_request_ms(c, limit);
     for (size_t i = 0; i < nn; i++) {
         int64_t deadline = dl_deadline(limit);
         if (deadline > cutoff) deadline = cutoff;
         renew_on(c->nodes[i], deadline, snap, n);
     }
-    size_t need = c->mode == DL_MODE_REDLOCK ? c->quorum : 1;
+    size_t need = dl_topo_quorum(c);
     for (size_t i = 0; i < n; i++) {
         if ((size_t)snap[i].yes >= need) snap[i].result = 1;
         else if ((size_t)snap[i].no >= need) snap[i].result = 0;
@@ -310,7 +309,7 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
         }
         memcpy(s->key, l->key, l->key_len);
         s->key_len = l->key_len;
-        s->hslot = wd->c->cluster ? dl_key_slot(s->key, s->key_len) : 0;
+        s->hslot = dl_topo_slot(wd->c, s->key, s->key_len);
         memcpy(s->owner, l->owner, l->owner_len);
         s->owner_len = l->owner_len;
         s->result = -1;

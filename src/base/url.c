@@ -241,7 +241,8 @@ void dl_target_clear(dl_target *t) {
 static int parse_node_list(const char *list, size_t len, dl_target *t, dl_err *err) {
     size_t n = 1;
     for (size_t i = 0; i < len; i++) n += list[i] == ',';
-    if (n > 64) return dl_seterr(err, DLOCK_EINVAL, "bad URL: more than 64 nodes");
+    if (n > 64) /* DL_MAX_NODES of the topology layer */
+        return dl_seterr(err, DLOCK_EINVAL, "bad URL: more than 64 nodes");
     t->eps = calloc(n, sizeof *t->eps);
     if (!t->eps) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     const char *p = list, *end = list + len;
