@@ -319,4 +319,38 @@ int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
 /* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */
 int dl_sync_reply_error(const redisReply *r, const char *what, dl_err *err);
 
+/* ---- the lease-renewal service (renewer.c) ----
+ * One thread that does what its user registered when it is due: it calls
+ * round(ctx) with the user's mutex mu held, first when started, then each
+ * time the time round last answered comes or the thread is woken. round
+ * does what is due (it may unlock mu for its I/O and lock it again) and
+ * answers the next time it has something to do: a time already past calls
+ * it again at once, DL_INF_DEADLINE not before a wake. enter and leave (may
+ * be NULL) run on the thread before the first round and after the last,
+ * without mu. Users: the Redis watchdog (watchdog.c), MySQL's table-mode
+ * renewal, etcd's keep-alive. */
+typedef struct dl_renewer {
+    pthread_mutex_t *mu;       /* the user's: guards what round reads, and stop */
+    pthread_cond_t cv;         /* on CLOCK_MONOTONIC */
+    pthread_t th;
+    int started, stop, woken;  /* under mu */
+    int64_t (*round)(void *ctx);
+    void (*enter)(void *ctx);
+    void (*leave)(void *ctx);
+    void *ctx;
+} dl_renewer;
+
+void dl_renewer_init(dl_renewer *r, pthread_mutex_t *mu, int64_t (*round)(void *ctx),
+                     void (*enter)(void *ctx), void (*leave)(void *ctx), void *ctx);
+/* Starts the thread unless it runs (under mu); DLOCK_ESYS "cannot start
+ * <what>: ..." when it cannot be created. */
+int dl_renewer_start(dl_renewer *r, const char *what, dl_err *err);
+/* Calls round again now, or as soon as the one under way ends (under mu). */
+void dl_renewer_wake(dl_renewer *r);
+/* 1 on the renewal thread itself. */
+int dl_renewer_is_self(const dl_renewer *r);
+/* Stops the thread after its round under way and joins it (without mu;
+ * round is not called again), then frees what init made. */
+void dl_renewer_stop(dl_renewer *r);
+
 #endif

@@ -29,10 +29,10 @@ typedef struct wd_entry {
 
 struct dl_watchdog {
     dlock_client *c;
-    pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
+    dl_renewer renewer;        /* the thread (renewer.c), under mu */
+    int idle;                  /* nothing was registered at the last round */
+    int64_t next;              /* when the next renewal round is due */
     wd_entry *slots;
     size_t nslots, cap, count;
     size_t *freelist;
@@ -56,16 +56,6 @@ typedef struct wd_snap {
     int who;        /* its holder identity key is renewed with it */
     int yes, no;    /* per-node answers (RedLock: a majority decides) */
 } wd_snap;
-
-static void cond_deadline(struct timespec *ts, int64_t ms_from_now) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms_from_now / 1000;
-    ts->tv_nsec += (ms_from_now % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
 
 /* When l is lost unless a renewal is confirmed first (see the top). */
 static int64_t lease_due(const dl_lease *l) {
@@ -349,55 +339,50 @@ static void renew_round(dl_watchdog *wd, int64_t *retry_soon) {
     free(snap);
 }
 
-static void *wd_main(void *arg) {
+/* The renewer's round (under mu): every third of the watchdog lease a
+ * renewal round, sooner after a failed one; between rounds, an item whose
+ * due time came unconfirmed is lost. */
+static int64_t wd_round(void *arg) {
     dl_watchdog *wd = arg;
     int64_t period = wd->c->watchdog_lease_ms / 3;
-    int64_t next = dl_now_ms() + period;
-    pthread_mutex_lock(&wd->mu);
-    while (!wd->stop) {
-        if (wd->count == 0) {
-            pthread_cond_wait(&wd->cv, &wd->mu);
-            next = dl_now_ms() + period;
-            continue;
-        }
-        int64_t now = dl_now_ms();
-        int64_t due = earliest_due(wd);
-        if (now >= due) {
-            /* between renewals: an item unconfirmed for its due time */
-            expire_due(wd, now);
-            continue;
-        }
-        if (now < next) {
-            struct timespec ts;
-            cond_deadline(&ts, (due < next ? due : next) - now);
-            pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
-            continue;
-        }
-        int64_t retry_soon = 0;
-        renew_round(wd, &retry_soon);
-        /* after a failed round, try again sooner: a blip must not cost the lease */
-        next = dl_now_ms() + (retry_soon ? period / 4 + 1 : period);
+    if (wd->count == 0) {
+        wd->idle = 1;
+        return DL_INF_DEADLINE; /* until a registration wakes it */
     }
-    pthread_mutex_unlock(&wd->mu);
-    return NULL;
+    int64_t now = dl_now_ms();
+    if (wd->idle) {
+        wd->idle = 0;
+        wd->next = now + period;
+    }
+    int64_t due = earliest_due(wd);
+    if (now >= due) {
+        /* between renewals: an item unconfirmed for its due time */
+        expire_due(wd, now);
+        return now;
+    }
+    if (now < wd->next) return due < wd->next ? due : wd->next;
+    int64_t retry_soon = 0;
+    renew_round(wd, &retry_soon);
+    /* after a failed round, try again sooner: a blip must not cost the lease */
+    wd->next = dl_now_ms() + (retry_soon ? period / 4 + 1 : period);
+    return dl_now_ms();
 }
 
 static int wd_create(dlock_client *c, dl_watchdog **out, dl_err *err) {
     dl_watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     wd->c = c;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&wd->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    wd->idle = 1;
     pthread_mutex_init(&wd->mu, NULL);
-    int e = pthread_create(&wd->th, NULL, wd_main, wd);
-    if (e) {
-        pthread_cond_destroy(&wd->cv);
+    dl_renewer_init(&wd->renewer, &wd->mu, wd_round, NULL, NULL, wd);
+    pthread_mutex_lock(&wd->mu);
+    int rc = dl_renewer_start(&wd->renewer, "the watchdog thread", err);
+    pthread_mutex_unlock(&wd->mu);
+    if (rc) {
+        dl_renewer_stop(&wd->renewer);
         pthread_mutex_destroy(&wd->mu);
         free(wd);
-        return dl_seterr(err, DLOCK_ESYS, "cannot start the watchdog thread: %s", strerror(e));
+        return rc;
     }
     *out = wd;
     return DLOCK_OK;
@@ -441,7 +426,7 @@ int dl_watchdog_register(dlock_client *c, dl_lease *l, dl_err *err) {
     l->wd_slot = slot;
     l->wd_seq = wd->slots[slot].seq;
     wd->count++;
-    pthread_cond_signal(&wd->cv);
+    dl_renewer_wake(&wd->renewer);
     pthread_mutex_unlock(&wd->mu);
     return DLOCK_OK;
 }
@@ -466,12 +451,7 @@ void dl_watchdog_unregister(dlock_client *c, dl_lease *l) {
 
 void dl_watchdog_free(dl_watchdog *wd) {
     if (!wd) return;
-    pthread_mutex_lock(&wd->mu);
-    wd->stop = 1;
-    pthread_cond_signal(&wd->cv);
-    pthread_mutex_unlock(&wd->mu);
-    pthread_join(wd->th, NULL);
-    pthread_cond_destroy(&wd->cv);
+    dl_renewer_stop(&wd->renewer);
     pthread_mutex_destroy(&wd->mu);
     free(wd->slots);
     free(wd->freelist);

@@ -20,13 +20,11 @@ static void etcd_close(dlock_client *c) {
     etcd_client *ec = c->bctx;
     if (!ec) return;
     pthread_mutex_lock(&ec->ka_mu);
-    int started = ec->ka_started;
     ec->ka_stop = 1;
-    pthread_cond_broadcast(&ec->ka_cv);
     int cw = ec->cw_started;
     dl_etcd_cw_wake(ec);
     pthread_mutex_unlock(&ec->ka_mu);
-    if (started) pthread_join(ec->ka_thread, NULL);
+    dl_renewer_stop(&ec->ka);
     if (cw) pthread_join(ec->cw_thread, NULL);
     if (ec->cw_multi) curl_multi_cleanup(ec->cw_multi);
     for (size_t i = 0; i < CW_RING; i++) free(ec->cw_ring[i].key);
@@ -48,7 +46,6 @@ static void etcd_close(dlock_client *c) {
     pthread_mutex_destroy(&ec->mu);
     pthread_mutex_destroy(&ec->ka_mu);
     pthread_mutex_destroy(&ec->sess_mu);
-    pthread_cond_destroy(&ec->ka_cv);
     pthread_cond_destroy(&ec->cw_cv);
     free(ec);
     c->bctx = NULL;
@@ -71,10 +68,10 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ec->ka_cv, &ca);
     pthread_cond_init(&ec->cw_cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&ec->cur, 0);
+    dl_etcd_ka_init(ec);
     c->bctx = ec;
     ec->connect_ms = c->connect_timeout_ms;
     ec->cmd_ms = c->command_timeout_ms;

@@ -134,9 +134,9 @@ typedef struct etcd_client {
     CURL *curl;                   /* queries by name */
     /* the keep-alive thread */
     pthread_mutex_t ka_mu;        /* guards what follows and every etcd_lock's kept/next */
-    pthread_cond_t ka_cv;
-    pthread_t ka_thread;
-    int ka_started, ka_stop;
+    dl_renewer ka;                /* the thread (renewer.c) */
+    CURL *ka_curl;                /* its HTTP handle (only it uses it) */
+    int ka_stop;                  /* the client is closing: the watch thread ends */
     etcd_lock *ka_list;
     int64_t sess_ttl;             /* its granted TTL, seconds */
     long long sess;               /* the session lease of DLOCK_WATCHDOG holds (0: none yet,
@@ -308,7 +308,7 @@ int dl_etcd_lease_grant(etcd_client *ec, CURL *h, int64_t ttl_s, long long *id, 
                         dl_err *err);
 void dl_etcd_lease_revoke(etcd_client *ec, CURL *h, long long id);
 int dl_etcd_lease_keepalive(etcd_client *ec, CURL *h, long long id, int *alive, dl_err *err);
-void *dl_etcd_ka_main(void *arg);
+void dl_etcd_ka_init(etcd_client *ec);
 int dl_etcd_ka_add(etcd_client *ec, etcd_lock *el, int *stale, dl_err *err);
 int dl_etcd_sess_get(etcd_client *ec, CURL *h, long long *id, int64_t *ttl_s, dl_err *err);
 void dl_etcd_sess_drop(etcd_client *ec, long long id);

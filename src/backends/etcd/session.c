@@ -84,7 +84,7 @@ int dl_etcd_lease_keepalive(etcd_client *ec, CURL *h, long long id, int *alive, 
 
 
 
-/* The keep-alive thread: every third of the watchdog TTL, one keep-alive of
+/* The keep-alive thread's round (renewer.c; called under ka_mu): every third of the watchdog TTL, one keep-alive of
  * the session lease (while there is one) and one per entry holding a lease of
  * its own (semaphore acquisitions). A session lease found gone is dropped, and
  * every session hold whose lease is not the current session lease is lost: all
@@ -93,13 +93,12 @@ int dl_etcd_lease_keepalive(etcd_client *ec, CURL *h, long long id, int *alive, 
  * create_revision changed): the client's watch sees deletions only (NOPUT:
  * its own puts would come back as events on every acquire), so such a put is
  * noticed here, within one round. */
-void *dl_etcd_ka_main(void *arg) {
+static int64_t ka_round(void *arg) {
     etcd_client *ec = arg;
-    CURL *h = curl_easy_init();
+    CURL *h = ec->ka_curl;
     int64_t period = ec->wd_ttl_s * 1000 / 3;
     if (period < 200) period = 200;
-    pthread_mutex_lock(&ec->ka_mu);
-    while (!ec->ka_stop) {
+    {
         long long sess = ec->sess;
         size_t n = 0;
         for (etcd_lock *el = ec->ka_list; el; el = el->next) n += !el->session;
@@ -157,30 +156,28 @@ void *dl_etcd_ka_main(void *arg) {
         for (size_t i = 0; i < m; i++) free(seen[i].key);
         free(seen);
         free(ids);
-        if (ec->ka_stop) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += period / 1000;
-        ts.tv_nsec += (period % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&ec->ka_cv, &ec->ka_mu, &ts);
     }
-    pthread_mutex_unlock(&ec->ka_mu);
-    if (h) curl_easy_cleanup(h);
-    return NULL;
+    return dl_now_ms() + period;
+}
+
+/* The keep-alive thread's own HTTP handle. */
+static void ka_enter(void *arg) {
+    etcd_client *ec = arg;
+    ec->ka_curl = curl_easy_init();
+}
+
+static void ka_leave(void *arg) {
+    etcd_client *ec = arg;
+    if (ec->ka_curl) curl_easy_cleanup(ec->ka_curl);
+    ec->ka_curl = NULL;
+}
+
+void dl_etcd_ka_init(etcd_client *ec) {
+    dl_renewer_init(&ec->ka, &ec->ka_mu, ka_round, ka_enter, ka_leave, ec);
 }
 
 static int ka_start_locked(etcd_client *ec, dl_err *err) {
-    if (ec->ka_started) return DLOCK_OK;
-    int prc = pthread_create(&ec->ka_thread, NULL, dl_etcd_ka_main, ec);
-    if (prc)
-        return dl_seterr(err, DLOCK_ESYS, "etcd: cannot start the keep-alive thread: %s",
-                         strerror(prc));
-    ec->ka_started = 1;
-    return DLOCK_OK;
+    return dl_renewer_start(&ec->ka, "the etcd keep-alive thread", err);
 }
 
 
@@ -248,7 +245,7 @@ int dl_etcd_sess_get(etcd_client *ec, CURL *h, long long *id, int64_t *ttl_s, dl
 void dl_etcd_sess_drop(etcd_client *ec, long long id) {
     pthread_mutex_lock(&ec->ka_mu);
     if (ec->sess == id) ec->sess = 0;
-    pthread_cond_broadcast(&ec->ka_cv);
+    dl_renewer_wake(&ec->ka);
     pthread_mutex_unlock(&ec->ka_mu);
 }
 

@@ -24,9 +24,9 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&mc->rcv, &ca);
     pthread_cond_init(&mc->rdone, &ca);
     pthread_condattr_destroy(&ca);
+    dl_my_renewer_init(mc);
     c->bctx = mc;
     int rc = dl_my_parse_url(url, &mc->u, err);
     if (rc) return rc;
@@ -80,16 +80,10 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
 static void my_close(dlock_client *c) {
     my_client *mc = c->bctx;
     if (!mc) return;
-    pthread_mutex_lock(&mc->rmu);
-    int started = mc->rstarted;
-    mc->rstop = 1;
-    pthread_cond_broadcast(&mc->rcv);
-    pthread_mutex_unlock(&mc->rmu);
-    if (started) pthread_join(mc->rth, NULL);
+    dl_renewer_stop(&mc->renewer);
     dl_my_close_db(&mc->rdb);
     dl_my_close_db(&mc->db);
     memset(mc->u.password, 0, sizeof mc->u.password);
-    pthread_cond_destroy(&mc->rcv);
     pthread_cond_destroy(&mc->rdone);
     pthread_mutex_destroy(&mc->rmu);
     pthread_mutex_destroy(&mc->mu);

@@ -162,11 +162,10 @@ typedef struct my_client {
     MYSQL *db;          /* queries by name, ping; table mode: every lock statement */
     /* table mode: the renewal thread of DLOCK_WATCHDOG holds */
     pthread_mutex_t rmu;   /* guards the fields below and each my_lock's r* fields */
-    pthread_cond_t rcv;    /* wakes the thread: new hold, stop */
+    dl_renewer renewer;    /* the thread (renewer.c); woken by a new hold */
     pthread_cond_t rdone;  /* a renewal round ended */
-    pthread_t rth;
     MYSQL *rdb;            /* the renewal thread's own connection (only it uses it) */
-    int rstarted, rstop, rrunning;
+    int rrunning;
     my_lock *rhead;        /* registered holds */
     uint64_t rseq;
 } my_client;
@@ -243,6 +242,7 @@ int dl_my_force_unlock(dlock_client *c, const char *name, size_t len, int *exist
                        dl_err *err);
 
 /* table.c */
+void dl_my_renewer_init(my_client *mc);
 void dl_my_renew_off(my_client *mc, my_lock *ml);
 int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
                         dl_err *err);

@@ -87,7 +87,7 @@ rollback:
  * (unless called by the renewal thread itself, from a lost callback). */
 void dl_my_renew_off(my_client *mc, my_lock *ml) {
     pthread_mutex_lock(&mc->rmu);
-    while (mc->rrunning && !(mc->rstarted && pthread_equal(pthread_self(), mc->rth)))
+    while (mc->rrunning && !dl_renewer_is_self(&mc->renewer))
         pthread_cond_wait(&mc->rdone, &mc->rmu);
     if (ml->reg) {
         for (my_lock **p = &mc->rhead; *p; p = &(*p)->rnext)
@@ -128,121 +128,102 @@ static int renew_one(my_client *mc, renew_snap *s) {
     return matched > 0 ? 1 : 0;
 }
 
-static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
+/* The renewal thread (renewer.c) runs on the MySQL client library's thread
+ * state. */
+static void renew_enter(void *arg) {
+    (void)arg;
+    mysql_thread_init();
 }
 
-/* The renewal thread: renews each registered hold every third of its
- * lease; a hold the table no longer gives us, or one not renewed for a
- * whole lease, is marked lost and its callback run (under rmu). */
-static void *renew_main(void *arg) {
-    my_client *mc = arg;
-    mysql_thread_init();
-    pthread_mutex_lock(&mc->rmu);
-    while (!mc->rstop) {
-        if (!mc->rhead) {
-            pthread_cond_wait(&mc->rcv, &mc->rmu);
-            continue;
-        }
-        int64_t now = dl_now_ms(), due = INT64_MAX;
-        size_t n = 0;
-        for (my_lock *m = mc->rhead; m; m = m->rnext) {
-            if (m->rnext_ms < due) due = m->rnext_ms;
-            if (m->rnext_ms <= now) n++;
-        }
-        if (now < due) {
-            cond_wait_ms(&mc->rcv, &mc->rmu, due - now);
-            continue;
-        }
-        renew_snap *snap = calloc(n, sizeof *snap);
-        if (!snap) {
-            cond_wait_ms(&mc->rcv, &mc->rmu, 10);
-            continue;
-        }
-        size_t k = 0;
-        for (my_lock *m = mc->rhead; m && k < n; m = m->rnext) {
-            if (m->rnext_ms > now) continue;
-            snap[k].ml = m;
-            snap[k].seq = m->rseq;
-            snap[k].lease_ms = m->rlease_ms;
-            memcpy(snap[k].hex, m->hex, sizeof m->hex);
-            memcpy(snap[k].tokhex, m->tokhex, sizeof m->tokhex);
-            k++;
-        }
-        mc->rrunning = 1;
-        pthread_mutex_unlock(&mc->rmu);
-        for (size_t i = 0; i < k; i++) {
-            snap[i].t0 = dl_now_ms();
-            snap[i].result = renew_one(mc, &snap[i]);
-        }
-        pthread_mutex_lock(&mc->rmu);
-        mc->rrunning = 0;
-        pthread_cond_broadcast(&mc->rdone);
-        now = dl_now_ms();
-        for (size_t i = 0; i < k; i++) {
-            renew_snap *s = &snap[i];
-            my_lock *m = s->ml;
-            /* still registered as then? (dl_my_renew_off waits for the round, so m
-             * is alive; the sequence number tells a new hold apart) */
-            int alive = 0;
-            for (my_lock *x = mc->rhead; x; x = x->rnext) alive |= x == m;
-            if (!alive || m->rseq != s->seq) continue;
-            dl_lease *lease = &m->l->lease;
-            int reason = 0;
-            int64_t period = s->lease_ms / 3 > 1 ? s->lease_ms / 3 : 1;
-            if (s->result == 1) {
-                atomic_store(&lease->last_ok, (long long)s->t0);
-                m->rnext_ms = s->t0 + period;
-            } else if (s->result == 0) {
-                reason = DLOCK_LOST_TAKEN;
-            } else {
-                int64_t last = (int64_t)atomic_load(&lease->last_ok);
-                if (now - last >= s->lease_ms) reason = DLOCK_LOST_UNREACHABLE;
-                /* after a failure, try again sooner, and look again when
-                 * the lease would run out */
-                int64_t next = now + period / 4 + 1;
-                m->rnext_ms = next < last + s->lease_ms ? next : last + s->lease_ms;
-            }
-            if (reason) {
-                atomic_store(&lease->lost, 1);
-                for (my_lock **p = &mc->rhead; *p; p = &(*p)->rnext)
-                    if (*p == m) {
-                        *p = m->rnext;
-                        break;
-                    }
-                m->reg = 0;
-                m->rnext = NULL;
-                if (lease->on_lost) lease->on_lost(lease, reason);
-            }
-        }
-        free(snap);
-    }
-    pthread_mutex_unlock(&mc->rmu);
+static void renew_leave(void *arg) {
+    (void)arg;
     mysql_thread_end();
-    return NULL;
+}
+
+/* The renewer's round (under rmu): renews each registered hold every third
+ * of its lease; a hold the table no longer gives us, or one not renewed for
+ * a whole lease, is marked lost and its callback run (under rmu). */
+static int64_t renew_round(void *arg) {
+    my_client *mc = arg;
+    if (!mc->rhead) return DL_INF_DEADLINE; /* until a hold is registered */
+    int64_t now = dl_now_ms(), due = INT64_MAX;
+    size_t n = 0;
+    for (my_lock *m = mc->rhead; m; m = m->rnext) {
+        if (m->rnext_ms < due) due = m->rnext_ms;
+        if (m->rnext_ms <= now) n++;
+    }
+    if (now < due) return due;
+    renew_snap *snap = calloc(n, sizeof *snap);
+    if (!snap) return now + 10;
+    size_t k = 0;
+    for (my_lock *m = mc->rhead; m && k < n; m = m->rnext) {
+        if (m->rnext_ms > now) continue;
+        snap[k].ml = m;
+        snap[k].seq = m->rseq;
+        snap[k].lease_ms = m->rlease_ms;
+        memcpy(snap[k].hex, m->hex, sizeof m->hex);
+        memcpy(snap[k].tokhex, m->tokhex, sizeof m->tokhex);
+        k++;
+    }
+    mc->rrunning = 1;
+    pthread_mutex_unlock(&mc->rmu);
+    for (size_t i = 0; i < k; i++) {
+        snap[i].t0 = dl_now_ms();
+        snap[i].result = renew_one(mc, &snap[i]);
+    }
+    pthread_mutex_lock(&mc->rmu);
+    mc->rrunning = 0;
+    pthread_cond_broadcast(&mc->rdone);
+    now = dl_now_ms();
+    for (size_t i = 0; i < k; i++) {
+        renew_snap *s = &snap[i];
+        my_lock *m = s->ml;
+        /* still registered as then? (dl_my_renew_off waits for the round, so m
+         * is alive; the sequence number tells a new hold apart) */
+        int alive = 0;
+        for (my_lock *x = mc->rhead; x; x = x->rnext) alive |= x == m;
+        if (!alive || m->rseq != s->seq) continue;
+        dl_lease *lease = &m->l->lease;
+        int reason = 0;
+        int64_t period = s->lease_ms / 3 > 1 ? s->lease_ms / 3 : 1;
+        if (s->result == 1) {
+            atomic_store(&lease->last_ok, (long long)s->t0);
+            m->rnext_ms = s->t0 + period;
+        } else if (s->result == 0) {
+            reason = DLOCK_LOST_TAKEN;
+        } else {
+            int64_t last = (int64_t)atomic_load(&lease->last_ok);
+            if (now - last >= s->lease_ms) reason = DLOCK_LOST_UNREACHABLE;
+            /* after a failure, try again sooner, and look again when
+             * the lease would run out */
+            int64_t next = now + period / 4 + 1;
+            m->rnext_ms = next < last + s->lease_ms ? next : last + s->lease_ms;
+        }
+        if (reason) {
+            atomic_store(&lease->lost, 1);
+            for (my_lock **p = &mc->rhead; *p; p = &(*p)->rnext)
+                if (*p == m) {
+                    *p = m->rnext;
+                    break;
+                }
+            m->reg = 0;
+            m->rnext = NULL;
+            if (lease->on_lost) lease->on_lost(lease, reason);
+        }
+    }
+    free(snap);
+    return dl_now_ms(); /* look at the due times again */
+}
+
+void dl_my_renewer_init(my_client *mc) {
+    dl_renewer_init(&mc->renewer, &mc->rmu, renew_round, renew_enter, renew_leave, mc);
 }
 
 /* Registers (or re-registers, with a new lease) ml for renewal; t0 is the
  * monotonic ms at which the lease last surely started. */
 static int renew_on(my_client *mc, my_lock *ml, int64_t lease_ms, int64_t t0, dl_err *err) {
     pthread_mutex_lock(&mc->rmu);
-    int rc = DLOCK_OK;
-    if (!mc->rstarted) {
-        int e = pthread_create(&mc->rth, NULL, renew_main, mc);
-        if (e)
-            rc = dl_seterr(err, DLOCK_ESYS, "cannot start the lease renewal thread: %s",
-                           strerror(e));
-        else
-            mc->rstarted = 1;
-    }
+    int rc = dl_renewer_start(&mc->renewer, "the lease renewal thread", err);
     if (!rc) {
         if (!ml->reg) {
             ml->rnext = mc->rhead;
@@ -253,7 +234,7 @@ static int renew_on(my_client *mc, my_lock *ml, int64_t lease_ms, int64_t t0, dl
         ml->rlease_ms = lease_ms;
         ml->rnext_ms = t0 + (lease_ms / 3 > 1 ? lease_ms / 3 : 1);
         atomic_store(&ml->l->lease.last_ok, (long long)t0);
-        pthread_cond_signal(&mc->rcv);
+        dl_renewer_wake(&mc->renewer);
     }
     pthread_mutex_unlock(&mc->rmu);
     return rc;
