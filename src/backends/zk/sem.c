@@ -175,7 +175,7 @@ static int multi_create(zk_client *zc, zk_sess *s, const char *prefix, int k, zk
         else op->nm = i + 1;
     }
     if (!ok) {
-        op->refs = 1;
+        atomic_store(&op->refs, 1); /* never started: the completion holds none */
         dl_zk_op_unref(op);
         return ZSYSTEMERROR;
     }

@@ -211,16 +211,18 @@ int dl_zk_sess_get(zk_client *zc, zk_sess **out, dl_err *err) {
 zk_op *dl_zk_op_new(zk_sess *s) {
     zk_op *op = calloc(1, sizeof *op);
     if (!op) return NULL;
-    pthread_mutex_init(&op->mu, NULL);
-    cv_init_mono(&op->cv);
-    op->refs = 2;
+    if (sem_init(&op->sem, 0, 0) != 0) {
+        free(op);
+        return NULL;
+    }
+    atomic_init(&op->refs, 2);
+    atomic_init(&op->state, ZK_OP_PENDING);
     op->s = s;
     return op;
 }
 
 static void op_free(zk_op *op) {
-    pthread_mutex_destroy(&op->mu);
-    pthread_cond_destroy(&op->cv);
+    sem_destroy(&op->sem);
     free(op->path);
     free(op->prefix);
     for (int i = 0; i < op->nkids; i++) free(op->kids[i]);
@@ -234,10 +236,7 @@ static void op_free(zk_op *op) {
 }
 
 void dl_zk_op_unref(zk_op *op) {
-    pthread_mutex_lock(&op->mu);
-    int left = --op->refs;
-    pthread_mutex_unlock(&op->mu);
-    if (!left) op_free(op);
+    if (atomic_fetch_sub(&op->refs, 1) == 1) op_free(op);
 }
 
 static void noop_void(int rc, const void *data) {
@@ -246,20 +245,22 @@ static void noop_void(int rc, const void *data) {
 }
 
 
-/* completion side: record, wake the caller, drop the completion's reference */
+/* completion side: record, hand the answer to the caller (or, if it gave
+ * up, clean up after the request), drop the completion's reference */
 static void op_done(zk_op *op, int rc) {
-    pthread_mutex_lock(&op->mu);
     op->rc = rc;
-    op->done = 1;
-    /* a create nobody waits for any more: its node, if any, must go */
-    if (op->abandoned && rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
-    for (int i = 0; op->abandoned && rc == ZOK && i < op->nm; i++)
-        if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
-    if (op->abandoned && op->prefix && dl_zk_unknown(rc)) dl_zk_orphan_add(op->s, NULL, op->prefix);
-    pthread_cond_broadcast(&op->cv);
-    int left = --op->refs;
-    pthread_mutex_unlock(&op->mu);
-    if (!left) op_free(op);
+    int pending = ZK_OP_PENDING;
+    if (atomic_compare_exchange_strong(&op->state, &pending, ZK_OP_DONE)) {
+        /* the completion's reference keeps sem alive until here */
+        sem_post(&op->sem);
+    } else {
+        /* a create nobody waits for any more: its node, if any, must go */
+        if (rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
+        for (int i = 0; rc == ZOK && i < op->nm; i++)
+            if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
+        if (op->prefix && dl_zk_unknown(rc)) dl_zk_orphan_add(op->s, NULL, op->prefix);
+    }
+    dl_zk_op_unref(op);
 }
 
 void dl_zk_c_void(int rc, const void *data) { op_done((zk_op *)data, rc); }
@@ -309,28 +310,56 @@ static void c_kids(int rc, const struct String_vector *v, const void *data) {
     op_done(op, rc);
 }
 
-/* Waits for op's answer until deadline. Returns the ZooKeeper code, or
- * ZK_NOANSWER with *late = 1 when no answer came in time. */
-int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late) {
-    pthread_mutex_lock(&op->mu);
-    while (!op->done && dl_now_ms() < deadline) dl_zk_cv_wait_until(&op->cv, &op->mu, deadline);
-    int rc = op->done ? op->rc : ZK_NOANSWER;
-    if (!op->done) {
-        op->abandoned = 1;
-        if (late) *late = 1;
+/* Sleeps on sem until it is posted, deadline (dl_now_ms; DL_INF_DEADLINE
+ * forever) or a signal; the caller looks at the time again. The deadline is
+ * on the library's clock (clock.c), the wait on CLOCK_MONOTONIC: it is given
+ * as the time left from now. Without sem_clockwait the wait is on
+ * CLOCK_REALTIME, so a step of the wall clock moves its end by the step
+ * (the caller re-checks the deadline when it wakes). */
+static void sem_wait_until(sem_t *sem, int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) {
+        sem_wait(sem);
+        return;
     }
-    pthread_mutex_unlock(&op->mu);
-    return rc;
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) return;
+    struct timespec ts;
+#ifdef DLOCK_HAVE_SEM_CLOCKWAIT
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    clock_gettime(CLOCK_REALTIME, &ts);
+#endif
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+#ifdef DLOCK_HAVE_SEM_CLOCKWAIT
+    sem_clockwait(sem, CLOCK_MONOTONIC, &ts);
+#else
+    sem_timedwait(sem, &ts);
+#endif
+}
+
+/* Waits for op's answer until deadline. Returns the ZooKeeper code, or
+ * ZK_NOANSWER with *late = 1 when no answer came in time (the op is then
+ * abandoned: its completion cleans up after it). */
+int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late) {
+    while (atomic_load(&op->state) != ZK_OP_DONE && dl_now_ms() < deadline)
+        sem_wait_until(&op->sem, deadline);
+    int pending = ZK_OP_PENDING;
+    if (atomic_compare_exchange_strong(&op->state, &pending, ZK_OP_ABANDONED)) {
+        if (late) *late = 1;
+        return ZK_NOANSWER;
+    }
+    return op->rc; /* ZK_OP_DONE, if only at the deadline */
 }
 
 /* Starts a request (sent() is the zoo_a* call's result): on a refusal the
  * completion will not run, so its reference is dropped here. */
 int dl_zk_op_started(zk_op *op, int sent) {
-    if (sent != ZOK) {
-        pthread_mutex_lock(&op->mu);
-        op->refs--;
-        pthread_mutex_unlock(&op->mu);
-    }
+    if (sent != ZOK) atomic_fetch_sub(&op->refs, 1);
     return sent;
 }
 

@@ -109,6 +109,8 @@
 #define DLOCK_BACKEND_ZK_H
 
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <zookeeper/zookeeper.h>
@@ -185,14 +187,16 @@ typedef struct zk_waker {
 #define ZK_CANCEL_SLICE_MS 50
 
 /* One asynchronous request. Two references: the caller's, the completion's
- * (a caller that gives up at its deadline leaves the op to the completion). */
+ * (a caller that gives up at its deadline leaves the op to the completion).
+ * state goes once from ZK_OP_PENDING to ZK_OP_DONE (the completion
+ * delivered: rc and the results below are the caller's to read, and the
+ * completion posts sem) or to ZK_OP_ABANDONED (the caller gave up first:
+ * the completion cleans up after the request alone). */
 typedef struct zk_op {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;
-    int done;
+    sem_t sem;                 /* posted once, at ZK_OP_DONE */
+    atomic_int refs;
+    atomic_int state;
     int rc;
-    int abandoned;
     zk_sess *s;                /* for cleaning up after an abandoned create */
     char *prefix;              /* create: the path asked for */
     char *path;                /* create: the node made */
@@ -206,6 +210,8 @@ typedef struct zk_op {
     char **mpaths;
     int nm;
 } zk_op;
+
+enum { ZK_OP_PENDING, ZK_OP_DONE, ZK_OP_ABANDONED };
 
 enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS, OP_WATCH_KIDS, OP_GET, OP_SET };
 
