@@ -482,7 +482,12 @@ static void test_rw_procs(void) {
  * forwards the next request of that type on the lock "lossy" and then cuts
  * the connection before the answer: the server applied it, the client saw
  * ZCONNECTIONLOSS. The client reconnects on the same session. A create must
- * then find its node by its guid; a release must not call the lock lost. */
+ * then find its node by its guid; a release must not call the lock lost.
+ * Armed with ZK_STALL + type, it forwards that request and then relays
+ * nothing for STALL_MS, the connection kept: the answer comes after the
+ * client's command timeout. */
+#define ZK_STALL 1000
+#define STALL_MS 1500
 static int armed_type(const char *arm) {
     FILE *f = fopen(arm, "r");
     int t = -1;
@@ -544,6 +549,8 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
                 int type = !first && len >= 16 ? (int)be32(in + 8) : -1;
                 first = 0;
                 int armed = type >= 0 ? armed_type(arm) : -1;
+                int stall = armed >= ZK_STALL;
+                if (stall) armed -= ZK_STALL;
                 if (armed < 0 && type == -armed && memmem(in, len, "6c6f737379", 10)) {
                     /* armed with -type: drop the request itself, then cut */
                     unlink(arm);
@@ -559,6 +566,14 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
                 if (type >= 0 && type == armed &&
                     memmem(in, len, "6c6f737379", 10) /* hex("lossy") */) {
                     unlink(arm);
+                    if (stall) {
+                        int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
+                        if (fd >= 0) close(fd);
+                        usleep(STALL_MS * 1000); /* applied; answered late */
+                        memmove(in, in + len, have - len);
+                        have -= len;
+                        continue;
+                    }
                     usleep(300000); /* the server applies it; the answer is dropped */
                     int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
                     if (fd >= 0) close(fd);
@@ -680,9 +695,40 @@ static void test_create_connection_loss(void) {
     ASSERT_SCODE(s, dlock_semaphore_release(s, 1), DLOCK_EINVAL);
     dlock_semaphore_free(s);
     dlock_semaphore_free(ds);
-    dlock_client_free(direct);
+    dlock_lock_free(l);
+    dlock_client_free(c); /* the proxy takes the next connection */
+    /* a create answered only after the command timeout: the acquire fails
+     * at its deadline (DLOCK_EIO) and the node the server made is deleted
+     * when the late answer comes, not left queued for the session's life */
+    o.command_timeout_ms = 500;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    l = lock(c, "lossy", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    unlink(dropped);
+    arm_proxy(arm, ZK_STALL + 15); /* create2 */
+    t0 = th_now_ms();
+    ASSERT_LCODE(l, dlock_acquire(l, 8000, DLOCK_WATCHDOG, NULL), DLOCK_EIO);
+    el = th_now_ms() - t0;
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not hold the create's answer");
+    ASSERT_MSG(strstr(dlock_lock_errmsg(l), "no answer") != NULL, "%s", dlock_lock_errmsg(l));
+    ASSERT_LT(el, STALL_MS);
+    ASSERT_COK(direct, dlock_inspect(direct, "lossy", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.holders, 1); /* applied: the node is there, nobody waits for it */
+    t0 = th_now_ms();
+    for (;;) {
+        ASSERT_COK(direct, dlock_inspect(direct, "lossy", DLOCK_CSTR, &info));
+        if (!info.exists) break;
+        ASSERT_MSG(th_now_ms() - t0 < 5000, "the late create's node is still there");
+        th_sleep_ms(20);
+    }
+    th_log("a create answered after the command timeout: failed in %lld ms, its node deleted "
+           "%lld ms later, when the answer came", (long long)el, (long long)(th_now_ms() - t0));
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)); /* the session is fine */
+    ASSERT_LOK(l, dlock_release(l));
     dlock_lock_free(l);
     dlock_client_free(c);
+    dlock_client_free(direct);
     kill(proxy, SIGKILL);
     ASSERT_EQ(th_wait_child(proxy, 5000), 128 + SIGKILL);
 }
