@@ -151,6 +151,9 @@ static int sess_open(zk_client *zc, zk_sess **out, dl_err *err) {
     cv_init_mono(&s->cv);
     s->refs = 1;
     s->zh = zookeeper_init2(zc->hosts, sess_watcher, zc->session_ms, NULL, s, 0, no_log);
+#ifdef DLOCK_HAVE_ZOO_RESOLUTION_DELAY
+    if (s->zh) zoo_set_servers_resolution_delay(s->zh, ZK_RESOLVE_DELAY_MS);
+#endif
     if (!s->zh) {
         int e = errno;
         dl_zk_sess_unref(s);

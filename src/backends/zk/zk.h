@@ -69,6 +69,10 @@
  *   asynchronous API plus a deadline; a late answer is dropped).
  * - The C client's own log goes to a no-op callback (per handle); nothing is
  *   printed. libzookeeper_mt runs two threads per session (I/O, completions).
+ *   Its host list is resolved again at most every ZK_RESOLVE_DELAY_MS while
+ *   connected, and at every connection attempt (by default the C client
+ *   resolves it before each poll of its socket: a name lookup per request
+ *   sent or answered).
  * - Semaphores (dlock_semaphore_*): {chroot}/dlock/sems/{hex(name)} is a
  *   persistent node whose data is the total permits in decimal; "" while
  *   unset (an acquire made the node before any try_set / add). try_set
@@ -118,6 +122,8 @@
 #include "internal.h"
 
 #define ZK_GUID_BYTES 16
+/* how long a resolution of the host list stands while connected */
+#define ZK_RESOLVE_DELAY_MS 1000
 /* not a ZooKeeper code: our own deadline passed with the request unanswered */
 #define ZK_NOANSWER (-10000)
 
