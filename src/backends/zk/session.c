@@ -474,44 +474,69 @@ void dl_zk_orphan_add(zk_sess *s, const char *path, const char *prefix) {
 }
 
 
-/* Runs one request bounded by the command timeout. create: flags (path gets
- * the created node) and data; watch: get with a data watch on path (only set
- * if it exists); watch_kids: get_children with a child watch; set: data
- * if the node's version is flags. *out (may be NULL) gets the finished op,
- * which the caller frees with dl_zk_op_unref. Returns the ZooKeeper code; no
- * answer in time is ZK_NOANSWER. */
-int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
-                   const char *data, zk_op **out) {
-    if (out) *out = NULL;
-    zk_op *op = dl_zk_op_new(s);
-    if (!op) {
+/* Sends one request without waiting for its answer. create: flags (the
+ * finished op's path gets the created node) and data; watch: get with a
+ * data watch on path (only set if it exists); watch_kids: get_children with
+ * a child watch; set: data if the node's version is flags. *op gets the
+ * request, to be waited for with dl_zk_req_wait (NULL when it was not
+ * sent). Returns the zoo_a* call's code (ZSYSTEMERROR: out of memory). */
+int dl_zk_req_send(zk_sess *s, int what, const char *path, int flags, const char *data,
+                   zk_op **op) {
+    *op = NULL;
+    zk_op *o = dl_zk_op_new(s);
+    if (!o) {
         errno = ENOMEM;
         return ZSYSTEMERROR;
     }
     int sent;
     switch (what) {
     case OP_CREATE:
-        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) op->prefix = strdup(path); /* NULL: no cleanup search */
+        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) o->prefix = strdup(path); /* NULL: no cleanup search */
         sent = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1,
-                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
+                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, o);
         break;
-    case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, dl_zk_c_void, op); break;
-    case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, op); break;
-    case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, op); break;
-    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, op); break;
+    case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, dl_zk_c_void, o); break;
+    case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, o); break;
+    case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, o); break;
+    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, o); break;
     case OP_SET:
-        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, op);
+        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, o);
         break;
     case OP_WATCH_KIDS:
-        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, op);
+        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, o);
         break;
-    default: sent = zoo_aget_children(s->zh, path, 0, c_kids, op); break;
+    default: sent = zoo_aget_children(s->zh, path, 0, c_kids, o); break;
     }
-    int rc = dl_zk_op_started(op, sent);
-    if (rc == ZOK) rc = dl_zk_op_wait(op, dl_deadline(zc->cmd_timeout_ms), NULL);
+    if (dl_zk_op_started(o, sent) != ZOK) {
+        dl_zk_op_unref(o);
+        return sent;
+    }
+    *op = o;
+    return ZOK;
+}
+
+/* Waits for a sent request's answer until deadline and returns its code (no
+ * answer in time: ZK_NOANSWER). With ZOK and out, *out gets the finished op,
+ * which the caller frees with dl_zk_op_unref; else the op is dropped here. */
+int dl_zk_req_wait(zk_op *op, int64_t deadline, zk_op **out) {
+    if (out) *out = NULL;
+    int rc = dl_zk_op_wait(op, deadline, NULL);
     if (rc == ZOK && out) *out = op;
     else dl_zk_op_unref(op);
     return rc;
+}
+
+/* Runs one request (as dl_zk_req_send) bounded by the command timeout.
+ * *out (may be NULL) gets the finished op, which the caller frees with
+ * dl_zk_op_unref. Returns the ZooKeeper code; no answer in time is
+ * ZK_NOANSWER. */
+int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+                   const char *data, zk_op **out) {
+    if (out) *out = NULL;
+    zk_op *op = NULL;
+    int rc = dl_zk_req_send(s, what, path, flags, data, &op);
+    if (rc != ZOK) return rc;
+    return dl_zk_req_wait(op, dl_deadline(zc->cmd_timeout_ms), out);
 }
 
 int dl_zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,

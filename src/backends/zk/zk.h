@@ -15,9 +15,13 @@
  *   too.
  * - Requests: an uncontended acquire + release sends the recipe's minimum,
  *   a create, a get-children and a delete, whatever the kind (a re-entry
- *   sends nothing); plus a create that fails and the container's create when
- *   the name's container is gone (its first use, or the server deleted it
- *   after its last child went). Waiting adds a get with a watch on the
+ *   sends nothing). Once a handle has found its name's parent, its create's
+ *   get-children is sent right behind the create, without waiting for the
+ *   create's answer (a session's requests are applied in order: the listing
+ *   has our node), so a pair takes two round trips. Plus a create that fails
+ *   and the container's create when the name's container is gone (its first
+ *   use, or the server deleted it after its last child went), and then the
+ *   get-children sent along with the failed create. Waiting adds a get with a watch on the
  *   predecessor and a get-children per wake-up; a connection loss during the
  *   create adds the get-children that looks for our guid and an exists.
  * - An acquire creates an ephemeral sequential child. Kind is "write" for
@@ -177,6 +181,7 @@ struct zk_lock {
     char *node;                /* our node's full path while we own it */
     int lost;                  /* guarded by sess->mu */
     zk_lock *next, *prev;      /* in sess->held, guarded by sess->mu */
+    int parent_seen;           /* a create of this handle found or made parent */
 };
 
 /* A lock or semaphore wait sleeps in poll(2) on its handle's cancel
@@ -285,13 +290,14 @@ int dl_zk_fence_current(dlock_client *c, const char *name, size_t len, uint64_t 
 /* queue.c */
 char *dl_zk_name_under(const char *root, const char *name, size_t len);
 char *dl_zk_name_parent(zk_client *zc, const char *name, size_t len);
+int dl_zk_queue_of(zk_op *op, zk_op **opout, zk_child **out, int *n, dl_err *err);
 int dl_zk_list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opout,
                      zk_child **out, int *n, dl_err *err);
 int dl_zk_ensure_parents(zk_client *zc, zk_sess *s, const char *parent, int last_flags,
                          dl_err *err);
 int dl_zk_create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
                       const char *guid, int64_t deadline, char **path, uint64_t *czxid,
-                      dl_err *err);
+                      zk_op **kids, dl_err *err);
 
 /* sem.c */
 void dl_zk_sems_lost_locked(zk_sess *s);
@@ -316,6 +322,9 @@ void dl_zk_c_void(int rc, const void *data);
 int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late);
 int dl_zk_op_started(zk_op *op, int sent);
 void dl_zk_orphan_add(zk_sess *s, const char *path, const char *prefix);
+int dl_zk_req_send(zk_sess *s, int what, const char *path, int flags, const char *data,
+                   zk_op **op);
+int dl_zk_req_wait(zk_op *op, int64_t deadline, zk_op **out);
 int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
                    const char *data, zk_op **out);
 int dl_zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
