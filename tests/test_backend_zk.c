@@ -730,6 +730,30 @@ static void test_create_connection_loss(void) {
     ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)); /* the session is fine */
     ASSERT_LOK(l, dlock_release(l));
     dlock_lock_free(l);
+    /* a try_set whose create of the semaphore's node is answered only after
+     * the command timeout: DLOCK_EIO (applied or not), and the node, applied,
+     * stays with its total: only nodes of our own queue or leases are taken
+     * back when their create's answer comes late */
+    ASSERT_COK(c, dlock_semaphore_new(c, "lossy-late", DLOCK_CSTR, &s));
+    ASSERT_COK(direct, dlock_semaphore_new(direct, "lossy-late", DLOCK_CSTR, &ds));
+    unlink(dropped);
+    arm_proxy(arm, ZK_STALL + 15); /* create2 */
+    ASSERT_SCODE(s, dlock_semaphore_try_set(s, 3, &set), DLOCK_EIO);
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not hold the create's answer");
+    /* round trips behind the late answer (reads, unanswered in time while
+     * the proxy holds them): whatever the late answer's completion sent was
+     * sent before the first answered one, so applied before the next */
+    t0 = th_now_ms();
+    while (dlock_semaphore_available(s, &av) != DLOCK_OK)
+        ASSERT_MSG(th_now_ms() - t0 < 5000, "no answer after the proxy's hold");
+    ASSERT_SOK(s, dlock_semaphore_available(s, &av));
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 3);
+    ASSERT_SOK(ds, dlock_semaphore_try_set(ds, 5, &set));
+    ASSERT_EQ(set, 0); /* set already, by the late create */
+    th_log("a semaphore's create answered after the command timeout: its node and total stay");
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(ds);
     dlock_client_free(c);
     dlock_client_free(direct);
     kill(proxy, SIGKILL);

@@ -256,8 +256,11 @@ static void op_done(zk_op *op, int rc) {
     if (atomic_compare_exchange_strong(&op->state, &pending, ZK_OP_DONE)) {
         /* the completion's reference keeps sem alive until here */
         sem_post(&op->sem);
-    } else {
-        /* a create nobody waits for any more: its node, if any, must go */
+    } else if (op->own) {
+        /* a create of our own queue node or leases that nobody waits for any
+         * more: its nodes, if any, must go. (Other creates, of parents or of
+         * a semaphore's node with its total, stay: shared nodes, whose
+         * caller was told the outcome is unknown.) */
         if (rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
         for (int i = 0; rc == ZOK && i < op->nm; i++)
             if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
@@ -491,7 +494,10 @@ int dl_zk_req_send(zk_sess *s, int what, const char *path, int flags, const char
     int sent;
     switch (what) {
     case OP_CREATE:
-        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) o->prefix = strdup(path); /* NULL: no cleanup search */
+        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) {
+            o->own = 1;
+            o->prefix = strdup(path); /* NULL: no cleanup search */
+        }
         sent = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1,
                             &ZOO_OPEN_ACL_UNSAFE, flags, c_create, o);
         break;

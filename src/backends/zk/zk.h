@@ -209,6 +209,7 @@ typedef struct zk_op {
     atomic_int state;
     int rc;
     zk_sess *s;                /* for cleaning up after an abandoned create */
+    int own;                   /* a create of our own queue node or leases */
     char *prefix;              /* create: the path asked for */
     char *path;                /* create: the node made */
     struct Stat st;
