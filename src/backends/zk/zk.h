@@ -37,7 +37,9 @@
  *   creating again, so one attempt never leaves a second node behind. A
  *   create that gets no answer within the command timeout is abandoned: a
  *   late success deletes the node it made, a late connection loss searches
- *   for it by guid after the reconnection (the "orphans" below).
+ *   for it by guid after the reconnection (the "orphans" below). Only our
+ *   queue nodes and leases are taken back so: a late create of a parent or
+ *   of a semaphore's node (shared, its outcome reported unknown) stays.
  * - Orphans: nodes of ours that nobody waits for any more (a given-up wait
  *   whose delete did not get through, a handle freed while its release
  *   failed) are deleted in the background, again after each reconnection,
