@@ -66,7 +66,8 @@
  *            recipe's minimum of an uncontended pair on one session of the
  *            C client's synchronous API, no watch: a create (ephemeral
  *            sequential), a get-children of the parent, a delete of the
- *            node, at dlock's parent depth and node name length (see
+ *            node, at dlock's parent depth and node name length, its host
+ *            list resolved at most once a second as dlock's (see
  *            zk_floor_open), in the pairs rounds as "zk-floor"; then
  *            dlock / floor and floor / kazoo as for etcd.
  */
@@ -747,6 +748,11 @@ static int zk_floor_open(const char *url) {
         fprintf(stderr, "dlock_bench: backends: zk-floor: zookeeper_init: %s\n", strerror(errno));
         return -1;
     }
+#ifdef DLOCK_HAVE_ZOO_RESOLUTION_DELAY
+    /* as dlock's sessions (ZK_RESOLVE_DELAY_MS): the host list is not
+     * resolved again before every poll of the socket, the C client's default */
+    zoo_set_servers_resolution_delay(zf.zh, 1000);
+#endif
     int64_t give_up = bench_now_ns() + 10000000000LL;
     while (zoo_state(zf.zh) != ZOO_CONNECTED_STATE && bench_now_ns() < give_up)
         bench_sleep_us(1000);

@@ -33,6 +33,9 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#define THREADED /* the C client's synchronous calls (libzookeeper_mt) */
+#include <zookeeper/zookeeper.h>
+
 #include "harness.h"
 
 #define ZK_JAR "/usr/share/java/zookeeper.jar"
@@ -482,7 +485,12 @@ static void test_rw_procs(void) {
  * forwards the next request of that type on the lock "lossy" and then cuts
  * the connection before the answer: the server applied it, the client saw
  * ZCONNECTIONLOSS. The client reconnects on the same session. A create must
- * then find its node by its guid; a release must not call the lock lost. */
+ * then find its node by its guid; a release must not call the lock lost.
+ * Armed with ZK_STALL + type, it forwards that request and then relays
+ * nothing for STALL_MS, the connection kept: the answer comes after the
+ * client's command timeout. */
+#define ZK_STALL 1000
+#define STALL_MS 1500
 static int armed_type(const char *arm) {
     FILE *f = fopen(arm, "r");
     int t = -1;
@@ -544,6 +552,8 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
                 int type = !first && len >= 16 ? (int)be32(in + 8) : -1;
                 first = 0;
                 int armed = type >= 0 ? armed_type(arm) : -1;
+                int stall = armed >= ZK_STALL;
+                if (stall) armed -= ZK_STALL;
                 if (armed < 0 && type == -armed && memmem(in, len, "6c6f737379", 10)) {
                     /* armed with -type: drop the request itself, then cut */
                     unlink(arm);
@@ -559,6 +569,14 @@ static void proxy_relay(int cfd, const char *arm, const char *dropped) {
                 if (type >= 0 && type == armed &&
                     memmem(in, len, "6c6f737379", 10) /* hex("lossy") */) {
                     unlink(arm);
+                    if (stall) {
+                        int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
+                        if (fd >= 0) close(fd);
+                        usleep(STALL_MS * 1000); /* applied; answered late */
+                        memmove(in, in + len, have - len);
+                        have -= len;
+                        continue;
+                    }
                     usleep(300000); /* the server applies it; the answer is dropped */
                     int fd = open(dropped, O_WRONLY | O_CREAT, 0644);
                     if (fd >= 0) close(fd);
@@ -680,9 +698,64 @@ static void test_create_connection_loss(void) {
     ASSERT_SCODE(s, dlock_semaphore_release(s, 1), DLOCK_EINVAL);
     dlock_semaphore_free(s);
     dlock_semaphore_free(ds);
-    dlock_client_free(direct);
     dlock_lock_free(l);
+    dlock_client_free(c); /* the proxy takes the next connection */
+    /* a create answered only after the command timeout: the acquire fails
+     * at its deadline (DLOCK_EIO) and the node the server made is deleted
+     * when the late answer comes, not left queued for the session's life */
+    o.command_timeout_ms = 500;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    l = lock(c, "lossy", DLOCK_KIND_PLAIN);
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL));
+    ASSERT_LOK(l, dlock_release(l));
+    unlink(dropped);
+    arm_proxy(arm, ZK_STALL + 15); /* create2 */
+    t0 = th_now_ms();
+    ASSERT_LCODE(l, dlock_acquire(l, 8000, DLOCK_WATCHDOG, NULL), DLOCK_EIO);
+    el = th_now_ms() - t0;
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not hold the create's answer");
+    ASSERT_MSG(strstr(dlock_lock_errmsg(l), "no answer") != NULL, "%s", dlock_lock_errmsg(l));
+    ASSERT_LT(el, STALL_MS);
+    ASSERT_COK(direct, dlock_inspect(direct, "lossy", DLOCK_CSTR, &info));
+    ASSERT_EQ(info.holders, 1); /* applied: the node is there, nobody waits for it */
+    t0 = th_now_ms();
+    for (;;) {
+        ASSERT_COK(direct, dlock_inspect(direct, "lossy", DLOCK_CSTR, &info));
+        if (!info.exists) break;
+        ASSERT_MSG(th_now_ms() - t0 < 5000, "the late create's node is still there");
+        th_sleep_ms(20);
+    }
+    th_log("a create answered after the command timeout: failed in %lld ms, its node deleted "
+           "%lld ms later, when the answer came", (long long)el, (long long)(th_now_ms() - t0));
+    ASSERT_LOK(l, dlock_acquire(l, 0, DLOCK_WATCHDOG, NULL)); /* the session is fine */
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
+    /* a try_set whose create of the semaphore's node is answered only after
+     * the command timeout: DLOCK_EIO (applied or not), and the node, applied,
+     * stays with its total: only nodes of our own queue or leases are taken
+     * back when their create's answer comes late */
+    ASSERT_COK(c, dlock_semaphore_new(c, "lossy-late", DLOCK_CSTR, &s));
+    ASSERT_COK(direct, dlock_semaphore_new(direct, "lossy-late", DLOCK_CSTR, &ds));
+    unlink(dropped);
+    arm_proxy(arm, ZK_STALL + 15); /* create2 */
+    ASSERT_SCODE(s, dlock_semaphore_try_set(s, 3, &set), DLOCK_EIO);
+    ASSERT_MSG(access(dropped, F_OK) == 0, "the proxy did not hold the create's answer");
+    /* round trips behind the late answer (reads, unanswered in time while
+     * the proxy holds them): whatever the late answer's completion sent was
+     * sent before the first answered one, so applied before the next */
+    t0 = th_now_ms();
+    while (dlock_semaphore_available(s, &av) != DLOCK_OK)
+        ASSERT_MSG(th_now_ms() - t0 < 5000, "no answer after the proxy's hold");
+    ASSERT_SOK(s, dlock_semaphore_available(s, &av));
+    ASSERT_SOK(ds, dlock_semaphore_available(ds, &av));
+    ASSERT_EQ(av, 3);
+    ASSERT_SOK(ds, dlock_semaphore_try_set(ds, 5, &set));
+    ASSERT_EQ(set, 0); /* set already, by the late create */
+    th_log("a semaphore's create answered after the command timeout: its node and total stay");
+    dlock_semaphore_free(s);
+    dlock_semaphore_free(ds);
     dlock_client_free(c);
+    dlock_client_free(direct);
     kill(proxy, SIGKILL);
     ASSERT_EQ(th_wait_child(proxy, 5000), 128 + SIGKILL);
 }
@@ -1298,6 +1371,26 @@ static void *lowered_waiter(void *arg) {
 /* The packets the server received so far. */
 static long received(void) { return srvr_number("Received: "); }
 
+static void raw_log(const char *msg) { (void)msg; }
+static void raw_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+    (void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+/* A session of the C client itself on the test server, to change nodes
+ * behind dlock's back (closed before the next fork). */
+static zhandle_t *raw_session(void) {
+    char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", g_port);
+    zhandle_t *zh = zookeeper_init2(hosts, raw_watcher, LONG_SESSION_MS, NULL, NULL, 0, raw_log);
+    ASSERT(zh != NULL);
+    int64_t t0 = th_now_ms();
+    while (zoo_state(zh) != ZOO_CONNECTED_STATE) {
+        ASSERT_MSG(th_now_ms() - t0 < 10000, "no session of the C client within 10 s");
+        th_sleep_ms(5);
+    }
+    return zh;
+}
+
 static void test_sem_no_herd(void) {
     dlock_client *hc = client(), *wc[HERD_WAITERS];
     dlock_semaphore *h = th_sem(hc, "sem:herd");
@@ -1445,9 +1538,10 @@ static long pair_requests(dlock_lock *l, int reenter, int64_t *ms) {
  * use, or the server deleted it after its last child went: it looks every
  * 60 s, the Java property znode.container.checkIntervalMs) a pair adds 2:
  * the create that answers ZNONODE and the container's create, not its
- * persistent ancestors'. Only this client talks to the server; it pings
- * after a third of its session idle, so a pair that took that long may add
- * one. */
+ * persistent ancestors'; 3 on a handle that had found the container before,
+ * whose create carries its get-children along (answering ZNONODE too). Only
+ * this client talks to the server; it pings after a third of its session
+ * idle, so a pair that took that long may add one. */
 #define OPS_PAIRS 40
 static void test_requests_per_pair(void) {
     long a = received(), b = received();
@@ -1476,22 +1570,43 @@ static void test_requests_per_pair(void) {
         ASSERT_MSG(first == 5 || (first == 6 && ms >= ping_after),
                    "%s: %ld requests for the first pair of a name (%lld ms), want 5",
                    kinds[k].what, first, (long long)ms);
-        int n[7] = {0};
+        int n[8] = {0};
         for (int i = 0; i < OPS_PAIRS; i++) {
             long r = pair_requests(l, kinds[k].reenter, &ms);
-            long base = r >= 5 ? 5 : 3;
+            long base = r >= 6 ? 6 : 3;
             ASSERT_MSG(r == base || (r == base + 1 && ms >= ping_after),
-                       "%s: pair %d: %ld requests in %lld ms, want 3 (5 with the container "
+                       "%s: pair %d: %ld requests in %lld ms, want 3 (6 with the container "
                        "re-made)", kinds[k].what, i, r, (long long)ms);
             n[r]++;
         }
-        th_log("%s%s: %d pairs: %d of 3 requests, %d of 5 (container re-made), %d with a "
+        th_log("%s%s: %d pairs: %d of 3 requests, %d of 6 (container re-made), %d with a "
                "ping", kinds[k].what, kinds[k].reenter ? " with a re-entry" : "", OPS_PAIRS,
-               n[3], n[5], n[4] + n[6]);
+               n[3], n[6], n[4] + n[7]);
         /* the container goes at most once a minute: most pairs find it */
         ASSERT_GE(n[3], OPS_PAIRS / 2);
         dlock_lock_free(l);
     }
+    /* the container gone under a handle that found it before (deleted here
+     * through a session of the C client's own): the create and the
+     * get-children sent with it both answer ZNONODE, the container is made
+     * again, and the pair holds in 6 requests */
+    zhandle_t *zh = raw_session();
+    dlock_lock *g = lock(c, "ops:gone", DLOCK_KIND_PLAIN);
+    long r = pair_requests(g, 0, &ms);
+    ASSERT_MSG(r == 5 || (r == 6 && ms >= ping_after), "first pair: %ld requests", r);
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(zoo_delete(zh, "/dltest/dlock/locks/6f70733a676f6e65", -1), ZOK);
+        r = pair_requests(g, 0, &ms);
+        ASSERT_MSG(r == 6 || (r == 7 && ms >= ping_after),
+                   "pair %d after the container went: %ld requests in %lld ms, want 6", i, r,
+                   (long long)ms);
+    }
+    r = pair_requests(g, 0, &ms);
+    ASSERT_MSG(r == 3 || (r == 4 && ms >= ping_after), "the container back: %ld requests", r);
+    th_log("container deleted under a handle that had found it: 6 requests a pair, 3 again "
+           "once it is back");
+    dlock_lock_free(g);
+    zookeeper_close(zh);
     dlock_client_free(c);
 }
 

@@ -179,15 +179,19 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, d
     char *path = NULL;
     uint64_t czxid = 0;
     int write = l->kind != DLOCK_KIND_READ;
+    /* the queue's first listing goes with the create once this handle has
+     * seen the name's parent (else a missing container would fail both) */
+    zk_op *first = NULL;
     if (!rc)
         rc = dl_zk_create_node(zc, s, zl->parent, write, guid,
                          wait_ms == 0 || deadline == DL_INF_DEADLINE ? dl_deadline(zc->cmd_timeout_ms)
                                                                      : deadline,
-                         &path, &czxid, err);
+                         &path, &czxid, zl->parent_seen ? &first : NULL, err);
     if (rc) {
         dl_zk_sess_unref(s);
         return rc;
     }
+    zl->parent_seen = 1;
     const char *mine = strrchr(path, '/') + 1;
     for (;;) {
         pthread_mutex_lock(&s->mu);
@@ -202,7 +206,12 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, d
         zk_op *op = NULL;
         zk_child *v = NULL;
         int n = 0;
-        rc = dl_zk_list_queue(zc, s, zl->parent, &op, &v, &n, err);
+        if (first) {
+            rc = dl_zk_queue_of(first, &op, &v, &n, err);
+            first = NULL;
+        } else {
+            rc = dl_zk_list_queue(zc, s, zl->parent, &op, &v, &n, err);
+        }
         if (rc == DLOCK_EIO && !dl_zk_sess_dead(s) && dl_now_ms() < deadline && wait_ms != 0) {
             dl_sleep_ms(50); /* disconnected: the session may come back */
             continue;
@@ -261,6 +270,7 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, d
             break;
         }
     }
+    if (first) dl_zk_op_unref(first);
     dl_zk_give_up_node(zc, s, path);
     free(path);
     dl_zk_sess_unref(s);

@@ -63,16 +63,13 @@ static int parse_child(const char *name, zk_child *ch) {
     return 1;
 }
 
-/* The queue of a name, in order. *n 0 when the parent is missing. */
-int dl_zk_list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opout,
-                     zk_child **out, int *n, dl_err *err) {
+/* The queue of a name, in order, from op, a finished get-children of its
+ * parent: *out points into op's names, *opout gets op (both for the caller
+ * to free) or, on failure, op is freed. */
+int dl_zk_queue_of(zk_op *op, zk_op **opout, zk_child **out, int *n, dl_err *err) {
     *out = NULL;
     *n = 0;
     *opout = NULL;
-    zk_op *op = NULL;
-    int zrc = dl_zk_req(zc, s, OP_KIDS, parent, 0, &op);
-    if (zrc == ZNONODE) return DLOCK_OK;
-    if (zrc != ZOK) return dl_zk_fail(zrc, "list the queue", err);
     zk_child *v = calloc((size_t)(op->nkids ? op->nkids : 1), sizeof *v);
     if (!v) {
         dl_zk_op_unref(op);
@@ -95,6 +92,19 @@ int dl_zk_list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opou
     *n = k;
     *opout = op;
     return DLOCK_OK;
+}
+
+/* The queue of a name, in order. *n 0 when the parent is missing. */
+int dl_zk_list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opout,
+                     zk_child **out, int *n, dl_err *err) {
+    *out = NULL;
+    *n = 0;
+    *opout = NULL;
+    zk_op *op = NULL;
+    int zrc = dl_zk_req(zc, s, OP_KIDS, parent, 0, &op);
+    if (zrc == ZNONODE) return DLOCK_OK;
+    if (zrc != ZOK) return dl_zk_fail(zrc, "list the queue", err);
+    return dl_zk_queue_of(op, opout, out, n, err);
 }
 
 /* Creates parent (with last_flags: a container for a lock's queue) and,
@@ -161,10 +171,15 @@ static int find_own(zk_client *zc, zk_sess *s, const char *parent, const char *g
 }
 
 /* Creates our queue node (once, even across a connection loss) before
- * deadline. */
+ * deadline. With kids, each create is followed at once by a get-children of
+ * parent, sent without waiting for the create's answer (a session's
+ * requests are applied in order, so its listing has our node): *kids gets
+ * that finished listing when both answered ZOK, else NULL (the caller lists
+ * the queue itself). */
 int dl_zk_create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
                       const char *guid, int64_t deadline, char **path, uint64_t *czxid,
-                      dl_err *err) {
+                      zk_op **kids, dl_err *err) {
+    if (kids) *kids = NULL;
     char *prefix = malloc(strlen(parent) + 2 * ZK_GUID_BYTES + 16);
     if (!prefix) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     sprintf(prefix, "%s/%s-%s-", parent, write ? "write" : "read", guid);
@@ -186,13 +201,27 @@ int dl_zk_create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
             }
             maybe = 0; /* not there: it was not applied */
         }
-        zk_op *op = NULL;
-        int zrc = dl_zk_req(zc, s, OP_CREATE, prefix, ZOO_EPHEMERAL_SEQUENTIAL, &op);
+        zk_op *op = NULL, *kop = NULL;
+        int zrc = dl_zk_req_send(s, OP_CREATE, prefix, ZOO_EPHEMERAL_SEQUENTIAL, NULL, &op);
+        if (zrc == ZOK && kids && dl_zk_req_send(s, OP_KIDS, parent, 0, NULL, &kop) != ZOK)
+            kop = NULL;
+        if (zrc == ZOK) {
+            /* the listing's answer comes after the create's: waiting for it
+             * first wakes this thread once for both */
+            int64_t until = dl_deadline(zc->cmd_timeout_ms);
+            if (kop) dl_zk_req_wait(kop, until, &kop); /* kop: NULL unless ZOK */
+            zrc = dl_zk_req_wait(op, until, &op);
+            if (zrc != ZOK && kop) {
+                dl_zk_op_unref(kop);
+                kop = NULL;
+            }
+        }
         if (zrc == ZOK) {
             *path = op->path;
             op->path = NULL;
             *czxid = (uint64_t)op->st.czxid;
             dl_zk_op_unref(op);
+            if (kids) *kids = kop;
             rc = DLOCK_OK;
             break;
         }

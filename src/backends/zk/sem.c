@@ -165,6 +165,7 @@ static int multi_create(zk_client *zc, zk_sess *s, const char *prefix, int k, zk
     zk_op *op = dl_zk_op_new(s);
     if (!op) return ZSYSTEMERROR;
     size_t plen = strlen(prefix) + 16;
+    op->own = 1;
     op->prefix = strdup(prefix); /* an abandoned create is searched for by it */
     op->mops = calloc((size_t)k, sizeof *op->mops);
     op->mres = calloc((size_t)k, sizeof *op->mres);
@@ -175,7 +176,7 @@ static int multi_create(zk_client *zc, zk_sess *s, const char *prefix, int k, zk
         else op->nm = i + 1;
     }
     if (!ok) {
-        op->refs = 1;
+        atomic_store(&op->refs, 1); /* never started: the completion holds none */
         dl_zk_op_unref(op);
         return ZSYSTEMERROR;
     }

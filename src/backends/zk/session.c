@@ -151,6 +151,9 @@ static int sess_open(zk_client *zc, zk_sess **out, dl_err *err) {
     cv_init_mono(&s->cv);
     s->refs = 1;
     s->zh = zookeeper_init2(zc->hosts, sess_watcher, zc->session_ms, NULL, s, 0, no_log);
+#ifdef DLOCK_HAVE_ZOO_RESOLUTION_DELAY
+    if (s->zh) zoo_set_servers_resolution_delay(s->zh, ZK_RESOLVE_DELAY_MS);
+#endif
     if (!s->zh) {
         int e = errno;
         dl_zk_sess_unref(s);
@@ -211,16 +214,18 @@ int dl_zk_sess_get(zk_client *zc, zk_sess **out, dl_err *err) {
 zk_op *dl_zk_op_new(zk_sess *s) {
     zk_op *op = calloc(1, sizeof *op);
     if (!op) return NULL;
-    pthread_mutex_init(&op->mu, NULL);
-    cv_init_mono(&op->cv);
-    op->refs = 2;
+    if (sem_init(&op->sem, 0, 0) != 0) {
+        free(op);
+        return NULL;
+    }
+    atomic_init(&op->refs, 2);
+    atomic_init(&op->state, ZK_OP_PENDING);
     op->s = s;
     return op;
 }
 
 static void op_free(zk_op *op) {
-    pthread_mutex_destroy(&op->mu);
-    pthread_cond_destroy(&op->cv);
+    sem_destroy(&op->sem);
     free(op->path);
     free(op->prefix);
     for (int i = 0; i < op->nkids; i++) free(op->kids[i]);
@@ -234,10 +239,7 @@ static void op_free(zk_op *op) {
 }
 
 void dl_zk_op_unref(zk_op *op) {
-    pthread_mutex_lock(&op->mu);
-    int left = --op->refs;
-    pthread_mutex_unlock(&op->mu);
-    if (!left) op_free(op);
+    if (atomic_fetch_sub(&op->refs, 1) == 1) op_free(op);
 }
 
 static void noop_void(int rc, const void *data) {
@@ -246,20 +248,25 @@ static void noop_void(int rc, const void *data) {
 }
 
 
-/* completion side: record, wake the caller, drop the completion's reference */
+/* completion side: record, hand the answer to the caller (or, if it gave
+ * up, clean up after the request), drop the completion's reference */
 static void op_done(zk_op *op, int rc) {
-    pthread_mutex_lock(&op->mu);
     op->rc = rc;
-    op->done = 1;
-    /* a create nobody waits for any more: its node, if any, must go */
-    if (op->abandoned && rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
-    for (int i = 0; op->abandoned && rc == ZOK && i < op->nm; i++)
-        if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
-    if (op->abandoned && op->prefix && dl_zk_unknown(rc)) dl_zk_orphan_add(op->s, NULL, op->prefix);
-    pthread_cond_broadcast(&op->cv);
-    int left = --op->refs;
-    pthread_mutex_unlock(&op->mu);
-    if (!left) op_free(op);
+    int pending = ZK_OP_PENDING;
+    if (atomic_compare_exchange_strong(&op->state, &pending, ZK_OP_DONE)) {
+        /* the completion's reference keeps sem alive until here */
+        sem_post(&op->sem);
+    } else if (op->own) {
+        /* a create of our own queue node or leases that nobody waits for any
+         * more: its nodes, if any, must go. (Other creates, of parents or of
+         * a semaphore's node with its total, stay: shared nodes, whose
+         * caller was told the outcome is unknown.) */
+        if (rc == ZOK && op->path) dl_zk_orphan_add(op->s, op->path, NULL);
+        for (int i = 0; rc == ZOK && i < op->nm; i++)
+            if (op->mpaths[i]) dl_zk_orphan_add(op->s, op->mpaths[i], NULL);
+        if (op->prefix && dl_zk_unknown(rc)) dl_zk_orphan_add(op->s, NULL, op->prefix);
+    }
+    dl_zk_op_unref(op);
 }
 
 void dl_zk_c_void(int rc, const void *data) { op_done((zk_op *)data, rc); }
@@ -309,28 +316,56 @@ static void c_kids(int rc, const struct String_vector *v, const void *data) {
     op_done(op, rc);
 }
 
-/* Waits for op's answer until deadline. Returns the ZooKeeper code, or
- * ZK_NOANSWER with *late = 1 when no answer came in time. */
-int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late) {
-    pthread_mutex_lock(&op->mu);
-    while (!op->done && dl_now_ms() < deadline) dl_zk_cv_wait_until(&op->cv, &op->mu, deadline);
-    int rc = op->done ? op->rc : ZK_NOANSWER;
-    if (!op->done) {
-        op->abandoned = 1;
-        if (late) *late = 1;
+/* Sleeps on sem until it is posted, deadline (dl_now_ms; DL_INF_DEADLINE
+ * forever) or a signal; the caller looks at the time again. The deadline is
+ * on the library's clock (clock.c), the wait on CLOCK_MONOTONIC: it is given
+ * as the time left from now. Without sem_clockwait the wait is on
+ * CLOCK_REALTIME, so a step of the wall clock moves its end by the step
+ * (the caller re-checks the deadline when it wakes). */
+static void sem_wait_until(sem_t *sem, int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) {
+        sem_wait(sem);
+        return;
     }
-    pthread_mutex_unlock(&op->mu);
-    return rc;
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) return;
+    struct timespec ts;
+#ifdef DLOCK_HAVE_SEM_CLOCKWAIT
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    clock_gettime(CLOCK_REALTIME, &ts);
+#endif
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+#ifdef DLOCK_HAVE_SEM_CLOCKWAIT
+    sem_clockwait(sem, CLOCK_MONOTONIC, &ts);
+#else
+    sem_timedwait(sem, &ts);
+#endif
+}
+
+/* Waits for op's answer until deadline. Returns the ZooKeeper code, or
+ * ZK_NOANSWER with *late = 1 when no answer came in time (the op is then
+ * abandoned: its completion cleans up after it). */
+int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late) {
+    while (atomic_load(&op->state) != ZK_OP_DONE && dl_now_ms() < deadline)
+        sem_wait_until(&op->sem, deadline);
+    int pending = ZK_OP_PENDING;
+    if (atomic_compare_exchange_strong(&op->state, &pending, ZK_OP_ABANDONED)) {
+        if (late) *late = 1;
+        return ZK_NOANSWER;
+    }
+    return op->rc; /* ZK_OP_DONE, if only at the deadline */
 }
 
 /* Starts a request (sent() is the zoo_a* call's result): on a refusal the
  * completion will not run, so its reference is dropped here. */
 int dl_zk_op_started(zk_op *op, int sent) {
-    if (sent != ZOK) {
-        pthread_mutex_lock(&op->mu);
-        op->refs--;
-        pthread_mutex_unlock(&op->mu);
-    }
+    if (sent != ZOK) atomic_fetch_sub(&op->refs, 1);
     return sent;
 }
 
@@ -442,44 +477,72 @@ void dl_zk_orphan_add(zk_sess *s, const char *path, const char *prefix) {
 }
 
 
-/* Runs one request bounded by the command timeout. create: flags (path gets
- * the created node) and data; watch: get with a data watch on path (only set
- * if it exists); watch_kids: get_children with a child watch; set: data
- * if the node's version is flags. *out (may be NULL) gets the finished op,
- * which the caller frees with dl_zk_op_unref. Returns the ZooKeeper code; no
- * answer in time is ZK_NOANSWER. */
-int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
-                   const char *data, zk_op **out) {
-    if (out) *out = NULL;
-    zk_op *op = dl_zk_op_new(s);
-    if (!op) {
+/* Sends one request without waiting for its answer. create: flags (the
+ * finished op's path gets the created node) and data; watch: get with a
+ * data watch on path (only set if it exists); watch_kids: get_children with
+ * a child watch; set: data if the node's version is flags. *op gets the
+ * request, to be waited for with dl_zk_req_wait (NULL when it was not
+ * sent). Returns the zoo_a* call's code (ZSYSTEMERROR: out of memory). */
+int dl_zk_req_send(zk_sess *s, int what, const char *path, int flags, const char *data,
+                   zk_op **op) {
+    *op = NULL;
+    zk_op *o = dl_zk_op_new(s);
+    if (!o) {
         errno = ENOMEM;
         return ZSYSTEMERROR;
     }
     int sent;
     switch (what) {
     case OP_CREATE:
-        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) op->prefix = strdup(path); /* NULL: no cleanup search */
+        if (flags == ZOO_EPHEMERAL_SEQUENTIAL) {
+            o->own = 1;
+            o->prefix = strdup(path); /* NULL: no cleanup search */
+        }
         sent = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1,
-                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, op);
+                            &ZOO_OPEN_ACL_UNSAFE, flags, c_create, o);
         break;
-    case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, dl_zk_c_void, op); break;
-    case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, op); break;
-    case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, op); break;
-    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, op); break;
+    case OP_DELETE: sent = zoo_adelete(s->zh, path, -1, dl_zk_c_void, o); break;
+    case OP_EXISTS: sent = zoo_aexists(s->zh, path, 0, c_stat, o); break;
+    case OP_WATCH: sent = zoo_awget(s->zh, path, sess_watcher, s, c_data, o); break;
+    case OP_GET: sent = zoo_aget(s->zh, path, 0, c_data, o); break;
     case OP_SET:
-        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, op);
+        sent = zoo_aset(s->zh, path, data, (int)strlen(data), flags, c_stat, o);
         break;
     case OP_WATCH_KIDS:
-        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, op);
+        sent = zoo_awget_children(s->zh, path, sess_watcher, s, c_kids, o);
         break;
-    default: sent = zoo_aget_children(s->zh, path, 0, c_kids, op); break;
+    default: sent = zoo_aget_children(s->zh, path, 0, c_kids, o); break;
     }
-    int rc = dl_zk_op_started(op, sent);
-    if (rc == ZOK) rc = dl_zk_op_wait(op, dl_deadline(zc->cmd_timeout_ms), NULL);
+    if (dl_zk_op_started(o, sent) != ZOK) {
+        dl_zk_op_unref(o);
+        return sent;
+    }
+    *op = o;
+    return ZOK;
+}
+
+/* Waits for a sent request's answer until deadline and returns its code (no
+ * answer in time: ZK_NOANSWER). With ZOK and out, *out gets the finished op,
+ * which the caller frees with dl_zk_op_unref; else the op is dropped here. */
+int dl_zk_req_wait(zk_op *op, int64_t deadline, zk_op **out) {
+    if (out) *out = NULL;
+    int rc = dl_zk_op_wait(op, deadline, NULL);
     if (rc == ZOK && out) *out = op;
     else dl_zk_op_unref(op);
     return rc;
+}
+
+/* Runs one request (as dl_zk_req_send) bounded by the command timeout.
+ * *out (may be NULL) gets the finished op, which the caller frees with
+ * dl_zk_op_unref. Returns the ZooKeeper code; no answer in time is
+ * ZK_NOANSWER. */
+int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
+                   const char *data, zk_op **out) {
+    if (out) *out = NULL;
+    zk_op *op = NULL;
+    int rc = dl_zk_req_send(s, what, path, flags, data, &op);
+    if (rc != ZOK) return rc;
+    return dl_zk_req_wait(op, dl_deadline(zc->cmd_timeout_ms), out);
 }
 
 int dl_zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,

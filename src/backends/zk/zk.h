@@ -15,9 +15,13 @@
  *   too.
  * - Requests: an uncontended acquire + release sends the recipe's minimum,
  *   a create, a get-children and a delete, whatever the kind (a re-entry
- *   sends nothing); plus a create that fails and the container's create when
- *   the name's container is gone (its first use, or the server deleted it
- *   after its last child went). Waiting adds a get with a watch on the
+ *   sends nothing). Once a handle has found its name's parent, its create's
+ *   get-children is sent right behind the create, without waiting for the
+ *   create's answer (a session's requests are applied in order: the listing
+ *   has our node), so a pair takes two round trips. Plus a create that fails
+ *   and the container's create when the name's container is gone (its first
+ *   use, or the server deleted it after its last child went), and then the
+ *   get-children sent along with the failed create. Waiting adds a get with a watch on the
  *   predecessor and a get-children per wake-up; a connection loss during the
  *   create adds the get-children that looks for our guid and an exists.
  * - An acquire creates an ephemeral sequential child. Kind is "write" for
@@ -33,7 +37,9 @@
  *   creating again, so one attempt never leaves a second node behind. A
  *   create that gets no answer within the command timeout is abandoned: a
  *   late success deletes the node it made, a late connection loss searches
- *   for it by guid after the reconnection (the "orphans" below).
+ *   for it by guid after the reconnection (the "orphans" below). Only our
+ *   queue nodes and leases are taken back so: a late create of a parent or
+ *   of a semaphore's node (shared, its outcome reported unknown) stays.
  * - Orphans: nodes of ours that nobody waits for any more (a given-up wait
  *   whose delete did not get through, a handle freed while its release
  *   failed) are deleted in the background, again after each reconnection,
@@ -69,6 +75,10 @@
  *   asynchronous API plus a deadline; a late answer is dropped).
  * - The C client's own log goes to a no-op callback (per handle); nothing is
  *   printed. libzookeeper_mt runs two threads per session (I/O, completions).
+ *   Its host list is resolved again at most every ZK_RESOLVE_DELAY_MS while
+ *   connected, and at every connection attempt (by default the C client
+ *   resolves it before each poll of its socket: a name lookup per request
+ *   sent or answered).
  * - Semaphores (dlock_semaphore_*): {chroot}/dlock/sems/{hex(name)} is a
  *   persistent node whose data is the total permits in decimal; "" while
  *   unset (an acquire made the node before any try_set / add). try_set
@@ -109,6 +119,8 @@
 #define DLOCK_BACKEND_ZK_H
 
 #include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <zookeeper/zookeeper.h>
@@ -116,6 +128,8 @@
 #include "kinds.h"
 
 #define ZK_GUID_BYTES 16
+/* how long a resolution of the host list stands while connected */
+#define ZK_RESOLVE_DELAY_MS 1000
 /* not a ZooKeeper code: our own deadline passed with the request unanswered */
 #define ZK_NOANSWER (-10000)
 
@@ -169,6 +183,7 @@ struct zk_lock {
     char *node;                /* our node's full path while we own it */
     int lost;                  /* guarded by sess->mu */
     zk_lock *next, *prev;      /* in sess->held, guarded by sess->mu */
+    int parent_seen;           /* a create of this handle found or made parent */
 };
 
 /* A lock or semaphore wait sleeps in poll(2) on its handle's cancel
@@ -185,15 +200,18 @@ typedef struct zk_waker {
 #define ZK_CANCEL_SLICE_MS 50
 
 /* One asynchronous request. Two references: the caller's, the completion's
- * (a caller that gives up at its deadline leaves the op to the completion). */
+ * (a caller that gives up at its deadline leaves the op to the completion).
+ * state goes once from ZK_OP_PENDING to ZK_OP_DONE (the completion
+ * delivered: rc and the results below are the caller's to read, and the
+ * completion posts sem) or to ZK_OP_ABANDONED (the caller gave up first:
+ * the completion cleans up after the request alone). */
 typedef struct zk_op {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int refs;
-    int done;
+    sem_t sem;                 /* posted once, at ZK_OP_DONE */
+    atomic_int refs;
+    atomic_int state;
     int rc;
-    int abandoned;
     zk_sess *s;                /* for cleaning up after an abandoned create */
+    int own;                   /* a create of our own queue node or leases */
     char *prefix;              /* create: the path asked for */
     char *path;                /* create: the node made */
     struct Stat st;
@@ -206,6 +224,8 @@ typedef struct zk_op {
     char **mpaths;
     int nm;
 } zk_op;
+
+enum { ZK_OP_PENDING, ZK_OP_DONE, ZK_OP_ABANDONED };
 
 enum { OP_CREATE, OP_DELETE, OP_EXISTS, OP_WATCH, OP_KIDS, OP_WATCH_KIDS, OP_GET, OP_SET };
 
@@ -273,13 +293,14 @@ int dl_zk_fence_current(dlock_client *c, const char *name, size_t len, uint64_t 
 /* queue.c */
 char *dl_zk_name_under(const char *root, const char *name, size_t len);
 char *dl_zk_name_parent(zk_client *zc, const char *name, size_t len);
+int dl_zk_queue_of(zk_op *op, zk_op **opout, zk_child **out, int *n, dl_err *err);
 int dl_zk_list_queue(zk_client *zc, zk_sess *s, const char *parent, zk_op **opout,
                      zk_child **out, int *n, dl_err *err);
 int dl_zk_ensure_parents(zk_client *zc, zk_sess *s, const char *parent, int last_flags,
                          dl_err *err);
 int dl_zk_create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
                       const char *guid, int64_t deadline, char **path, uint64_t *czxid,
-                      dl_err *err);
+                      zk_op **kids, dl_err *err);
 
 /* sem.c */
 void dl_zk_sems_lost_locked(zk_sess *s);
@@ -304,6 +325,9 @@ void dl_zk_c_void(int rc, const void *data);
 int dl_zk_op_wait(zk_op *op, int64_t deadline, int *late);
 int dl_zk_op_started(zk_op *op, int sent);
 void dl_zk_orphan_add(zk_sess *s, const char *path, const char *prefix);
+int dl_zk_req_send(zk_sess *s, int what, const char *path, int flags, const char *data,
+                   zk_op **op);
+int dl_zk_req_wait(zk_op *op, int64_t deadline, zk_op **out);
 int dl_zk_req_data(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
                    const char *data, zk_op **out);
 int dl_zk_req(zk_client *zc, zk_sess *s, int what, const char *path, int flags,
