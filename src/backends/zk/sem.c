@@ -25,12 +25,6 @@
 
 
 
-/* The session expired: every semaphore handle holding leases on it lost
- * them (the server deleted them); under s->mu. */
-void dl_zk_sems_lost_locked(zk_sess *s) {
-    for (zk_sem *zs = s->held_sems; zs; zs = zs->next)
-        dl_semaphore_lost(zs->o, DLOCK_LOST_UNREACHABLE);
-}
 
 /* zs now holds leases on its session zs->sess: listed there (a session
  * that expired meanwhile has told its handles already: release says

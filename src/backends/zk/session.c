@@ -18,6 +18,21 @@
 
 /* ---- helpers ---- */
 
+/* The session expired: every lock and semaphore handle holding on it lost
+ * its holds (the server deleted its nodes); under s->mu (the session
+ * watcher, on expiry). */
+static void mark_lost_locked(zk_sess *s) {
+    for (zk_lock *zl = s->held; zl; zl = zl->next) {
+        zl->lost = 1;
+        dlock_lock *l = zl->l;
+        atomic_store(&l->lease.lost, 1);
+        if (l->lost_fn) l->lost_fn(l, DLOCK_LOST_UNREACHABLE, l->lost_ud);
+    }
+    for (zk_sem *zs = s->held_sems; zs; zs = zs->next)
+        dl_semaphore_lost(zs->o, DLOCK_LOST_UNREACHABLE);
+}
+
+
 static void no_log(const char *msg) { (void)msg; }
 
 /* The request may or may not have been applied: the connection went (the C
@@ -105,7 +120,7 @@ static void sess_watcher(zhandle_t *zh, int type, int state, const char *path, v
             s->connected = 0;
             if (!s->dead) {
                 s->dead = 1;
-                dl_zk_mark_lost_locked(s);
+                mark_lost_locked(s);
             }
         } else {
             s->connected = 0;

@@ -273,15 +273,16 @@ typedef struct zk_lease {
 
 #define ZK_SEM_RECHECK_MS 2000
 
-/* lock.c */
-int dl_zk_lock_init(dlock_lock *l, dl_err *err);
-void dl_zk_mark_lost_locked(zk_sess *s);
-void dl_zk_lock_destroy(dlock_lock *l);
+/* wait.c */
 int dl_zk_sess_dead(zk_sess *s);
 void dl_zk_give_up_node(zk_client *zc, zk_sess *s, const char *path);
 int dl_zk_wait_event(zk_sess *s, uint64_t ev0, int64_t deadline, dl_cancel *cx);
 int dl_zk_watch_ahead(zk_client *zc, zk_sess *s, const char *path, int64_t deadline,
                       const char *what, zk_op **op, dl_err *err);
+
+/* lock.c */
+int dl_zk_lock_init(dlock_lock *l, dl_err *err);
+void dl_zk_lock_destroy(dlock_lock *l);
 int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
 int dl_zk_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_zk_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
@@ -303,7 +304,6 @@ int dl_zk_create_node(zk_client *zc, zk_sess *s, const char *parent, int write,
                       zk_op **kids, dl_err *err);
 
 /* sem.c */
-void dl_zk_sems_lost_locked(zk_sess *s);
 int dl_zk_sem_init(dl_object *o, dl_err *err);
 void dl_zk_sem_destroy(dl_object *o);
 int dl_zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err);
