@@ -279,14 +279,6 @@ void dl_topology_clear(dlock_client *c) {
 
 /* ---- the topology's answers: the one place that reads a client's mode ---- */
 
-int dl_topo_fanout(const dlock_client *c) { return c->mode == DL_MODE_REDLOCK; }
-
-size_t dl_topo_quorum(const dlock_client *c) { return dl_topo_fanout(c) ? c->quorum : 1; }
-
-int64_t dl_topo_margin(const dlock_client *c, int64_t lease_ms) {
-    return dl_topo_fanout(c) ? dl_redlock_drift_ms(lease_ms) : 0;
-}
-
 int64_t dl_topo_request_ms(const dlock_client *c, int64_t limit) {
     if (dl_topo_fanout(c) && limit > c->node_timeout_ms * 4) limit = c->node_timeout_ms * 4;
     return limit;

@@ -301,14 +301,19 @@ static inline int64_t dl_redlock_drift_ms(int64_t lease_ms) { return lease_ms / 
  * RedLock's independent masters, asked here rather than of the client's
  * mode: the files above never read the mode. */
 /* 1 when a lock's calls go to all of the client's masters at once and a
- * majority decides (RedLock: redlock.c runs them). */
-int dl_topo_fanout(const dlock_client *c);
+ * majority decides (RedLock: redlock.c runs them). Inline, as the two
+ * below: they are asked on every acquire and release. */
+static inline int dl_topo_fanout(const dlock_client *c) { return c->mode == DL_MODE_REDLOCK; }
 /* How many nodes must say yes (or no) for an answer to stand: RedLock's
  * majority, else 1. */
-size_t dl_topo_quorum(const dlock_client *c);
+static inline size_t dl_topo_quorum(const dlock_client *c) {
+    return dl_topo_fanout(c) ? c->quorum : 1;
+}
 /* What a hold's validity leaves out of its lease: RedLock's clock drift
  * (dl_redlock_drift_ms), else 0. */
-int64_t dl_topo_margin(const dlock_client *c, int64_t lease_ms);
+static inline int64_t dl_topo_margin(const dlock_client *c, int64_t lease_ms) {
+    return dl_topo_fanout(c) ? dl_redlock_drift_ms(lease_ms) : 0;
+}
 /* The longest one request to one node may take, at most limit: RedLock
  * bounds it by four node timeouts, so that a frozen node cannot use up the
  * others' time. */
