@@ -77,7 +77,7 @@ static int server_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
 /* How a lock's calls run: on the node that holds the name, or on every
  * RedLock master at once (redlock.c). */
 typedef struct lock_path {
-    int (*wait)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+    int (*wait)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err);
     int (*release)(dlock_lock *l, long long *res, dl_err *err);
     int (*extend)(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
     int (*check)(dlock_lock *l, int *held, int64_t *count, dl_err *err);
@@ -91,7 +91,7 @@ static const lock_path *path(const dlock_client *c) {
     return dl_topo_fanout(c) ? &fanout_path : &server_path;
 }
 
-static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                          dl_err *err) {
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
     return path(l->c)->wait(l, wait_ms, lease, t, err);

@@ -77,8 +77,8 @@ int dlock_client_new(const dlock_options *opts, dlock_client **out) {
     int rc = client_init(c, opts ? opts : &defaults, &err);
     if (rc) {
         /* keep the message on the handle; drop the connection state */
-        if (c->backend->close && c->bctx) c->backend->close(c);
-        c->bctx = NULL;
+        if (c->backend->close && c->backend_client) c->backend->close(c);
+        c->backend_client = NULL;
         dl_topology_clear(c);
         c->unusable = 1;
         return dl_client_fail(c, &err);
@@ -98,7 +98,7 @@ void dlock_client_free(dlock_client *c) {
     if (!c) return;
     dl_watchdog_free(c->wd);
     c->wd = NULL;
-    if (c->backend->close && c->bctx) c->backend->close(c);
+    if (c->backend->close && c->backend_client) c->backend->close(c);
     dl_topology_clear(c);
     pthread_mutex_destroy(&c->wd_mu);
     dl_owned_free(c);

@@ -105,7 +105,7 @@ void dl_watchdog_free(dl_watchdog *wd);
 /* ---- locks (lock.c, wait.c, lock_<kind>.c) ---- */
 
 /* Result of one acquire attempt. */
-typedef struct dl_try {
+typedef struct dl_outcome {
     int acquired;
     uint64_t fence;
     int64_t count;             /* hold count after acquiring (reentrant kinds) */
@@ -113,7 +113,7 @@ typedef struct dl_try {
                                 * (-1: no expiry known) */
     int unfenced;              /* failed with DL_FENCE_ERR: the script took the
                                 * lock, which the caller must give back */
-} dl_try;
+} dl_outcome;
 
 typedef struct dl_kind_ops dl_kind_ops;
 
@@ -128,7 +128,7 @@ struct dlock_lock {
     size_t fence_key_len;
     char *channel;             /* the channel a waiter subscribes to */
     size_t channel_len;
-    void *kdata;               /* the kind's own state (extra keys...) */
+    void *kind_state;          /* the kind's own state (extra keys...) */
     int listening;             /* the attempt under way is made while subscribed
                                 * to l->channel (wait.c sets it) */
 
@@ -151,7 +151,7 @@ struct dlock_lock {
     char who_lease[24];
     char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
-    void *bdata;               /* another backend's per-lock state */
+    void *backend_state;       /* another backend's per-lock state */
     dl_cancel cancel;          /* dlock_lock_cancel */
 };
 
@@ -216,20 +216,20 @@ struct dl_kind_ops {
      * release publishes on it once the waiter stopped waiting): its
      * subscription may linger after an acquire (dl_node_put_linger) */
     int own_channel;
-    /* sets up l->channel (and l->kdata) when the handle is created */
+    /* sets up l->channel (and l->kind_state) when the handle is created */
     int (*init)(dlock_lock *l, dl_err *err);
     void (*destroy)(dlock_lock *l);
     /* writes the owner of a new hold into l->token (may update l->channel) */
     int (*owner)(dlock_lock *l, dl_err *err);
     /* one attempt; wait_ms is the caller's remaining wait (0 try once,
      * -1 forever) for kinds that queue */
-    int (*attempt)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+    int (*attempt)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                    dl_err *err);
     /* a message on l->channel: returns 0 to try again now, -1 to try again
      * in t->pttl ms (or when the next message comes). A message never hands
      * the lock over by itself: the attempt that follows takes it (and, being
      * a write on the waiter's own connection, lets WAIT cover it) */
-    int (*message)(dlock_lock *l, const redisReply *msg, dl_try *t);
+    int (*message)(dlock_lock *l, const redisReply *msg, dl_outcome *t);
     /* stops waiting (leave a queue); best effort, may be NULL */
     void (*abandon)(dlock_lock *l, dl_conn *conn);
     /* releases one hold: *res 1 released fully, 0 still held, -1 not ours */
@@ -278,7 +278,7 @@ int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks,
                         const size_t *locklens, const char *const *owners,
                         const size_t *ownerlens, size_t n, int64_t lease_ms, dl_err *err);
 
-int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                     dl_err *err);
 int dl_call_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err);
 int dl_call_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res, dl_err *err);
@@ -286,7 +286,7 @@ int dl_call_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *re
 long long dl_call_release_result(const dl_call *call, long long v);
 
 /* RedLock versions of the generic lock steps (redlock.c). */
-int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err);
 int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
 int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
@@ -298,9 +298,9 @@ extern const dl_kind_ops dl_read_ops;
 extern const dl_kind_ops dl_write_ops;
 
 /* Tries, and waits through pub/sub until acquired or deadline. */
-int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err);
 /* Parses {1, fence[, count]} | {0, pttl} answers of acquire scripts. */
-int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
+int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_outcome *t,
                      dl_err *err);
 
 #endif

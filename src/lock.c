@@ -197,7 +197,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         if (rc) return lock_fail(l, &err);
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
-    dl_try t;
+    dl_outcome t;
     memset(&t, 0, sizeof t);
     int rc = l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err);
     if (rc == DLOCK_ESERVER && strstr(err.msg, "WRONGTYPE")) {

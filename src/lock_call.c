@@ -5,7 +5,7 @@
 
 #include "kinds.h"
 
-int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_try *t,
+int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms, dl_outcome *t,
                      dl_err *err) {
     long long a = 0, b = 0, n = 0;
     memset(t, 0, sizeof *t);
@@ -28,7 +28,7 @@ int dl_parse_attempt(dlock_lock *l, redisReply *r, int64_t t0, int64_t lease_ms,
     return DLOCK_OK;
 }
 
-int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                     dl_err *err) {
     (void)wait_ms;
     dl_call call;

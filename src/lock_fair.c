@@ -335,20 +335,20 @@ typedef struct fair_data {
 } fair_data;
 
 static void fair_destroy(dlock_lock *l) {
-    fair_data *d = l->kdata;
+    fair_data *d = l->kind_state;
     if (!d) return;
     free(d->queue);
     free(d->timeouts);
     free(d->leases);
     free(d->chan);
     free(d);
-    l->kdata = NULL;
+    l->kind_state = NULL;
 }
 
 static int fair_init(dlock_lock *l, dl_err *err) {
     fair_data *d = calloc(1, sizeof *d);
     if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->kdata = d;
+    l->kind_state = d;
     d->queue = dl_derive_key("redisson_lock_queue:", l->name, l->name_len, "", &d->queue_len);
     d->timeouts =
         dl_derive_key("redisson_lock_timeout:", l->name, l->name_len, "", &d->timeouts_len);
@@ -364,7 +364,7 @@ static int fair_init(dlock_lock *l, dl_err *err) {
 
 /* The owner "<uuid>:<tid>" and its channel "redisson_lock__channel:{name}:<owner>". */
 static int fair_owner(dlock_lock *l, dl_err *err) {
-    fair_data *d = l->kdata;
+    fair_data *d = l->kind_state;
     int rc = dl_owner_thread(l, err);
     if (rc) return rc;
     size_t len = d->chan_len + 1 + l->token_len;
@@ -382,8 +382,8 @@ static int fair_owner(dlock_lock *l, dl_err *err) {
 }
 
 static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                        dl_try *t, dl_err *err) {
-    fair_data *d = l->kdata;
+                        dl_outcome *t, dl_err *err) {
+    fair_data *d = l->kind_state;
     char lease[24], life[24], ka[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
     int64_t w = (int64_t)atomic_load(&l->c->fair_wait_ms);
@@ -420,7 +420,7 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
  * waiter ahead was just granted the lock; come back in <ms> (when an untaken
  * grant has run out) rather than at once. Anything else (Redisson's "0"):
  * try again now. */
-static int fair_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
+static int fair_message(dlock_lock *l, const redisReply *msg, dl_outcome *t) {
     (void)l;
     static const char pfx[] = "next:";
     const size_t plen = sizeof pfx - 1;
@@ -440,7 +440,7 @@ static int fair_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
 static int run_script(dlock_lock *l, dl_conn *conn, int opts, dl_script *s, int nargs,
                       const char **args, const size_t *arglens, const char *what, long long *res,
                       dl_err *err) {
-    fair_data *d = l->kdata;
+    fair_data *d = l->kind_state;
     const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
@@ -453,7 +453,7 @@ static int run_script(dlock_lock *l, dl_conn *conn, int opts, dl_script *s, int 
 }
 
 static void fair_abandon(dlock_lock *l, dl_conn *conn) {
-    fair_data *d = l->kdata;
+    fair_data *d = l->kind_state;
     const char *args[2] = {d->chan, l->token};
     size_t arglens[2] = {d->chan_len, l->token_len};
     long long res = 0;
@@ -463,14 +463,14 @@ static void fair_abandon(dlock_lock *l, dl_conn *conn) {
 }
 
 static int fair_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    fair_data *d = l->kdata;
+    fair_data *d = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
     char expect[24];
     const char *args[4] = {d->chan, lease, l->token, expect};
     size_t arglens[4] = {d->chan_len, ll, l->token_len, dl_owner_expect(l, expect)};
     /* the grant reaches the next owner before our reply reaches us */
-    return run_script(l, conn, DL_EVAL_TELL_FIRST, &release_script, 4, args, arglens, "release",
+    return run_script(l, conn, DL_EVAL_PING_FIRST, &release_script, 4, args, arglens, "release",
                       res, err);
 }
 

@@ -95,18 +95,18 @@ typedef struct plain_data {
 } plain_data;
 
 static void plain_destroy(dlock_lock *l) {
-    plain_data *d = l->kdata;
+    plain_data *d = l->kind_state;
     if (!d) return;
     free(d->waiters);
     free(d->prefix);
     free(d);
-    l->kdata = NULL;
+    l->kind_state = NULL;
 }
 
 static int plain_init(dlock_lock *l, dl_err *err) {
     plain_data *d = calloc(1, sizeof *d);
     if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->kdata = d;
+    l->kind_state = d;
     d->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, l->name, l->name_len, "", &d->waiters_len);
     d->prefix = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, ":", &d->prefix_len);
     /* until a hold has a token: the waiter channel is set by plain_owner */
@@ -117,7 +117,7 @@ static int plain_init(dlock_lock *l, dl_err *err) {
 
 /* A new random token, and the waiter channel named after it. */
 static int plain_owner(dlock_lock *l, dl_err *err) {
-    plain_data *d = l->kdata;
+    plain_data *d = l->kind_state;
     int rc = dl_random_hex(l->token, DLOCK_TOKEN_LEN / 2, err);
     if (rc) return rc;
     l->token_len = DLOCK_TOKEN_LEN;
@@ -134,7 +134,7 @@ static int plain_owner(dlock_lock *l, dl_err *err) {
 }
 
 static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
-    plain_data *d = l->kdata;
+    plain_data *d = l->kind_state;
     memset(call, 0, sizeof *call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     call->keys[0] = l->name, call->keylens[0] = l->name_len;
@@ -180,8 +180,8 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
 
 /* One attempt: a waiting caller (wait_ms != 0) registers as a waiter. */
 static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                         dl_try *t, dl_err *err) {
-    plain_data *d = l->kdata;
+                         dl_outcome *t, dl_err *err) {
+    plain_data *d = l->kind_state;
     d->waiting = wait_ms != 0;
     int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
     /* a failed waiting attempt registered it (and one that failed in transit
@@ -194,13 +194,13 @@ static int plain_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
 
 /* A wake-up: the release that sent it popped this waiter from the registry
  * (an attempt since may have registered it again: d->registered stays). */
-static int plain_message(dlock_lock *l, const redisReply *msg, dl_try *t) {
+static int plain_message(dlock_lock *l, const redisReply *msg, dl_outcome *t) {
     (void)l, (void)msg, (void)t;
     return 0;
 }
 
 static void plain_abandon(dlock_lock *l, dl_conn *conn) {
-    plain_data *d = l->kdata;
+    plain_data *d = l->kind_state;
     const char *keys[2] = {l->name, d->waiters};
     size_t keylens[2] = {l->name_len, d->waiters_len};
     const char *args[2] = {l->token, d->prefix};

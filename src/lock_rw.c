@@ -230,7 +230,7 @@ static dl_script write_renew_script = DL_SCRIPT("rw_write_renew",
     "  else res[i] = 0 end end "
     "return res");
 
-/* The kind's own keys (l->kdata). */
+/* The kind's own keys (l->kind_state). */
 typedef struct rw_keys {
     char *brace;          /* "{N}" (N itself when it has a '{') */
     size_t brace_len;
@@ -239,18 +239,18 @@ typedef struct rw_keys {
 } rw_keys;
 
 static void rw_destroy(dlock_lock *l) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     if (!k) return;
     free(k->brace);
     free(k->waiters);
     free(k);
-    l->kdata = NULL;
+    l->kind_state = NULL;
 }
 
 static int rw_init(dlock_lock *l, dl_err *err) {
     rw_keys *k = calloc(1, sizeof *k);
     if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->kdata = k;
+    l->kind_state = k;
     k->brace = dl_derive_key("", l->name, l->name_len, "", &k->brace_len);
     k->waiters = dl_derive_key("", l->name, l->name_len, ":write_waiters", &k->waiters_len);
     l->channel = dl_derive_key("redisson_rwlock:", l->name, l->name_len, "", &l->channel_len);
@@ -290,7 +290,7 @@ static int write_owner(dlock_lock *l, dl_err *err) {
 /* Runs an acquire script and parses its {1, fence, n} | {0, pttl} answer. */
 static int run_attempt(dlock_lock *l, dl_conn *conn, dl_script *s, int nkeys, const char **keys,
                        const size_t *keylens, int nargs, const char **args,
-                       const size_t *arglens, int64_t lease_ms, dl_try *t, dl_err *err) {
+                       const size_t *arglens, int64_t lease_ms, dl_outcome *t, dl_err *err) {
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;
     int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, nkeys, keys, keylens, nargs, args, arglens,
@@ -302,9 +302,9 @@ static int run_attempt(dlock_lock *l, dl_conn *conn, dl_script *s, int nkeys, co
 }
 
 static int read_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                        dl_try *t, dl_err *err) {
+                        dl_outcome *t, dl_err *err) {
     (void)wait_ms;
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     size_t plen = 0;
     char *prefix = timeout_prefix(l, &plen, err);
     if (!prefix) return DLOCK_ENOMEM;
@@ -321,8 +321,8 @@ static int read_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
 }
 
 static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                         dl_try *t, dl_err *err) {
-    rw_keys *k = l->kdata;
+                         dl_outcome *t, dl_err *err) {
+    rw_keys *k = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
     /* try-once never queues (nothing would take it out of the queue again) */
@@ -336,7 +336,7 @@ static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
 }
 
 static void write_abandon(dlock_lock *l, dl_conn *conn) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     const char *keys[3] = {k->waiters, l->name, l->channel};
     size_t keylens[3] = {k->waiters_len, l->name_len, l->channel_len};
     const char *args[1] = {l->token};
@@ -361,7 +361,7 @@ static int run_int(dlock_lock *l, dl_conn *conn, dl_script *s, const char *what,
 }
 
 static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     size_t plen = 0;
     char *prefix = timeout_prefix(l, &plen, err);
     if (!prefix) return DLOCK_ENOMEM;
@@ -377,7 +377,7 @@ static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *er
 }
 
 static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
     const char *keys[3] = {l->name, l->channel, k->brace};
@@ -391,7 +391,7 @@ static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *e
 
 static int read_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
                        dl_err *err) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     size_t plen = 0;
     char *prefix = timeout_prefix(l, &plen, err);
     if (!prefix) return DLOCK_ENOMEM;
@@ -409,7 +409,7 @@ static int read_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long
 
 static int write_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
                         dl_err *err) {
-    rw_keys *k = l->kdata;
+    rw_keys *k = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
     const char *keys[2] = {l->name, k->brace};

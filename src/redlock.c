@@ -175,7 +175,7 @@ static int fence_from_node(dlock_lock *l, uint64_t *fence, int64_t deadline, dl_
 }
 
 /* One RedLock attempt. *answered: nodes that answered. */
-static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered, dl_err *err) {
+static int attempt(dlock_lock *l, int64_t lease_ms, dl_outcome *t, size_t *answered, dl_err *err) {
     dlock_client *c = l->c;
     redisReply *replies[DL_MAX_NODES];
     dl_conn *conns[DL_MAX_NODES];
@@ -194,7 +194,7 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
         what[i] = unanswered[i] ? UNDO_CHASE : UNDO_NONE;
         undo += unanswered[i];
         if (!replies[i]) continue;
-        dl_try one;
+        dl_outcome one;
         dl_err e = {0};
         int rc = dl_parse_attempt(l, replies[i], t0, lease_ms, &one, &e);
         if (rc) {
@@ -261,17 +261,17 @@ static int attempt(dlock_lock *l, int64_t lease_ms, dl_try *t, size_t *answered,
     return DLOCK_OK;
 }
 
-static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                         dl_err *err);
 
-int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err) {
     if (wait_ms != 0) dl_cancel_begin(&l->cancel);
     int rc = redlock_wait(l, wait_ms, lease_ms, t, err);
     dl_cancel_end(&l->cancel);
     return rc;
 }
 
-static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                         dl_err *err) {
     dlock_client *c = l->c;
     char nm[80];

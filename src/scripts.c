@@ -243,7 +243,7 @@ static int eval_redirected(void *ctx, dl_conn *conn, int asking, redisReply **ou
 int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const char **keys, const size_t *keylens, int nargs, const char **args,
                 const size_t *arglens, redisReply **out, dl_err *err) {
-    eval_ctx x = {.first = c, .post = c->post, .pre = opts & DL_EVAL_TELL_FIRST ? "PING" : NULL,
+    eval_ctx x = {.first = c, .post = c->post, .pre = opts & DL_EVAL_PING_FIRST ? "PING" : NULL,
                   .deadline = deadline, .s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
                   .args = args, .keylens = keylens, .arglens = arglens};
     c->redirect_acks = -1;

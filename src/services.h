@@ -122,7 +122,7 @@ struct dl_script {
  * before the waiter's. With the PING's reply queued first, the message
  * goes first. (ASKING, sent before a script on an ASK redirect, does the
  * same.) */
-#define DL_EVAL_TELL_FIRST 1
+#define DL_EVAL_PING_FIRST 1
 int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
                 const char **keys, const size_t *keylens, int nargs, const char **args,
                 const size_t *arglens, redisReply **out, dl_err *err);
@@ -260,7 +260,7 @@ struct dl_object {
     char *channel;             /* the channel its waiters subscribe to */
     size_t channel_len;
     char errmsg[DL_ERRMSG_MAX];
-    void *bdata;               /* a backend's per-handle state (sem_init) */
+    void *backend_state;       /* a backend's per-handle state (sem_init) */
     dl_cancel cancel;          /* dlock_semaphore_cancel and its siblings */
     dlock_semaphore_lost_fn lost_fn; /* dlock_semaphore_on_lost (semaphores) */
     void *lost_ud;

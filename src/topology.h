@@ -79,7 +79,7 @@ struct dlock_client {
     dl_watchdog *wd;
 
     const dl_backend *backend; /* NULL: Redis (everything above); else the backend */
-    void *bctx;                /* the backend's client state */
+    void *backend_client;      /* the backend's client state */
 };
 
 /* ---- Sentinel (sentinel.c) ---- */
@@ -212,7 +212,7 @@ int dl_check_cluster_latch(const dlock_client *c, const char *name, size_t len,
  * public calls go through its table; what a backend leaves NULL (or out of
  * its kinds and caps) answers DLOCK_ENOTSUP, "not supported by the <name>
  * backend". */
-typedef struct dl_try dl_try;
+typedef struct dl_outcome dl_outcome;
 /* What a backend has beyond the calls of its table. */
 enum {
     DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
@@ -232,11 +232,11 @@ struct dl_backend {
     const char *const *schemes;        /* URL prefixes it serves, NULL-terminated */
     unsigned kinds;                    /* bit 1 << kind for each lock kind it has */
     unsigned caps;                     /* DL_CAP_* */
-    /* client: open sets c->bctx; close frees it */
+    /* client: open sets c->backend_client; close frees it */
     int (*open)(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
     void (*close)(dlock_client *c);
     int (*ping)(dlock_client *c, int64_t *rtt_us, dl_err *err);
-    /* a lock handle: l->bdata is the backend's (its own connection, say) */
+    /* a lock handle: l->backend_state is the backend's (its own connection, say) */
     int (*lock_init)(dlock_lock *l, dl_err *err);
     void (*lock_destroy)(dlock_lock *l);
     /* wait_ms as dlock_acquire; lease_ms > 0 or DLOCK_WATCHDOG (held while
@@ -244,7 +244,7 @@ struct dl_backend {
      * l->expires_at set (INT64_MAX for a session-held lock). Not acquired:
      * DLOCK_EBUSY (try once) or DLOCK_ETIMEDOUT, with a message. Reentry of
      * a handle that holds: called again, t->count the new hold count. */
-    int (*acquire)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+    int (*acquire)(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err);
     /* one hold: *res 1 released fully, 0 still held, -1 was not held (lost) */
     int (*release)(dlock_lock *l, long long *res, dl_err *err);
     int (*extend)(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);
@@ -269,7 +269,7 @@ struct dl_backend {
                          dl_err *err);
     /* the semaphore (dlock_semaphore_*), when the backend has one (NULL
      * sem_acquire: DLOCK_ENOTSUP). o is the handle's common part; sem_init
-     * (may be NULL) sets o->bdata, sem_destroy frees it. Arguments are
+     * (may be NULL) sets o->backend_state, sem_destroy frees it. Arguments are
      * checked by semaphore.c before: permits >= 1 (acquire, release),
      * wait_ms >= 0 or DLOCK_WAIT_FOREVER, permits >= 0 (try_set), result
      * pointers not NULL. Not acquired: DLOCK_EBUSY (wait_ms 0) or

@@ -30,7 +30,7 @@
  * or until the wait is cancelled (dlock_lock_cancel).
  * Returns DLOCK_OK (*granted -1: try again in t->pttl ms, not now; 0: now),
  * DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or a failure. */
-static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_try *t, int *granted,
+static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_outcome *t, int *granted,
                         dl_err *err) {
     *granted = 0;
     redisReply *m = NULL;
@@ -90,7 +90,7 @@ static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
 
 /* One attempt; the holder identity goes in the same write when the client
  * records it (holder.c). */
-static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_try *t,
+static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                    dl_err *err) {
     conn->post = dl_who_post(l, l->holds > 0 ? 'r' : 'a', lease_ms);
     int rc = l->ops->attempt(l, conn, lease_ms, wait_ms, t, err);
@@ -107,7 +107,7 @@ static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_
 /* One wait for the lock until deadline (wait_ms 0: one attempt), on fresh
  * connections: attempt, subscribe, attempt again at each wake-up. */
 static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t lease_ms,
-                     dl_try *t, dl_err *err) {
+                     dl_outcome *t, dl_err *err) {
     dlock_client *c = l->c;
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
@@ -230,7 +230,7 @@ static int settle_lost_attempt(dlock_lock *l) {
     return rc == DLOCK_OK;
 }
 
-int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err) {
     dlock_client *c = l->c;
     int64_t deadline = dl_deadline(wait_ms);
     int64_t pause = DL_OUTAGE_PAUSE_MIN_MS;

@@ -534,6 +534,13 @@ static void work_and_write(redisContext *rc, const wctx *x, uint64_t *s, dlock_l
     fl_res_write(rc, key, x->id, tok, 1, tag);
 }
 
+/* How much earlier than its logged deadline (the monotonic ms before its SET
+ * was sent, plus the lease) the server may end a foreign hold: Redis expires
+ * a key on its own wall clock, a millisecond at a time, and the two clocks'
+ * ticks need not line up. The overlap check allows it for foreign holds
+ * only (dlock's validity keeps a margin of its own). */
+#define FOREIGN_SLACK_MS 2
+
 static void foreign_worker(const wctx *x, redisContext *rc, uint64_t *s)
 {
     const wspec *w = &x->p->w[x->slot];
@@ -1716,7 +1723,11 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                 if (x->n != y->n || !(x->b < y->e && y->b < x->e) || !conflict(p, x, y))
                     continue;
                 if (x->w == y->w) continue; /* one handle set: impossible, not a conflict */
-                if ((x->deadline >= 0 && x->deadline < y->bt) ||
+                /* a foreign hold's deadline is its send time plus the lease,
+                 * with no margin: the server, on its own millisecond clock,
+                 * may end it FOREIGN_SLACK_MS before the deadline's tick */
+                int64_t slack = x->role == R_FOREIGN ? FOREIGN_SLACK_MS : 0;
+                if ((x->deadline >= 0 && x->deadline - slack < y->bt) ||
                     forgot_between(nf, p->topo, x->b, y->b)) {
                     st->exempt++;
                     if (verbose)

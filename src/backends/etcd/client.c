@@ -17,7 +17,7 @@ static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 /* ---- client ---- */
 
 static void etcd_close(dlock_client *c) {
-    etcd_client *ec = c->bctx;
+    etcd_client *ec = c->backend_client;
     if (!ec) return;
     pthread_mutex_lock(&ec->ka_mu);
     ec->ka_stop = 1;
@@ -48,7 +48,7 @@ static void etcd_close(dlock_client *c) {
     pthread_mutex_destroy(&ec->sess_mu);
     pthread_cond_destroy(&ec->cw_cv);
     free(ec);
-    c->bctx = NULL;
+    c->backend_client = NULL;
 }
 
 /* A copy of s (NULL stays NULL); 0 when out of memory. */
@@ -72,7 +72,7 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     pthread_condattr_destroy(&ca);
     atomic_init(&ec->cur, 0);
     dl_etcd_ka_init(ec);
-    c->bctx = ec;
+    c->backend_client = ec;
     ec->connect_ms = c->connect_timeout_ms;
     ec->cmd_ms = c->command_timeout_ms;
     ec->wd_ttl_s = dl_etcd_lease_secs(c->watchdog_lease_ms);
@@ -158,7 +158,7 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
 static int etcd_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
     int64_t t0 = dl_now_us();
     cJSON *r = NULL;
-    int rc = dl_etcd_client_rpc(c->bctx, "/version", NULL, &r, NULL, err);
+    int rc = dl_etcd_client_rpc(c->backend_client, "/version", NULL, &r, NULL, err);
     cJSON_Delete(r);
     if (!rc && rtt_us) *rtt_us = dl_now_us() - t0;
     return rc;

@@ -279,7 +279,7 @@ int dl_etcd_lock_init(dlock_lock *l, dl_err *err);
 void dl_etcd_lock_destroy(dlock_lock *l);
 int dl_etcd_put_and_own(etcd_client *ec, etcd_lock *el, long long id, int *owner, int *nolease,
                         dl_err *err);
-int dl_etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+int dl_etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                     dl_err *err);
 int dl_etcd_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);

@@ -16,7 +16,7 @@
 
 int dl_etcd_inspect(dlock_client *c, const char *name, size_t len, dlock_info *info,
                     dl_err *err) {
-    etcd_client *ec = c->bctx;
+    etcd_client *ec = c->backend_client;
     size_t plen = 0, wlen = 0, rlen = 0;
     char *prefix = dl_etcd_name_prefix(name, len, NULL, &plen);
     char *wprefix = dl_etcd_name_prefix(name, len, "w/", &wlen);
@@ -111,7 +111,7 @@ int dl_etcd_fence_current(dlock_client *c, const char *name, size_t len, uint64_
 
 int dl_etcd_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
                         dl_err *err) {
-    etcd_client *ec = c->bctx;
+    etcd_client *ec = c->backend_client;
     if (!strcmp(what, "session")) {
         snprintf(buf, buflen,
                  "the client's etcd session lease (DLOCK_WATCHDOG, shared by its holds): "

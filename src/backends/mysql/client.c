@@ -27,7 +27,7 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
     pthread_cond_init(&mc->rdone, &ca);
     pthread_condattr_destroy(&ca);
     dl_my_renewer_init(mc);
-    c->bctx = mc;
+    c->backend_client = mc;
     int rc = dl_my_parse_url(url, &mc->u, err);
     if (rc) return rc;
     if (o->username && o->username[0]) {
@@ -78,7 +78,7 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
 }
 
 static void my_close(dlock_client *c) {
-    my_client *mc = c->bctx;
+    my_client *mc = c->backend_client;
     if (!mc) return;
     dl_renewer_stop(&mc->renewer);
     dl_my_close_db(&mc->rdb);
@@ -88,7 +88,7 @@ static void my_close(dlock_client *c) {
     pthread_mutex_destroy(&mc->rmu);
     pthread_mutex_destroy(&mc->mu);
     free(mc);
-    c->bctx = NULL;
+    c->backend_client = NULL;
 }
 
 
@@ -103,7 +103,7 @@ static int my_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 
 static int my_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
                           dl_err *err) {
-    my_client *mc = c->bctx;
+    my_client *mc = c->backend_client;
     const char *sql = NULL;
     if (!strcmp(what, "session")) {
         if (mc->u.mode == MY_MODE_TABLE)

@@ -288,7 +288,7 @@ int dl_my_cdb_exec(my_client *mc, const char *sql, int64_t until, long long *aff
  * it was lost; the queries are idempotent, so a lost one is retried once). */
 int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnull,
                        dl_err *err) {
-    my_client *mc = c->bctx;
+    my_client *mc = c->backend_client;
     pthread_mutex_lock(&mc->mu);
     int rc = DLOCK_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -304,7 +304,7 @@ int dl_my_client_query(dlock_client *c, const char *sql, long long *v, int *isnu
 
 /* Like dl_my_client_query, for a row of strings. */
 int dl_my_client_row(dlock_client *c, const char *sql, my_row *row, dl_err *err) {
-    my_client *mc = c->bctx;
+    my_client *mc = c->backend_client;
     pthread_mutex_lock(&mc->mu);
     int rc = DLOCK_OK;
     for (int attempt = 0; attempt < 2; attempt++) {

@@ -19,26 +19,26 @@
 int dl_my_lock_init(dlock_lock *l, dl_err *err) {
     my_lock *ml = calloc(1, sizeof *ml);
     if (!ml) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->bdata = ml;
+    l->backend_state = ml;
     ml->l = l;
     dl_my_make_key(l->name, l->name_len, ml->hex);
-    my_client *mc = l->c->bctx;
+    my_client *mc = l->c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return DLOCK_OK; /* uses the client's connection */
     return dl_my_connect(mc, &ml->db, err);
 }
 
 void dl_my_lock_destroy(dlock_lock *l) {
-    my_lock *ml = l->bdata;
+    my_lock *ml = l->backend_state;
     if (!ml) return;
-    dl_my_renew_off(l->c->bctx, ml);
+    dl_my_renew_off(l->c->backend_client, ml);
     dl_my_close_db(&ml->db); /* ends the session: frees whatever it still held */
     free(ml);
-    l->bdata = NULL;
+    l->backend_state = NULL;
 }
 
 /* The session is gone (or given up): so is every lock it held. */
 static void lock_conn_lost(dlock_lock *l) {
-    my_lock *ml = l->bdata;
+    my_lock *ml = l->backend_state;
     dl_my_close_db(&ml->db);
     if (l->holds > 0) {
         l->expires_at = 0; /* a later acquire starts afresh */
@@ -49,8 +49,8 @@ static void lock_conn_lost(dlock_lock *l) {
 /* Gives back one hold of l's GET_LOCK on its connection, best effort (the
  * connection is dropped if it broke). */
 static void give_back(dlock_lock *l) {
-    my_lock *ml = l->bdata;
-    my_client *mc = l->c->bctx;
+    my_lock *ml = l->backend_state;
+    my_client *mc = l->c->backend_client;
     char sql[64 + sizeof ml->hex];
     snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
     long long v;
@@ -60,10 +60,10 @@ static void give_back(dlock_lock *l) {
         lock_conn_lost(l);
 }
 
-int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                   dl_err *err) {
-    my_lock *ml = l->bdata;
-    my_client *mc = l->c->bctx;
+    my_lock *ml = l->backend_state;
+    my_client *mc = l->c->backend_client;
     char nb[80];
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_acquire(l, wait_ms, lease_ms, t, err);
     if (lease_ms != DLOCK_WATCHDOG)
@@ -153,8 +153,8 @@ fail:
 }
 
 int dl_my_release(dlock_lock *l, long long *res, dl_err *err) {
-    my_lock *ml = l->bdata;
-    my_client *mc = l->c->bctx;
+    my_lock *ml = l->backend_state;
+    my_client *mc = l->c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_release(l, res, err);
     *res = -1;
     if (!ml->db) return DLOCK_OK; /* the session, and the lock with it, is gone */
@@ -173,8 +173,8 @@ int dl_my_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_my_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    my_lock *ml = l->bdata;
-    my_client *mc = l->c->bctx;
+    my_lock *ml = l->backend_state;
+    my_client *mc = l->c->backend_client;
     char nb[80];
     *held = 0;
     *count = 0;
@@ -204,7 +204,8 @@ int dl_my_inspect(dlock_client *c, const char *name, size_t len, dlock_info *inf
     char hex[2 * MY_KEY_MAX + 1], sql[160 + 2 * sizeof hex];
     dl_my_make_key(name, len, hex);
     memset(info, 0, sizeof *info);
-    if (((my_client *)c->bctx)->u.mode == MY_MODE_TABLE) return dl_my_table_inspect(c, hex, info, err);
+    if (((my_client *)c->backend_client)->u.mode == MY_MODE_TABLE)
+        return dl_my_table_inspect(c, hex, info, err);
     snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK(x'%s')", hex);
     long long v, f;
     int isnull, fnull;
@@ -235,7 +236,7 @@ int dl_my_fence_current(dlock_client *c, const char *name, size_t len, uint64_t 
 }
 
 int dl_my_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    my_client *mc = l->c->bctx;
+    my_client *mc = l->c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_extend(l, lease_ms, res, err);
     return dl_seterr(err, DLOCK_ENOTSUP,
                      "extend is not supported by the mysql backend in GET_LOCK mode (its locks "
@@ -246,7 +247,7 @@ int dl_my_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
  * its next extend, renewal, check or release (DLOCK_ELOST). */
 int dl_my_force_unlock(dlock_client *c, const char *name, size_t len, int *existed,
                        dl_err *err) {
-    my_client *mc = c->bctx;
+    my_client *mc = c->backend_client;
     if (mc->u.mode != MY_MODE_TABLE)
         return dl_seterr(err, DLOCK_ENOTSUP,
                          "force_unlock is not supported by the mysql backend in GET_LOCK mode "

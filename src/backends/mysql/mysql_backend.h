@@ -229,7 +229,7 @@ int dl_my_kill_query(my_client *mc, unsigned long id, dl_err *err);
 /* lock.c */
 int dl_my_lock_init(dlock_lock *l, dl_err *err);
 void dl_my_lock_destroy(dlock_lock *l);
-int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                   dl_err *err);
 int dl_my_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_my_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
@@ -244,7 +244,7 @@ int dl_my_force_unlock(dlock_client *c, const char *name, size_t len, int *exist
 /* table.c */
 void dl_my_renewer_init(my_client *mc);
 void dl_my_renew_off(my_client *mc, my_lock *ml);
-int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t,
+int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                         dl_err *err);
 int dl_my_table_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_my_table_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err);

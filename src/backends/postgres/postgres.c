@@ -353,7 +353,7 @@ static char *own(pg_client *pc, const char *s) {
 }
 
 static void pg_close(dlock_client *c) {
-    pg_client *pc = c->bctx;
+    pg_client *pc = c->backend_client;
     if (!pc) return;
     close_conn(&pc->conn);
     pthread_mutex_destroy(&pc->mu);
@@ -366,7 +366,7 @@ static void pg_close(dlock_client *c) {
     free(pc->kw);
     free(pc->val);
     free(pc);
-    c->bctx = NULL;
+    c->backend_client = NULL;
 }
 
 /* The password part of a URI's userinfo ("user:password@"), as written. */
@@ -393,7 +393,7 @@ static int pg_open(dlock_client *c, const char *url, const dlock_options *o, dl_
     pg_client *pc = calloc(1, sizeof *pc);
     if (!pc) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&pc->mu, NULL);
-    c->bctx = pc;
+    c->backend_client = pc;
     pc->cmd_timeout_ms = c->command_timeout_ms;
     pc->scrub[0] = url_userinfo(url);
 
@@ -478,7 +478,7 @@ static int pg_open(dlock_client *c, const char *url, const dlock_options *o, dl_
 /* Runs a query on the client's own session, reconnecting once if it broke. */
 static int client_query(dlock_client *c, const char *sql, int nparams, const char *const *vals,
                         const int *lens, PGresult **out, dl_err *err) {
-    pg_client *pc = c->bctx;
+    pg_client *pc = c->backend_client;
     pthread_mutex_lock(&pc->mu);
     int rc = DLOCK_OK;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -512,17 +512,17 @@ static int pg_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 static int pg_lock_init(dlock_lock *l, dl_err *err) {
     pg_lock *pl = calloc(1, sizeof *pl);
     if (!pl) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->bdata = pl;
+    l->backend_state = pl;
     pl->key = name_key(l->name, l->name_len);
-    return pg_connect(l->c->bctx, &pl->conn, err);
+    return pg_connect(l->c->backend_client, &pl->conn, err);
 }
 
 static void pg_lock_destroy(dlock_lock *l) {
-    pg_lock *pl = l->bdata;
+    pg_lock *pl = l->backend_state;
     if (!pl) return;
     close_conn(&pl->conn); /* ends the session: whatever it held is released */
     free(pl);
-    l->bdata = NULL;
+    l->backend_state = NULL;
 }
 
 static const char *shared_sfx(const dlock_lock *l) {
@@ -531,8 +531,8 @@ static const char *shared_sfx(const dlock_lock *l) {
 
 /* The next fencing token of the name, on the handle's session. */
 static int next_fence(dlock_lock *l, uint64_t *fence, dl_err *err) {
-    pg_client *pc = l->c->bctx;
-    pg_lock *pl = l->bdata;
+    pg_client *pc = l->c->backend_client;
+    pg_lock *pl = l->backend_state;
     const char *vals[1] = {l->name};
     int lens[1] = {(int)l->name_len};
     PGresult *r = NULL;
@@ -557,8 +557,8 @@ static int next_fence(dlock_lock *l, uint64_t *fence, dl_err *err) {
 /* Gives back one hold of l's key on its session, best effort (the session
  * is closed if that fails). */
 static void give_back(dlock_lock *l) {
-    pg_client *pc = l->c->bctx;
-    pg_lock *pl = l->bdata;
+    pg_client *pc = l->c->backend_client;
+    pg_lock *pl = l->backend_state;
     if (!pl->conn) return;
     char sql[96], st[6];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l), pl->key);
@@ -570,13 +570,14 @@ static void give_back(dlock_lock *l) {
     if (rc) close_conn(&pl->conn);
 }
 
-static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
+                      dl_err *err) {
     if (lease_ms != DLOCK_WATCHDOG)
         return dl_seterr(err, DLOCK_ENOTSUP,
                          "leases (lease_ms > 0) are not supported by the postgres backend: its "
                          "locks are held while the session lives (pass DLOCK_WATCHDOG)");
-    pg_client *pc = l->c->bctx;
-    pg_lock *pl = l->bdata;
+    pg_client *pc = l->c->backend_client;
+    pg_lock *pl = l->backend_state;
     char nm[80];
     dl_name_msg(l->name, l->name_len, nm, sizeof nm);
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {
@@ -651,8 +652,8 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *
 }
 
 static int pg_release(dlock_lock *l, long long *res, dl_err *err) {
-    pg_client *pc = l->c->bctx;
-    pg_lock *pl = l->bdata;
+    pg_client *pc = l->c->backend_client;
+    pg_lock *pl = l->backend_state;
     (void)err;
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {
         close_conn(&pl->conn);
@@ -680,8 +681,8 @@ static int pg_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 static int pg_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    pg_client *pc = l->c->bctx;
-    pg_lock *pl = l->bdata;
+    pg_client *pc = l->c->backend_client;
+    pg_lock *pl = l->backend_state;
     *held = 0;
     *count = 0;
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {

@@ -19,7 +19,7 @@
 /* ---- client ---- */
 
 static void zk_close(dlock_client *c) {
-    zk_client *zc = c->bctx;
+    zk_client *zc = c->backend_client;
     if (!zc) return;
     dl_zk_sess_unref(zc->sess);
     pthread_mutex_destroy(&zc->mu);
@@ -27,7 +27,7 @@ static void zk_close(dlock_client *c) {
     free(zc->root);
     free(zc->sems);
     free(zc);
-    c->bctx = NULL;
+    c->backend_client = NULL;
 }
 
 /* Connects to each host of the list in turn (TCP only) until one accepts,
@@ -87,7 +87,7 @@ static int zk_open(dlock_client *c, const char *url, const dlock_options *o, dl_
     zk_client *zc = calloc(1, sizeof *zc);
     if (!zc) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&zc->mu, NULL);
-    c->bctx = zc;
+    c->backend_client = zc;
     zc->cmd_timeout_ms = c->command_timeout_ms;
     zc->connect_timeout_ms = c->connect_timeout_ms;
     int64_t sm = c->watchdog_lease_ms;
@@ -123,7 +123,7 @@ static int zk_open(dlock_client *c, const char *url, const dlock_options *o, dl_
 }
 
 static int zk_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
-    zk_client *zc = c->bctx;
+    zk_client *zc = c->backend_client;
     zk_sess *s = NULL;
     int rc = dl_zk_sess_get(zc, &s, err);
     if (rc) return rc;
@@ -193,7 +193,7 @@ static int srvr_version(zk_client *zc, zk_sess *s, char *buf, size_t buflen, dl_
 
 static int zk_server_fact(dlock_client *c, const char *what, char *buf, size_t buflen,
                           dl_err *err) {
-    zk_client *zc = c->bctx;
+    zk_client *zc = c->backend_client;
     if (!strcmp(what, "client_version")) {
         snprintf(buf, buflen, "%s", ZOO_VERSION);
         return DLOCK_OK;

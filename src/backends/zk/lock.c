@@ -21,9 +21,9 @@
 int dl_zk_lock_init(dlock_lock *l, dl_err *err) {
     zk_lock *zl = calloc(1, sizeof *zl);
     if (!zl) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->bdata = zl;
+    l->backend_state = zl;
     zl->l = l;
-    zl->parent = dl_zk_name_parent(l->c->bctx, l->name, l->name_len);
+    zl->parent = dl_zk_name_parent(l->c->backend_client, l->name, l->name_len);
     if (!zl->parent) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
@@ -59,12 +59,12 @@ static void drop_node(zk_lock *zl, int del) {
 }
 
 void dl_zk_lock_destroy(dlock_lock *l) {
-    zk_lock *zl = l->bdata;
+    zk_lock *zl = l->backend_state;
     if (!zl) return;
     drop_node(zl, 1);
     free(zl->parent);
     free(zl);
-    l->bdata = NULL;
+    l->backend_state = NULL;
 }
 
 
@@ -79,13 +79,13 @@ static int is_lost(zk_lock *zl) {
 
 
 
-int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err) {
+int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err) {
     if (lease_ms != DLOCK_WATCHDOG)
         return dl_seterr(err, DLOCK_ENOTSUP,
                          "leases (lease_ms > 0) are not supported by the zookeeper backend: its "
                          "locks are held while the session lives (pass DLOCK_WATCHDOG)");
-    zk_client *zc = l->c->bctx;
-    zk_lock *zl = l->bdata;
+    zk_client *zc = l->c->backend_client;
+    zk_lock *zl = l->backend_state;
     char nm[80];
     dl_name_msg(l->name, l->name_len, nm, sizeof nm);
     if (l->holds > 0) {
@@ -209,8 +209,8 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, d
 }
 
 int dl_zk_release(dlock_lock *l, long long *res, dl_err *err) {
-    zk_client *zc = l->c->bctx;
-    zk_lock *zl = l->bdata;
+    zk_client *zc = l->c->backend_client;
+    zk_lock *zl = l->backend_state;
     if (!zl->sess) {
         *res = -1;
         return DLOCK_OK;
@@ -247,8 +247,8 @@ int dl_zk_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_zk_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    zk_client *zc = l->c->bctx;
-    zk_lock *zl = l->bdata;
+    zk_client *zc = l->c->backend_client;
+    zk_lock *zl = l->backend_state;
     *held = 0;
     *count = 0;
     if (!zl->sess || is_lost(zl)) return DLOCK_OK;
@@ -274,7 +274,7 @@ static int holders_of(const zk_child *v, int n, int *writer) {
 
 static int query(dlock_client *c, const char *name, size_t len, dlock_info *info,
                  uint64_t *fence, dl_err *err) {
-    zk_client *zc = c->bctx;
+    zk_client *zc = c->backend_client;
     char *parent = dl_zk_name_parent(zc, name, len);
     if (!parent) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     zk_sess *s = NULL;

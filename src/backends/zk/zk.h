@@ -283,7 +283,7 @@ int dl_zk_watch_ahead(zk_client *zc, zk_sess *s, const char *path, int64_t deadl
 /* lock.c */
 int dl_zk_lock_init(dlock_lock *l, dl_err *err);
 void dl_zk_lock_destroy(dlock_lock *l);
-int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_try *t, dl_err *err);
+int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err);
 int dl_zk_release(dlock_lock *l, long long *res, dl_err *err);
 int dl_zk_check(dlock_lock *l, int *held, int64_t *count, dl_err *err);
 int dl_zk_inspect(dlock_client *c, const char *name, size_t len, dlock_info *info,
