@@ -21,7 +21,7 @@ static int redis_owner(dlock_lock *l, dl_err *err) { return l->ops->owner(l, err
 
 /* Borrows a connection to the node holding the lock's key. */
 static int with_conn(dlock_lock *l, dl_conn **conn, dl_err *err) {
-    return dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), conn, err);
+    return dl_pool_get_key(l->h.c, l->h.name, l->h.name_len, dl_cmd_deadline(l->h.c), conn, err);
 }
 
 /* ---- on the node that holds the name (one server, Sentinel, Cluster) ---- */
@@ -33,7 +33,7 @@ static int server_release(dlock_lock *l, long long *res, dl_err *err) {
     conn->post = dl_who_post(l, 'd', l->lease_ms);
     rc = l->ops->release(l, conn, res, err);
     conn->post = NULL;
-    dl_pool_put(l->c, conn);
+    dl_pool_put(l->h.c, conn);
     return rc;
 }
 
@@ -44,22 +44,23 @@ static int server_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err
     conn->post = dl_who_post(l, 'e', lease_ms);
     rc = l->ops->extend(l, conn, lease_ms, res, err);
     conn->post = NULL;
-    if (!rc && *res == 1 && l->c->wait_replicas > 0) {
+    if (!rc && *res == 1 && l->h.c->wait_replicas > 0) {
         /* the new lease counts only once the replicas have it: a failover to
          * one that has the old expiry would end the hold before the holder
          * thinks (the hold keeps its old validity, which they do have) */
         long long acks = 0;
-        rc = dl_conn_wait_replicas(l->c, conn, l->c->wait_replicas_timeout_ms, 0, &acks, err);
-        if (!rc && acks < l->c->wait_replicas) {
+        rc = dl_conn_wait_replicas(l->h.c, conn, l->h.c->wait_replicas_timeout_ms, 0, &acks, err);
+        if (!rc && acks < l->h.c->wait_replicas) {
             char nm[80];
-            rc = dl_seterr(err, DLOCK_EREPLICAS,
-                           "extend of lock '%s': only %lld of %d replicas acknowledged within "
-                           "%lld ms; it is counted valid for the shorter of what it had and the new lease",
-                           dl_name_msg(l->name, l->name_len, nm, sizeof nm), acks,
-                           l->c->wait_replicas, (long long)l->c->wait_replicas_timeout_ms);
+            rc = dl_seterr(
+                err, DLOCK_EREPLICAS,
+                "extend of lock '%s': only %lld of %d replicas acknowledged within "
+                "%lld ms; it is counted valid for the shorter of what it had and the new lease",
+                dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm), acks, l->h.c->wait_replicas,
+                (long long)l->h.c->wait_replicas_timeout_ms);
         }
     }
-    dl_pool_put(l->c, conn);
+    dl_pool_put(l->h.c, conn);
     return rc;
 }
 
@@ -68,7 +69,7 @@ static int server_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
     int rc = with_conn(l, &conn, err);
     if (rc) return rc;
     rc = l->ops->check(l, conn, held, count, err);
-    dl_pool_put(l->c, conn);
+    dl_pool_put(l->h.c, conn);
     return rc;
 }
 
@@ -93,20 +94,20 @@ static const lock_path *path(const dlock_client *c) {
 
 static int redis_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                          dl_err *err) {
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
-    return path(l->c)->wait(l, wait_ms, lease, t, err);
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->h.c->watchdog_lease_ms : lease_ms;
+    return path(l->h.c)->wait(l, wait_ms, lease, t, err);
 }
 
 static int redis_release(dlock_lock *l, long long *res, dl_err *err) {
-    return path(l->c)->release(l, res, err);
+    return path(l->h.c)->release(l, res, err);
 }
 
 static int redis_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    return path(l->c)->extend(l, lease_ms, res, err);
+    return path(l->h.c)->extend(l, lease_ms, res, err);
 }
 
 static int redis_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    return path(l->c)->check(l, held, count, err);
+    return path(l->h.c)->check(l, held, count, err);
 }
 
 static const char *const redis_schemes[] = {"redis://",         "rediss://",

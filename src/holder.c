@@ -127,7 +127,7 @@ static char *record_key(const char *name, size_t name_len, const char *owner, si
 static int who_key(dlock_lock *l) {
     if (!l->who_key) {
         size_t pl = 0;
-        char *p = dl_derive_key(DL_WHO_PREFIX, l->name, l->name_len, ":", &pl);
+        char *p = dl_derive_key(DL_WHO_PREFIX, l->h.name, l->h.name_len, ":", &pl);
         if (!p) return -1;
         char *k = realloc(p, pl + sizeof l->token + 1);
         if (!k) {
@@ -145,7 +145,7 @@ static int who_key(dlock_lock *l) {
 
 /* The record for l's hold starting now into l->who_val; its length, or -1. */
 static int who_value(dlock_lock *l) {
-    const dlock_client *c = l->c;
+    const dlock_client *c = l->h.c;
     struct timespec ts;
     /* the wall clock on purpose: "since" is a date for people to read, and
      * no lease or deadline is computed from it */
@@ -165,7 +165,7 @@ static int who_value(dlock_lock *l) {
 
 int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char **value,
                   size_t *value_len) {
-    if (!l->c->who || l->token_len == 0 || who_key(l)) return -1;
+    if (!l->h.c->who || l->token_len == 0 || who_key(l)) return -1;
     *key = l->who_key;
     *key_len = l->who_key_len;
     if (value) {
@@ -178,13 +178,13 @@ int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char *
 }
 
 dl_call *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
-    const dlock_client *c = l->c;
+    const dlock_client *c = l->h.c;
     if (!c->who || l->ops->who_inline || l->token_len == 0 || who_key(l)) return NULL;
     dl_call *p = &l->who_post;
     memset(p, 0, sizeof *p);
     p->script = &who_script;
     p->nkeys = 2;
-    p->keys[0] = l->name, p->keylens[0] = l->name_len;
+    p->keys[0] = l->h.name, p->keylens[0] = l->h.name_len;
     p->keys[1] = l->who_key, p->keylens[1] = l->who_key_len;
     l->who_mode[0] = mode;
     p->nargs = 3;

@@ -40,10 +40,12 @@ void *dl_object_new(dlock_client *c, size_t size, dlock_kind kind, const char *n
 int dl_object_eval_int(dl_object *o, dl_conn *conn, dl_script *s, const char *what, int nkeys,
                        const char **keys, const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, long long *v, dl_err *err);
-void dl_object_clear(dl_object *o);
-/* Records err on the handle; returns its code. */
-int dl_object_fail(dl_object *o, const dl_err *err);
-int dl_object_ok(dl_object *o);
+/* Frees a handle's name and channel and its cancel's eventfd. */
+void dl_handle_clear(dl_handle *h);
+/* Records err as the handle's message (dlock_*_errmsg); returns its code. */
+int dl_handle_fail(dl_handle *h, const dl_err *err);
+/* Clears the handle's message; returns DLOCK_OK. */
+int dl_handle_ok(dl_handle *h);
 
 /* Redis and its deployments (single, RedLock, Sentinel, Cluster): the
  * backend of every URL no other backend claims (backend_redis.c). */
@@ -119,18 +121,14 @@ typedef struct dl_kind_ops dl_kind_ops;
 
 
 struct dlock_lock {
-    dlock_client *c;
+    dl_handle h;               /* client, name, channel, message, cancel */
     dlock_kind kind;
     const dl_kind_ops *ops;
-    char *name;
-    size_t name_len;
     char *fence_key;           /* redisson_lock_token:{name} */
     size_t fence_key_len;
-    char *channel;             /* the channel a waiter subscribes to */
-    size_t channel_len;
     void *kind_state;          /* the kind's own state (extra keys...) */
     int listening;             /* the attempt under way is made while subscribed
-                                * to l->channel (wait.c sets it) */
+                                * to l->h.channel (wait.c sets it) */
 
     char token[96];            /* owner: plain 32 hex; others uuid:tid */
     size_t token_len;
@@ -149,15 +147,12 @@ struct dlock_lock {
     dl_call who_post;
     char who_mode[2];
     char who_lease[24];
-    char errmsg[DL_ERRMSG_MAX];
     dl_lease lease;
-    void *backend_state;       /* another backend's per-lock state */
-    dl_cancel cancel;          /* dlock_lock_cancel */
 };
 
 /* What a hold's validity leaves out of its lease (dl_topo_margin). */
 static inline int64_t dl_lease_margin(const dlock_lock *l, int64_t lease_ms) {
-    return dl_topo_margin(l->c, lease_ms);
+    return dl_topo_margin(l->h.c, lease_ms);
 }
 
 /* dlock_lock_valid_ms of a handle: 0 when it holds nothing, was marked lost
@@ -199,12 +194,10 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
  * server no longer gives it to this owner; or a failure code (the handle
  * unchanged). */
 int dl_lock_reexpire(dlock_lock *l, dl_err *err);
-/* Records err as l's message; returns its code. */
-int dl_lock_fail(dlock_lock *l, const dl_err *err);
 
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */
 static inline int dl_cancel_err(dlock_lock *l, dl_err *err) {
-    return dl_cancel_name_err(l->name, l->name_len, err);
+    return dl_cancel_name_err(l->h.name, l->h.name_len, err);
 }
 
 /* What a lock kind does; one table per kind, one file per kind. */
@@ -212,20 +205,20 @@ struct dl_kind_ops {
     dlock_kind kind;
     const char *name;
     int reentrant;
-    /* l->channel is this waiter's own (no one else listens on it, and no
+    /* l->h.channel is this waiter's own (no one else listens on it, and no
      * release publishes on it once the waiter stopped waiting): its
      * subscription may linger after an acquire (dl_node_put_linger) */
     int own_channel;
-    /* sets up l->channel (and l->kind_state) when the handle is created */
+    /* sets up l->h.channel (and l->kind_state) when the handle is created */
     int (*init)(dlock_lock *l, dl_err *err);
     void (*destroy)(dlock_lock *l);
-    /* writes the owner of a new hold into l->token (may update l->channel) */
+    /* writes the owner of a new hold into l->token (may update l->h.channel) */
     int (*owner)(dlock_lock *l, dl_err *err);
     /* one attempt; wait_ms is the caller's remaining wait (0 try once,
      * -1 forever) for kinds that queue */
     int (*attempt)(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                    dl_err *err);
-    /* a message on l->channel: returns 0 to try again now, -1 to try again
+    /* a message on l->h.channel: returns 0 to try again now, -1 to try again
      * in t->pttl ms (or when the next message comes). A message never hands
      * the lock over by itself: the attempt that follows takes it (and, being
      * a write on the waiter's own connection, lets WAIT cover it) */

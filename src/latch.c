@@ -60,9 +60,9 @@ struct dlock_latch {
     dl_object o;               /* client, name, channel, message */
 };
 
-static int la_fail(dlock_latch *l, const dl_err *err) { return dl_object_fail(&l->o, err); }
+static int la_fail(dlock_latch *l, const dl_err *err) { return dl_handle_fail(&l->o.h, err); }
 
-static int la_ok(dlock_latch *l) { return dl_object_ok(&l->o); }
+static int la_ok(dlock_latch *l) { return dl_handle_ok(&l->o.h); }
 
 int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_latch **out) {
     if (out) *out = NULL;
@@ -77,20 +77,20 @@ int dlock_latch_new(dlock_client *c, const char *name, size_t name_len, dlock_la
 
 void dlock_latch_free(dlock_latch *l) {
     if (!l) return;
-    dl_object_clear(&l->o);
+    dl_handle_clear(&l->o.h);
     free(l);
 }
 
 const char *dlock_latch_errmsg(const dlock_latch *l) {
-    return l ? l->o.errmsg : "no latch (NULL handle)";
+    return l ? l->o.h.errmsg : "no latch (NULL handle)";
 }
 
 /* Runs a script with KEYS {latch, channel} and one number argument. */
 static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, long long *v,
                    dl_err *err) {
     char num[24];
-    const char *keys[2] = {l->o.name, l->o.channel};
-    size_t keylens[2] = {l->o.name_len, l->o.channel_len};
+    const char *keys[2] = {l->o.h.name, l->o.h.channel};
+    size_t keylens[2] = {l->o.h.name_len, l->o.h.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
     return dl_object_eval_int(&l->o, NULL, s, what, 2, keys, keylens, 1, args, arglens, v, err);
@@ -98,11 +98,11 @@ static int la_eval(dlock_latch *l, dl_script *s, const char *what, int64_t arg, 
 
 /* GET on conn (a pooled one when NULL); absent is 0. */
 static int read_count(dlock_latch *l, dl_conn *conn, int64_t *count, dl_err *err) {
-    const char *argv[2] = {"GET", l->o.name};
-    size_t lens[2] = {3, l->o.name_len};
+    const char *argv[2] = {"GET", l->o.h.name};
+    size_t lens[2] = {3, l->o.h.name_len};
     redisReply *r = NULL;
-    int rc = conn ? dl_conn_command(conn, dl_cmd_deadline(l->o.c), 2, argv, lens, &r, err)
-                  : dl_client_command(l->o.c, 2, argv, lens, &r, err);
+    int rc = conn ? dl_conn_command(conn, dl_cmd_deadline(l->o.h.c), 2, argv, lens, &r, err)
+                  : dl_client_command(l->o.h.c, 2, argv, lens, &r, err);
     if (rc) return rc;
     long long v = 0;
     if (r->type == REDIS_REPLY_ERROR)
@@ -175,44 +175,44 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
     dl_err err = {0};
     char nm[80];
     if (dl_sync_check_wait(wait_ms, &err)) return la_fail(l, &err);
-    dl_cancel_note(&l->o.cancel);
-    dlock_client *c = l->o.c;
+    dl_cancel_note(&l->o.h.cancel);
+    dlock_client *c = l->o.h.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     int64_t n = 0;
-    int rc = dl_pool_get_key(c, l->o.name, l->o.name_len, dl_cmd_deadline(c), &conn, &err);
+    int rc = dl_pool_get_key(c, l->o.h.name, l->o.h.name_len, dl_cmd_deadline(c), &conn, &err);
     if (!rc) rc = read_count(l, conn, &n, &err);
     if (rc || n <= 0) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "latch '%s' is not at zero (count %lld)",
-                       dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
+                       dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
         goto out;
     }
-    rc = dl_sync_subscribe(c, l->o.channel, l->o.channel_len, &sub, &err);
-    dl_cancel_begin(&l->o.cancel); /* a cancel wakes dl_sync_wait */
+    rc = dl_sync_subscribe(c, l->o.h.channel, l->o.h.channel_len, &sub, &err);
+    dl_cancel_begin(&l->o.h.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this read: the zero message after it is not missed */
         rc = read_count(l, conn, &n, &err);
         if (rc || n <= 0) break;
         if (deadline != DL_INF_DEADLINE && dl_now_ms() >= deadline) {
             rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "timed out waiting for latch '%s' (count %lld)",
-                           dl_name_msg(l->o.name, l->o.name_len, nm, sizeof nm), (long long)n);
+                           dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
             break;
         }
         int moved = 0;
-        rc = dl_follow_slot(l->o.c, l->o.channel, l->o.channel_len, &conn, &sub, &moved,
-                            &err);
+        rc =
+            dl_follow_slot(l->o.h.c, l->o.h.channel, l->o.h.channel_len, &conn, &sub, &moved, &err);
         if (rc || moved) continue;
         rc = dl_sync_wait(&l->o, sub, deadline, &err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
     }
-    dl_cancel_end(&l->o.cancel);
-    dl_sync_unsubscribe(c, sub, l->o.channel, l->o.channel_len);
+    dl_cancel_end(&l->o.h.cancel);
+    dl_sync_unsubscribe(c, sub, l->o.h.channel, l->o.h.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 
 int dlock_latch_cancel(dlock_latch *l) {
-    return l ? dl_cancel_ask(l->o.c, &l->o.cancel) : DLOCK_EINVAL;
+    return l ? dl_cancel_ask(l->o.h.c, &l->o.h.cancel) : DLOCK_EINVAL;
 }

@@ -24,18 +24,9 @@ static const dl_kind_ops *dl_kind_lookup(dlock_kind kind) {
     return kinds[kind];
 }
 
-static int lock_fail(dlock_lock *l, const dl_err *err) {
-    snprintf(l->errmsg, sizeof l->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
-    return err->code;
-}
+static int lock_fail(dlock_lock *l, const dl_err *err) { return dl_handle_fail(&l->h, err); }
 
-int dl_lock_fail(dlock_lock *l, const dl_err *err) { return lock_fail(l, err); }
-
-static int lock_ok(dlock_lock *l) {
-    l->errmsg[0] = '\0';
-    return DLOCK_OK;
-}
-
+static int lock_ok(dlock_lock *l) { return dl_handle_ok(&l->h); }
 
 static void lease_lost(dl_lease *lease, int reason) {
     dlock_lock *l = (dlock_lock *)((char *)lease - offsetof(dlock_lock, lease));
@@ -61,26 +52,26 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     }
     dlock_lock *l = calloc(1, sizeof *l);
     if (!l) goto oom;
-    l->c = c;
+    l->h.c = c;
     l->kind = kind;
     l->ops = ops;
-    l->name = malloc(name_len + 1);
-    if (!l->name) goto oom;
-    memcpy(l->name, name, name_len);
-    l->name[name_len] = '\0';
-    l->name_len = name_len;
+    l->h.name = malloc(name_len + 1);
+    if (!l->h.name) goto oom;
+    memcpy(l->h.name, name, name_len);
+    l->h.name[name_len] = '\0';
+    l->h.name_len = name_len;
     l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
     if (!l->fence_key) goto oom;
     rc = c->backend->lock_init ? c->backend->lock_init(l, &err) : DLOCK_OK;
     if (rc) goto fail;
     l->lease.renew = ops->renew;
-    l->lease.key = l->name;
-    l->lease.key_len = l->name_len;
+    l->lease.key = l->h.name;
+    l->lease.key_len = l->h.name_len;
     l->lease.owner = l->token;
     l->lease.on_lost = lease_lost;
     atomic_init(&l->lease.lost, 0);
     atomic_init(&l->lease.last_ok, 0);
-    dl_cancel_init(&l->cancel);
+    dl_cancel_init(&l->h.cancel);
     *out = l;
     dl_client_ok(c);
     return DLOCK_OK;
@@ -89,9 +80,9 @@ oom:
 fail:
     if (l) {
         if (c->backend->lock_destroy) c->backend->lock_destroy(l);
-        free(l->name);
+        free(l->h.name);
         free(l->fence_key);
-        free(l->channel);
+        free(l->h.channel);
         free(l);
     }
     return dl_client_fail(c, &err);
@@ -99,7 +90,7 @@ fail:
 
 static void wd_off(dlock_lock *l) {
     if (l->watchdog) {
-        dl_watchdog_unregister(l->c, &l->lease);
+        dl_watchdog_unregister(l->h.c, &l->lease);
         l->watchdog = 0;
     }
 }
@@ -107,9 +98,9 @@ static void wd_off(dlock_lock *l) {
 static int wd_on(dlock_lock *l, dl_err *err) {
     l->lease.owner_len = l->token_len;
     l->lease.lease_ms = l->lease_ms;
-    l->lease.who = l->c->who != NULL;
+    l->lease.who = l->h.c->who != NULL;
     atomic_store(&l->lease.releasing, 0);
-    int rc = dl_watchdog_register(l->c, &l->lease, err);
+    int rc = dl_watchdog_register(l->h.c, &l->lease, err);
     if (!rc) l->watchdog = 1;
     return rc;
 }
@@ -126,11 +117,9 @@ void dlock_lock_free(dlock_lock *l) {
      * the same owner re-entered them, each release renewing their lease. */
     if (l->holds > 0) dl_set_holds(l, 0);
     wd_off(l);
-    if (l->c->backend->lock_destroy) l->c->backend->lock_destroy(l);
-    dl_cancel_destroy(&l->cancel);
-    free(l->name);
+    if (l->h.c->backend->lock_destroy) l->h.c->backend->lock_destroy(l);
+    dl_handle_clear(&l->h);
     free(l->fence_key);
-    free(l->channel);
     free(l->who_key);
     free(l->who_val);
     free(l);
@@ -138,17 +127,18 @@ void dlock_lock_free(dlock_lock *l) {
 
 /* ---- cancelling a wait ---- */
 
-int dlock_lock_cancel(dlock_lock *l) { return l ? dl_cancel_ask(l->c, &l->cancel) : DLOCK_EINVAL; }
-
+int dlock_lock_cancel(dlock_lock *l) {
+    return l ? dl_cancel_ask(l->h.c, &l->h.cancel) : DLOCK_EINVAL;
+}
 
 const char *dlock_lock_errmsg(const dlock_lock *l) {
-    return l ? l->errmsg : "no lock (NULL handle)";
+    return l ? l->h.errmsg : "no lock (NULL handle)";
 }
 
 
 int dlock_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence) {
     if (!l) return DLOCK_EINVAL;
-    dl_cancel_note(&l->cancel); /* earlier cancels are not for this call */
+    dl_cancel_note(&l->h.cancel); /* earlier cancels are not for this call */
     return dl_acquire(l, wait_ms, lease_ms, fence);
 }
 
@@ -182,7 +172,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
          * compare without rewriting l->token, which the watchdog may be
          * reading */
         char me[64];
-        int n = snprintf(me, sizeof me, "%s:%ld", l->c->id, dl_thread_id());
+        int n = snprintf(me, sizeof me, "%s:%ld", l->h.c->id, dl_thread_id());
         size_t ml = (size_t)n;
         int same = l->token_len >= ml && !memcmp(l->token, me, ml) &&
                    (l->token_len == ml || l->token[ml] == ':');
@@ -192,14 +182,14 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         }
         reenter = 1;
     } else {
-        int rc = l->c->backend->owner ? l->c->backend->owner(l, &err)
-                                      : dl_owner_thread(l, &err);
+        int rc =
+            l->h.c->backend->owner ? l->h.c->backend->owner(l, &err) : dl_owner_thread(l, &err);
         if (rc) return lock_fail(l, &err);
     }
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->h.c->watchdog_lease_ms : lease_ms;
     dl_outcome t;
     memset(&t, 0, sizeof t);
-    int rc = l->c->backend->acquire(l, wait_ms, lease_ms, &t, &err);
+    int rc = l->h.c->backend->acquire(l, wait_ms, lease_ms, &t, &err);
     if (rc == DLOCK_ESERVER && strstr(err.msg, "WRONGTYPE")) {
         /* the name is taken by a lock of another layout (a plain lock's
          * STRING under a reentrant acquire...): held by someone else, and
@@ -208,7 +198,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
         dl_seterr(&err, DLOCK_EBUSY,
                   "lock '%s' is held as another kind of lock, not as a %s lock (dlock status "
                   "shows which)",
-                  dl_name_msg(l->name, l->name_len, nm, sizeof nm), l->ops->name);
+                  dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm), l->ops->name);
         rc = DLOCK_EBUSY;
     }
     if (rc) {
@@ -228,7 +218,7 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
     if (fence) *fence = t.fence;
     /* backends without the library's watchdog keep their holds themselves
      * (a session, their own renewal) */
-    if (!(l->c->backend->caps & DL_CAP_WATCHDOG)) return lock_ok(l);
+    if (!(l->h.c->backend->caps & DL_CAP_WATCHDOG)) return lock_ok(l);
     if (lease_ms == DLOCK_WATCHDOG && !l->watchdog) {
         rc = wd_on(l, &err);
         if (rc) {
@@ -252,7 +242,7 @@ static int mark_lost(dlock_lock *l, const char *op, dl_err *err) {
     return dl_seterr(err, DLOCK_ELOST,
                      "%s: lock '%s' was no longer held by this owner (lease expired or taken "
                      "over)",
-                     op, dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                     op, dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
 }
 
 int dlock_release(dlock_lock *l) {
@@ -269,7 +259,7 @@ int dlock_release(dlock_lock *l) {
      * the lease's due time */
     if (final) atomic_store(&l->lease.releasing, 1);
     long long res = 0;
-    int rc = l->c->backend->release(l, &res, &err);
+    int rc = l->h.c->backend->release(l, &res, &err);
     if (rc) {
         if (final) atomic_store(&l->lease.releasing, 0); /* renewed again */
         return lock_fail(l, &err);
@@ -279,13 +269,13 @@ int dlock_release(dlock_lock *l) {
         return lock_fail(l, &err);
     }
     int64_t owner_holds = dl_set_holds(l, res == 1 ? 0 : l->holds - 1);
-    if (res == 0 && owner_holds == 0 && !dl_topo_fanout(l->c)) {
+    if (res == 0 && owner_holds == 0 && !dl_topo_fanout(l->h.c)) {
         /* the server still counts holds of this owner that none of this
          * client's handles has (owner.c): give them back, so
          * that the lock is free now and not at the end of its lease */
         for (int i = 0; i < DL_SURPLUS_MAX && res == 0; i++) {
             dl_err ignored = {0};
-            if (l->c->backend->release(l, &res, &ignored) != DLOCK_OK) break;
+            if (l->h.c->backend->release(l, &res, &ignored) != DLOCK_OK) break;
         }
     }
     if (l->holds == 0) {
@@ -312,11 +302,11 @@ int dlock_extend(dlock_lock *l, int64_t lease_ms) {
     int64_t had = t0 + dlock_lock_valid_ms(l); /* the watchdog's renewals counted */
     wd_off(l);
     long long res = 0;
-    int rc = l->c->backend->extend
-                 ? l->c->backend->extend(l, lease_ms, &res, &err)
-                 : dl_seterr(&err, DLOCK_ENOTSUP, "extend is not supported by the %s backend "
-                                                  "(its locks live as long as the session)",
-                             l->c->backend->name);
+    int rc = l->h.c->backend->extend ? l->h.c->backend->extend(l, lease_ms, &res, &err)
+                                     : dl_seterr(&err, DLOCK_ENOTSUP,
+                                                 "extend is not supported by the %s backend "
+                                                 "(its locks live as long as the session)",
+                                                 l->h.c->backend->name);
     if (rc) {
         /* the extend may have reached the server (a reply lost, too few
          * replicas acknowledging it): the hold is counted valid for the
@@ -348,12 +338,12 @@ int dl_lock_reexpire(dlock_lock *l, dl_err *err) {
         return dl_seterr(err, DLOCK_ENOTHELD, "this handle does not hold the lock");
     /* a hold kept by a session (or by the backend's own renewal) has no
      * lease of ours to restart */
-    if (!l->c->backend->extend || l->expires_at == INT64_MAX) return DLOCK_OK;
+    if (!l->h.c->backend->extend || l->expires_at == INT64_MAX) return DLOCK_OK;
     if (atomic_load(&l->lease.lost)) return mark_lost(l, "acquire", err);
     long long res = 0;
     int64_t t0 = dl_now_ms();
     /* the watchdog stays on: a renewal racing this one is owner-checked too */
-    int rc = l->c->backend->extend(l, l->lease_ms, &res, err);
+    int rc = l->h.c->backend->extend(l, l->lease_ms, &res, err);
     if (rc) return rc;
     if (res != 1) return mark_lost(l, "acquire", err);
     l->expires_at = t0 + l->lease_ms - dl_lease_margin(l, l->lease_ms);
@@ -388,8 +378,8 @@ const char *dlock_lock_name(const dlock_lock *l, size_t *len) {
         if (len) *len = 0;
         return NULL;
     }
-    if (len) *len = l->name_len;
-    return l->name;
+    if (len) *len = l->h.name_len;
+    return l->h.name;
 }
 
 dlock_kind dlock_lock_kind(const dlock_lock *l) { return l ? l->kind : (dlock_kind)0; }
@@ -401,7 +391,7 @@ int dlock_lock_check(dlock_lock *l, int *held, int64_t *count) {
     *held = 0;
     if (count) *count = 0;
     if (l->holds <= 0) return lock_ok(l);
-    int rc = l->c->backend->check(l, held, &n, &err);
+    int rc = l->h.c->backend->check(l, held, &n, &err);
     if (rc) return lock_fail(l, &err);
     if (count) *count = n;
     return lock_ok(l);

@@ -349,15 +349,15 @@ static int fair_init(dlock_lock *l, dl_err *err) {
     fair_data *d = calloc(1, sizeof *d);
     if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     l->kind_state = d;
-    d->queue = dl_derive_key("redisson_lock_queue:", l->name, l->name_len, "", &d->queue_len);
+    d->queue = dl_derive_key("redisson_lock_queue:", l->h.name, l->h.name_len, "", &d->queue_len);
     d->timeouts =
-        dl_derive_key("redisson_lock_timeout:", l->name, l->name_len, "", &d->timeouts_len);
-    d->leases = dl_derive_key("redisson_lock_lease:", l->name, l->name_len, "", &d->leases_len);
-    d->chan = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &d->chan_len);
+        dl_derive_key("redisson_lock_timeout:", l->h.name, l->h.name_len, "", &d->timeouts_len);
+    d->leases = dl_derive_key("redisson_lock_lease:", l->h.name, l->h.name_len, "", &d->leases_len);
+    d->chan = dl_derive_key("redisson_lock__channel:", l->h.name, l->h.name_len, "", &d->chan_len);
     /* the per-owner channel is set by fair_owner; until then, the common one */
-    l->channel =
-        dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
-    if (!d->queue || !d->timeouts || !d->leases || !d->chan || !l->channel)
+    l->h.channel =
+        dl_derive_key("redisson_lock__channel:", l->h.name, l->h.name_len, "", &l->h.channel_len);
+    if (!d->queue || !d->timeouts || !d->leases || !d->chan || !l->h.channel)
         return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
@@ -374,9 +374,9 @@ static int fair_owner(dlock_lock *l, dl_err *err) {
     ch[d->chan_len] = ':';
     memcpy(ch + d->chan_len + 1, l->token, l->token_len);
     ch[len] = '\0';
-    free(l->channel);
-    l->channel = ch;
-    l->channel_len = len;
+    free(l->h.channel);
+    l->h.channel = ch;
+    l->h.channel_len = len;
     d->queued = 0;
     return DLOCK_OK;
 }
@@ -386,13 +386,13 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     fair_data *d = l->kind_state;
     char lease[24], life[24], ka[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    int64_t w = (int64_t)atomic_load(&l->c->fair_wait_ms);
+    int64_t w = (int64_t)atomic_load(&l->h.c->fair_wait_ms);
     size_t lifel = dl_fmt_ll(life, w);
     size_t kal = dl_fmt_ll(ka, (w < DL_FAIR_WAIT_MS ? w : DL_FAIR_WAIT_MS) / 3);
     int queue = wait_ms != 0;
     const char *mode = (l->holds > 0 || !d->queued) ? "r" : "w";
-    const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
-    size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
+    const char *keys[5] = {l->h.name, l->fence_key, d->queue, d->timeouts, d->leases};
+    size_t keylens[5] = {l->h.name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
     /* an attempt made before the subscription joins as "joining", which a
      * release does not take for dead */
@@ -401,7 +401,7 @@ static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &acquire_script, 5, keys, keylens, 8, args,
+    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), &acquire_script, 5, keys, keylens, 8, args,
                      arglens, &r, err);
     if (rc) return rc;
     rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
@@ -441,11 +441,11 @@ static int run_script(dlock_lock *l, dl_conn *conn, int opts, dl_script *s, int 
                       const char **args, const size_t *arglens, const char *what, long long *res,
                       dl_err *err) {
     fair_data *d = l->kind_state;
-    const char *keys[5] = {l->name, l->fence_key, d->queue, d->timeouts, d->leases};
-    size_t keylens[5] = {l->name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
+    const char *keys[5] = {l->h.name, l->fence_key, d->queue, d->timeouts, d->leases};
+    size_t keylens[5] = {l->h.name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
     redisReply *r = NULL;
-    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->c), opts, s, 5, keys, keylens, nargs, args,
+    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->h.c), opts, s, 5, keys, keylens, nargs, args,
                          arglens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, what, res, err);
     if (r) freeReplyObject(r);
@@ -478,12 +478,12 @@ static int fair_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long
                        dl_err *err) {
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[1] = {l->name};
-    size_t keylens[1] = {l->name_len};
+    const char *keys[1] = {l->h.name};
+    size_t keylens[1] = {l->h.name_len};
     const char *args[2] = {l->token, lease};
     size_t arglens[2] = {l->token_len, ll};
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), &extend_script, 1, keys, keylens, 2, args,
+    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), &extend_script, 1, keys, keylens, 2, args,
                      arglens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
     if (r) freeReplyObject(r);
@@ -491,10 +491,10 @@ static int fair_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long
 }
 
 static int fair_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
-    const char *argv[3] = {"HGET", l->name, l->token};
-    size_t lens[3] = {4, l->name_len, l->token_len};
+    const char *argv[3] = {"HGET", l->h.name, l->token};
+    size_t lens[3] = {4, l->h.name_len, l->token_len};
     redisReply *r = NULL;
-    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 3, argv, lens, &r, err);
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->h.c), 3, argv, lens, &r, err);
     if (rc) return rc;
     long long n = 0;
     if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "check", err);

@@ -107,11 +107,15 @@ static int plain_init(dlock_lock *l, dl_err *err) {
     plain_data *d = calloc(1, sizeof *d);
     if (!d) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     l->kind_state = d;
-    d->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, l->name, l->name_len, "", &d->waiters_len);
-    d->prefix = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, ":", &d->prefix_len);
+    d->waiters =
+        dl_derive_key(DL_PLAIN_WAITERS_PREFIX, l->h.name, l->h.name_len, "", &d->waiters_len);
+    d->prefix =
+        dl_derive_key("redisson_lock__channel:", l->h.name, l->h.name_len, ":", &d->prefix_len);
     /* until a hold has a token: the waiter channel is set by plain_owner */
-    l->channel = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
-    if (!d->waiters || !d->prefix || !l->channel) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    l->h.channel =
+        dl_derive_key("redisson_lock__channel:", l->h.name, l->h.name_len, "", &l->h.channel_len);
+    if (!d->waiters || !d->prefix || !l->h.channel)
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
 
@@ -127,9 +131,9 @@ static int plain_owner(dlock_lock *l, dl_err *err) {
     memcpy(ch, d->prefix, d->prefix_len);
     memcpy(ch + d->prefix_len, l->token, l->token_len);
     ch[d->prefix_len + l->token_len] = '\0';
-    free(l->channel);
-    l->channel = ch;
-    l->channel_len = d->prefix_len + l->token_len;
+    free(l->h.channel);
+    l->h.channel = ch;
+    l->h.channel_len = d->prefix_len + l->token_len;
     return DLOCK_OK;
 }
 
@@ -137,7 +141,7 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     plain_data *d = l->kind_state;
     memset(call, 0, sizeof *call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
-    call->keys[0] = l->name, call->keylens[0] = l->name_len;
+    call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     call->args[0] = l->token, call->arglens[0] = l->token_len;
     call->nkeys = 1;
     call->nargs = 2;
@@ -201,22 +205,22 @@ static int plain_message(dlock_lock *l, const redisReply *msg, dl_outcome *t) {
 
 static void plain_abandon(dlock_lock *l, dl_conn *conn) {
     plain_data *d = l->kind_state;
-    const char *keys[2] = {l->name, d->waiters};
-    size_t keylens[2] = {l->name_len, d->waiters_len};
+    const char *keys[2] = {l->h.name, d->waiters};
+    size_t keylens[2] = {l->h.name_len, d->waiters_len};
     const char *args[2] = {l->token, d->prefix};
     size_t arglens[2] = {l->token_len, d->prefix_len};
     redisReply *r = NULL;
     dl_err ignored = {0};
-    dl_eval(conn, dl_cmd_deadline(l->c), &abandon_script, 2, keys, keylens, 2, args, arglens, &r,
+    dl_eval(conn, dl_cmd_deadline(l->h.c), &abandon_script, 2, keys, keylens, 2, args, arglens, &r,
             &ignored);
     if (r) freeReplyObject(r);
 }
 
 static int plain_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
-    const char *argv[2] = {"GET", l->name};
-    size_t lens[2] = {3, l->name_len};
+    const char *argv[2] = {"GET", l->h.name};
+    size_t lens[2] = {3, l->h.name_len};
     redisReply *r = NULL;
-    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 2, argv, lens, &r, err);
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->h.c), 2, argv, lens, &r, err);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_STRING)
         *held = r->len == l->token_len && !memcmp(r->str, l->token, r->len);

@@ -42,14 +42,15 @@ static dl_script renew_script = DL_SCRIPT("reentrant_renew",
     "return res");
 
 static int reentrant_init(dlock_lock *l, dl_err *err) {
-    l->channel = dl_derive_key("redisson_lock__channel:", l->name, l->name_len, "", &l->channel_len);
-    return l->channel ? DLOCK_OK : dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    l->h.channel =
+        dl_derive_key("redisson_lock__channel:", l->h.name, l->h.name_len, "", &l->h.channel_len);
+    return l->h.channel ? DLOCK_OK : dl_seterr(err, DLOCK_ENOMEM, "out of memory");
 }
 
 static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     memset(call, 0, sizeof *call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
-    call->keys[0] = l->name, call->keylens[0] = l->name_len;
+    call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     call->nkeys = 2;
     call->nargs = 2;
     switch (op) {
@@ -61,7 +62,7 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
         break;
     case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner, expected count */
         call->script = &release_script;
-        call->keys[1] = l->channel, call->keylens[1] = l->channel_len;
+        call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
         call->args[2] = call->expect, call->arglens[2] = dl_owner_expect(l, call->expect);
@@ -77,10 +78,10 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
 }
 
 static int reentrant_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
-    const char *argv[3] = {"HGET", l->name, l->token};
-    size_t lens[3] = {4, l->name_len, l->token_len};
+    const char *argv[3] = {"HGET", l->h.name, l->token};
+    size_t lens[3] = {4, l->h.name_len, l->token_len};
     redisReply *r = NULL;
-    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 3, argv, lens, &r, err);
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->h.c), 3, argv, lens, &r, err);
     if (rc) return rc;
     long long n = 0;
     if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "check", err);

@@ -251,10 +251,11 @@ static int rw_init(dlock_lock *l, dl_err *err) {
     rw_keys *k = calloc(1, sizeof *k);
     if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     l->kind_state = k;
-    k->brace = dl_derive_key("", l->name, l->name_len, "", &k->brace_len);
-    k->waiters = dl_derive_key("", l->name, l->name_len, ":write_waiters", &k->waiters_len);
-    l->channel = dl_derive_key("redisson_rwlock:", l->name, l->name_len, "", &l->channel_len);
-    if (!k->brace || !k->waiters || !l->channel)
+    k->brace = dl_derive_key("", l->h.name, l->h.name_len, "", &k->brace_len);
+    k->waiters = dl_derive_key("", l->h.name, l->h.name_len, ":write_waiters", &k->waiters_len);
+    l->h.channel =
+        dl_derive_key("redisson_rwlock:", l->h.name, l->h.name_len, "", &l->h.channel_len);
+    if (!k->brace || !k->waiters || !l->h.channel)
         return dl_seterr(err, DLOCK_ENOMEM, "out of memory"); /* lock.c frees */
     return DLOCK_OK;
 }
@@ -272,7 +273,7 @@ static char *timeout_prefix(const dlock_lock *l, size_t *len, dl_err *err) {
     suffix[0] = ':';
     memcpy(suffix + 1, l->token, rl);
     memcpy(suffix + 1 + rl, ":rwlock_timeout", sizeof ":rwlock_timeout");
-    char *p = dl_derive_key("", l->name, l->name_len, suffix, len);
+    char *p = dl_derive_key("", l->h.name, l->h.name_len, suffix, len);
     if (!p) dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return p;
 }
@@ -293,7 +294,7 @@ static int run_attempt(dlock_lock *l, dl_conn *conn, dl_script *s, int nkeys, co
                        const size_t *arglens, int64_t lease_ms, dl_outcome *t, dl_err *err) {
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, nkeys, keys, keylens, nargs, args, arglens,
+    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), s, nkeys, keys, keylens, nargs, args, arglens,
                      &r, err);
     if (rc) return rc;
     rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
@@ -310,8 +311,8 @@ static int read_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t 
     if (!prefix) return DLOCK_ENOMEM;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[4] = {l->name, l->fence_key, prefix, k->waiters};
-    size_t keylens[4] = {l->name_len, l->fence_key_len, plen, k->waiters_len};
+    const char *keys[4] = {l->h.name, l->fence_key, prefix, k->waiters};
+    size_t keylens[4] = {l->h.name_len, l->fence_key_len, plen, k->waiters_len};
     const char *args[2] = {lease, l->token};
     size_t arglens[2] = {ll, l->token_len};
     int rc = run_attempt(l, conn, &read_acquire_script, 4, keys, keylens, 2, args, arglens,
@@ -327,8 +328,8 @@ static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
     size_t ll = dl_fmt_ll(lease, lease_ms);
     /* try-once never queues (nothing would take it out of the queue again) */
     const char *queue = wait_ms != 0 ? "1" : "0";
-    const char *keys[3] = {l->name, l->fence_key, k->waiters};
-    size_t keylens[3] = {l->name_len, l->fence_key_len, k->waiters_len};
+    const char *keys[3] = {l->h.name, l->fence_key, k->waiters};
+    size_t keylens[3] = {l->h.name_len, l->fence_key_len, k->waiters_len};
     const char *args[3] = {lease, l->token, queue};
     size_t arglens[3] = {ll, l->token_len, 1};
     return run_attempt(l, conn, &write_acquire_script, 3, keys, keylens, 3, args, arglens,
@@ -337,13 +338,13 @@ static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t
 
 static void write_abandon(dlock_lock *l, dl_conn *conn) {
     rw_keys *k = l->kind_state;
-    const char *keys[3] = {k->waiters, l->name, l->channel};
-    size_t keylens[3] = {k->waiters_len, l->name_len, l->channel_len};
+    const char *keys[3] = {k->waiters, l->h.name, l->h.channel};
+    size_t keylens[3] = {k->waiters_len, l->h.name_len, l->h.channel_len};
     const char *args[1] = {l->token};
     size_t arglens[1] = {l->token_len};
     redisReply *r = NULL;
     dl_err ignored = {0};
-    if (dl_eval(conn, dl_cmd_deadline(l->c), &write_abandon_script, 3, keys, keylens, 1, args,
+    if (dl_eval(conn, dl_cmd_deadline(l->h.c), &write_abandon_script, 3, keys, keylens, 1, args,
                 arglens, &r, &ignored) == DLOCK_OK)
         freeReplyObject(r);
 }
@@ -353,7 +354,7 @@ static int run_int(dlock_lock *l, dl_conn *conn, dl_script *s, const char *what,
                    const char **keys, const size_t *keylens, int nargs, const char **args,
                    const size_t *arglens, long long *res, dl_err *err) {
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->c), s, nkeys, keys, keylens, nargs, args, arglens,
+    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), s, nkeys, keys, keylens, nargs, args, arglens,
                      &r, err);
     if (!rc) rc = dl_reply_expect_int(r, what, res, err);
     if (r) freeReplyObject(r);
@@ -365,8 +366,8 @@ static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *er
     size_t plen = 0;
     char *prefix = timeout_prefix(l, &plen, err);
     if (!prefix) return DLOCK_ENOMEM;
-    const char *keys[4] = {l->name, l->channel, prefix, k->brace};
-    size_t keylens[4] = {l->name_len, l->channel_len, plen, k->brace_len};
+    const char *keys[4] = {l->h.name, l->h.channel, prefix, k->brace};
+    size_t keylens[4] = {l->h.name_len, l->h.channel_len, plen, k->brace_len};
     char expect[24];
     const char *args[2] = {l->token, expect};
     size_t arglens[2] = {l->token_len, dl_owner_expect(l, expect)};
@@ -380,8 +381,8 @@ static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *e
     rw_keys *k = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, l->lease_ms);
-    const char *keys[3] = {l->name, l->channel, k->brace};
-    size_t keylens[3] = {l->name_len, l->channel_len, k->brace_len};
+    const char *keys[3] = {l->h.name, l->h.channel, k->brace};
+    size_t keylens[3] = {l->h.name_len, l->h.channel_len, k->brace_len};
     char expect[24];
     const char *args[3] = {l->token, lease, expect};
     size_t arglens[3] = {l->token_len, ll, dl_owner_expect(l, expect)};
@@ -397,8 +398,8 @@ static int read_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long
     if (!prefix) return DLOCK_ENOMEM;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[3] = {l->name, prefix, k->brace};
-    size_t keylens[3] = {l->name_len, plen, k->brace_len};
+    const char *keys[3] = {l->h.name, prefix, k->brace};
+    size_t keylens[3] = {l->h.name_len, plen, k->brace_len};
     const char *args[2] = {l->token, lease};
     size_t arglens[2] = {l->token_len, ll};
     int rc = run_int(l, conn, &read_extend_script, "extend", 3, keys, keylens, 2, args, arglens,
@@ -412,8 +413,8 @@ static int write_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long lon
     rw_keys *k = l->kind_state;
     char lease[24];
     size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[2] = {l->name, k->brace};
-    size_t keylens[2] = {l->name_len, k->brace_len};
+    const char *keys[2] = {l->h.name, k->brace};
+    size_t keylens[2] = {l->h.name_len, k->brace_len};
     const char *args[2] = {l->token, lease};
     size_t arglens[2] = {l->token_len, ll};
     return run_int(l, conn, &write_extend_script, "extend", 2, keys, keylens, 2, args, arglens,
@@ -422,10 +423,10 @@ static int write_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long lon
 
 /* Both sides: the owner's field in the hash is its hold count. */
 static int rw_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
-    const char *argv[3] = {"HGET", l->name, l->token};
-    size_t lens[3] = {4, l->name_len, l->token_len};
+    const char *argv[3] = {"HGET", l->h.name, l->token};
+    size_t lens[3] = {4, l->h.name_len, l->token_len};
     redisReply *r = NULL;
-    int rc = dl_conn_command(conn, dl_cmd_deadline(l->c), 3, argv, lens, &r, err);
+    int rc = dl_conn_command(conn, dl_cmd_deadline(l->h.c), 3, argv, lens, &r, err);
     if (rc) return rc;
     long long n = 0;
     if (r->type == REDIS_REPLY_ERROR) {

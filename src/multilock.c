@@ -10,10 +10,10 @@
 static int rank(dlock_kind k) { return k == DLOCK_KIND_WRITE ? 0 : (int)k; }
 
 static int canon_cmp(const dlock_lock *a, const dlock_lock *b) {
-    size_t n = a->name_len < b->name_len ? a->name_len : b->name_len;
-    int c = memcmp(a->name, b->name, n);
+    size_t n = a->h.name_len < b->h.name_len ? a->h.name_len : b->h.name_len;
+    int c = memcmp(a->h.name, b->h.name, n);
     if (c) return c;
-    if (a->name_len != b->name_len) return a->name_len < b->name_len ? -1 : 1;
+    if (a->h.name_len != b->h.name_len) return a->h.name_len < b->h.name_len ? -1 : 1;
     return rank(a->kind) - rank(b->kind);
 }
 
@@ -60,7 +60,7 @@ int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms, int
     canon_order(locks, n, order);
     /* a cancel of a lock of the set from now on ends the wait for it (a
      * cancel of every lock ends the whole set's) */
-    for (size_t i = 0; i < n; i++) dl_cancel_note(&locks[i]->cancel);
+    for (size_t i = 0; i < n; i++) dl_cancel_note(&locks[i]->h.cancel);
     int64_t deadline = dl_deadline(wait_ms);
     int rc = DLOCK_OK;
     size_t taken = 0; /* locks[order[0..taken)] are held by this call */
@@ -87,7 +87,7 @@ int dlock_multi_acquire(dlock_lock *const *locks, size_t n, int64_t wait_ms, int
             dl_err err = {0};
             rc = dl_lock_reexpire(l, &err);
             if (rc == DLOCK_ELOST) lost = i;
-            if (rc) dl_lock_fail(l, &err);
+            if (rc) dl_handle_fail(&l->h, &err);
             if (rc && rc != DLOCK_ELOST) break;
         }
         if (lost == n) break; /* rc: DLOCK_OK, or the failure of a re-expiry */

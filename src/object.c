@@ -1,5 +1,6 @@
-/* The common part of the synchronizer handles (semaphore, expirable
- * semaphore, latch): a client, a name, a channel and the last message. */
+/* The common part of every handle (dl_handle: a client, a name, a channel,
+ * the last message, the cancel), and the synchronizer handles' (semaphore,
+ * expirable semaphore, latch) making and script calls. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,8 @@ static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const cha
                        size_t name_len, const char *chan_prefix) {
     dl_err err = {0};
     memset(o, 0, sizeof *o);
-    o->c = c;
-    dl_cancel_init(&o->cancel);
+    o->h.c = c;
+    dl_cancel_init(&o->h.cancel);
     if (kind == DLOCK_KIND_SEMAPHORE) {
         if (!c->backend->sem_acquire) return dl_backend_unsupported(c, "the semaphore");
     } else if (!(c->backend->caps & DL_CAP_OBJECTS)) {
@@ -25,42 +26,42 @@ static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const cha
     int rc = dl_check_name(name, &name_len, &err);
     if (!rc) rc = dl_check_cluster_name(c, name, name_len, &err);
     if (rc) return dl_client_fail(c, &err);
-    o->name = malloc(name_len + 1);
-    if (o->name) {
-        memcpy(o->name, name, name_len);
-        o->name[name_len] = '\0';
-        o->name_len = name_len;
-        o->channel = kind == DLOCK_KIND_LATCH
-                         ? dl_latch_channel(name, name_len, &o->channel_len)
-                         : dl_derive_key(chan_prefix, name, name_len, "", &o->channel_len);
+    o->h.name = malloc(name_len + 1);
+    if (o->h.name) {
+        memcpy(o->h.name, name, name_len);
+        o->h.name[name_len] = '\0';
+        o->h.name_len = name_len;
+        o->h.channel = kind == DLOCK_KIND_LATCH
+                           ? dl_latch_channel(name, name_len, &o->h.channel_len)
+                           : dl_derive_key(chan_prefix, name, name_len, "", &o->h.channel_len);
     }
-    if (!o->name || !o->channel) {
-        dl_object_clear(o);
+    if (!o->h.name || !o->h.channel) {
+        dl_handle_clear(&o->h);
         dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
         return dl_client_fail(c, &err);
     }
     if (kind == DLOCK_KIND_LATCH &&
-        dl_check_cluster_latch(c, name, name_len, o->channel, o->channel_len, &err)) {
-        dl_object_clear(o);
+        dl_check_cluster_latch(c, name, name_len, o->h.channel, o->h.channel_len, &err)) {
+        dl_handle_clear(&o->h);
         return dl_client_fail(c, &err);
     }
     return DLOCK_OK;
 }
 
-void dl_object_clear(dl_object *o) {
-    dl_cancel_destroy(&o->cancel);
-    free(o->name);
-    free(o->channel);
-    o->name = o->channel = NULL;
+void dl_handle_clear(dl_handle *h) {
+    dl_cancel_destroy(&h->cancel);
+    free(h->name);
+    free(h->channel);
+    h->name = h->channel = NULL;
 }
 
-int dl_object_fail(dl_object *o, const dl_err *err) {
-    snprintf(o->errmsg, sizeof o->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
+int dl_handle_fail(dl_handle *h, const dl_err *err) {
+    snprintf(h->errmsg, sizeof h->errmsg, "%s", err->msg[0] ? err->msg : dlock_strerror(err->code));
     return err->code;
 }
 
-int dl_object_ok(dl_object *o) {
-    o->errmsg[0] = '\0';
+int dl_handle_ok(dl_handle *h) {
+    h->errmsg[0] = '\0';
     return DLOCK_OK;
 }
 
@@ -92,9 +93,9 @@ int dl_object_eval_int(dl_object *o, dl_conn *conn, dl_script *s, const char *wh
                        const char **keys, const size_t *keylens, int nargs, const char **args,
                        const size_t *arglens, long long *v, dl_err *err) {
     redisReply *r = NULL;
-    int rc = conn ? dl_eval(conn, dl_cmd_deadline(o->c), s, nkeys, keys, keylens, nargs, args,
+    int rc = conn ? dl_eval(conn, dl_cmd_deadline(o->h.c), s, nkeys, keys, keylens, nargs, args,
                             arglens, &r, err)
-                  : dl_client_eval(o->c, s, nkeys, keys, keylens, nargs, args, arglens, &r, err);
+                  : dl_client_eval(o->h.c, s, nkeys, keys, keylens, nargs, args, arglens, &r, err);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR)
         rc = dl_sync_reply_error(r, what, err);

@@ -9,7 +9,7 @@
 
 int dl_owner_thread(dlock_lock *l, dl_err *err) {
     (void)err;
-    int n = snprintf(l->token, sizeof l->token, "%s:%ld", l->c->id, dl_thread_id());
+    int n = snprintf(l->token, sizeof l->token, "%s:%ld", l->h.c->id, dl_thread_id());
     l->token_len = (size_t)n;
     return DLOCK_OK;
 }
@@ -39,12 +39,14 @@ typedef struct dl_owned {
 
 /* Kinds whose server count is shared by an owner's handles. */
 static int tracked(const dlock_lock *l) {
-    return (l->c->backend->caps & DL_CAP_OWNER_HOLDS) && l->ops->reentrant && !l->ops->unique_owner;
+    return (l->h.c->backend->caps & DL_CAP_OWNER_HOLDS) && l->ops->reentrant &&
+           !l->ops->unique_owner;
 }
 
 static int same_owner(const dl_owned *o, const dlock_lock *l) {
-    return o->len == l->name_len + 1 + l->token_len && !memcmp(o->key, l->name, l->name_len) &&
-           !memcmp(o->key + l->name_len + 1, l->token, l->token_len);
+    return o->len == l->h.name_len + 1 + l->token_len &&
+           !memcmp(o->key, l->h.name, l->h.name_len) &&
+           !memcmp(o->key + l->h.name_len + 1, l->token, l->token_len);
 }
 
 /* The sum of the counts of l's name and owner over the handles whose holds
@@ -52,7 +54,7 @@ static int same_owner(const dl_owned *o, const dlock_lock *l) {
  * recorded for want of memory: from then on the client never counts on a
  * sum). Under owned_mu. */
 static int64_t owner_sum_locked(dlock_lock *l) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     if (c->owned_broken) return -1;
     int64_t sum = 0;
     for (size_t i = 0; i < c->nowned; i++) {
@@ -69,12 +71,12 @@ static int64_t owner_sum_locked(dlock_lock *l) {
 /* l's record gets count v (none when v is 0); returns the owner's sum
  * afterwards (owner_sum_locked). */
 static int64_t owned_set(dlock_lock *l, int64_t v) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     pthread_mutex_lock(&c->owned_mu);
     size_t i = 0;
     while (i < c->nowned && c->owned[i].l != l) i++;
     if (i == c->nowned && v > 0) {
-        size_t len = l->name_len + 1 + l->token_len;
+        size_t len = l->h.name_len + 1 + l->token_len;
         char *k = NULL;
         if (c->nowned == c->owned_cap) {
             size_t cap = c->owned_cap ? 2 * c->owned_cap : 8;
@@ -90,9 +92,9 @@ static int64_t owned_set(dlock_lock *l, int64_t v) {
             c->owned_broken = 1;
             goto out;
         }
-        memcpy(k, l->name, l->name_len);
-        k[l->name_len] = '\0';
-        memcpy(k + l->name_len + 1, l->token, l->token_len);
+        memcpy(k, l->h.name, l->h.name_len);
+        k[l->h.name_len] = '\0';
+        memcpy(k + l->h.name_len + 1, l->token, l->token_len);
         c->owned[c->nowned++] = (dl_owned){k, len, l, 0};
     }
     if (i < c->nowned) {
@@ -112,7 +114,7 @@ out:;
 size_t dl_owner_expect(dlock_lock *l, char *buf) {
     buf[0] = '\0';
     if (!tracked(l) || l->token_len == 0) return 0;
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     pthread_mutex_lock(&c->owned_mu);
     int64_t sum = owner_sum_locked(l);
     pthread_mutex_unlock(&c->owned_mu);

@@ -177,12 +177,12 @@ static void set_lost(void *arg) {
 void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_fn fn, void *userdata) {
     if (!p) return;
     lost_set s = {p, fn, userdata};
-    dl_watchdog_locked(p->o.c, set_lost, &s);
+    dl_watchdog_locked(p->o.h.c, set_lost, &s);
 }
 
-static int pm_fail(dlock_permits *p, const dl_err *err) { return dl_object_fail(&p->o, err); }
+static int pm_fail(dlock_permits *p, const dl_err *err) { return dl_handle_fail(&p->o.h, err); }
 
-static int pm_ok(dlock_permits *p) { return dl_object_ok(&p->o); }
+static int pm_ok(dlock_permits *p) { return dl_handle_ok(&p->o.h); }
 
 int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_permits **out) {
     if (out) *out = NULL;
@@ -190,7 +190,7 @@ int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_
     dlock_permits *p = dl_object_new(c, sizeof *p, DLOCK_KIND_PERMIT_SEMAPHORE, name, name_len,
                                      "redisson_sc:", "dlock_permits_new", out != NULL, &rc);
     if (!p) return rc;
-    p->zkey = dl_derive_key("", p->o.name, p->o.name_len, ":timeout", &p->zkey_len);
+    p->zkey = dl_derive_key("", p->o.h.name, p->o.h.name_len, ":timeout", &p->zkey_len);
     if (!p->zkey) {
         dlock_permits_free(p);
         return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
@@ -205,16 +205,16 @@ void dlock_permits_free(dlock_permits *p) {
     while (p->wd) {
         wd_permit *w = p->wd;
         p->wd = w->next;
-        if (w->watchdog) dl_watchdog_unregister(p->o.c, &w->lease);
+        if (w->watchdog) dl_watchdog_unregister(p->o.h.c, &w->lease);
         free(w);
     }
     free(p->zkey);
-    dl_object_clear(&p->o);
+    dl_handle_clear(&p->o.h);
     free(p);
 }
 
 const char *dlock_permits_errmsg(const dlock_permits *p) {
-    return p ? p->o.errmsg : "no permit semaphore (NULL handle)";
+    return p ? p->o.h.errmsg : "no permit semaphore (NULL handle)";
 }
 
 /* Takes the record of the permit (raw id) out of the handle's list (a watchdog
@@ -224,7 +224,7 @@ static wd_permit *wd_take(dlock_permits *p, const char *raw) {
         wd_permit *w = *pp;
         if (!memcmp(w->raw, raw, ID_RAW)) {
             *pp = w->next;
-            if (w->watchdog) dl_watchdog_unregister(p->o.c, &w->lease);
+            if (w->watchdog) dl_watchdog_unregister(p->o.h.c, &w->lease);
             w->next = NULL;
             return w;
         }
@@ -235,7 +235,7 @@ static wd_permit *wd_take(dlock_permits *p, const char *raw) {
 /* Puts w in the list (a watchdog permit registered with the watchdog). */
 static int wd_put(dlock_permits *p, wd_permit *w, dl_err *err) {
     if (w->watchdog) {
-        int rc = dl_watchdog_register(p->o.c, &w->lease, err);
+        int rc = dl_watchdog_register(p->o.h.c, &w->lease, err);
         if (rc) return rc;
     }
     w->next = p->wd;
@@ -298,7 +298,7 @@ static wd_permit *wd_new(dlock_permits *p, const char *hex, int watchdog) {
     id_raw(hex, w->raw);
     w->watchdog = watchdog;
     w->lease.renew = &wd_renew_script;
-    w->lease.lease_ms = p->o.c->watchdog_lease_ms;
+    w->lease.lease_ms = p->o.h.c->watchdog_lease_ms;
     w->lease.key = p->zkey;
     w->lease.key_len = p->zkey_len;
     w->lease.owner = w->raw;
@@ -314,19 +314,19 @@ static wd_permit *wd_new(dlock_permits *p, const char *hex, int watchdog) {
  * NULL). */
 static int pm_eval(dlock_permits *p, dl_conn *conn, dl_script *s, int nargs, const char **args,
                    const size_t *arglens, redisReply **r, dl_err *err) {
-    const char *keys[3] = {p->o.name, p->zkey, p->o.channel};
-    size_t keylens[3] = {p->o.name_len, p->zkey_len, p->o.channel_len};
+    const char *keys[3] = {p->o.h.name, p->zkey, p->o.h.channel};
+    size_t keylens[3] = {p->o.h.name_len, p->zkey_len, p->o.h.channel_len};
     if (conn)
-        return dl_eval(conn, dl_cmd_deadline(p->o.c), s, 3, keys, keylens, nargs, args, arglens, r,
-                       err);
-    return dl_client_eval(p->o.c, s, 3, keys, keylens, nargs, args, arglens, r, err);
+        return dl_eval(conn, dl_cmd_deadline(p->o.h.c), s, 3, keys, keylens, nargs, args, arglens,
+                       r, err);
+    return dl_client_eval(p->o.h.c, s, 3, keys, keylens, nargs, args, arglens, r, err);
 }
 
 /* pm_eval expecting an integer answer. */
 static int pm_eval_int(dlock_permits *p, dl_script *s, const char *what, int nargs,
                        const char **args, const size_t *arglens, long long *v, dl_err *err) {
-    const char *keys[3] = {p->o.name, p->zkey, p->o.channel};
-    size_t keylens[3] = {p->o.name_len, p->zkey_len, p->o.channel_len};
+    const char *keys[3] = {p->o.h.name, p->zkey, p->o.h.channel};
+    size_t keylens[3] = {p->o.h.name_len, p->zkey_len, p->o.h.channel_len};
     return dl_object_eval_int(&p->o, NULL, s, what, 3, keys, keylens, nargs, args, arglens, v,
                               err);
 }
@@ -363,24 +363,24 @@ static int64_t wait_left(int64_t deadline) {
  * took the permit. */
 static int acquire_wait(dlock_permits *p, const char *raw, int64_t wait_ms, int64_t lease_ms,
                         int64_t *t0, dl_err *err) {
-    dlock_client *c = p->o.c;
+    dlock_client *c = p->o.h.c;
     char nm[80], lease[24];
     size_t lease_len = dl_fmt_ll(lease, lease_ms);
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     int got = 0;
     int64_t left = -1;
-    int rc = dl_pool_get_key(c, p->o.name, p->o.name_len, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, p->o.h.name, p->o.h.name_len, dl_cmd_deadline(c), &conn, err);
     *t0 = dl_now_ms();
     if (!rc) rc = attempt(p, conn, raw, lease, lease_len, &got, &left, err);
     if (rc || got) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_seterr(err, DLOCK_EBUSY, "permit semaphore '%s': no permit available",
-                       dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
+                       dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
         goto out;
     }
-    rc = dl_sync_subscribe(c, p->o.channel, p->o.channel_len, &sub, err);
-    dl_cancel_begin(&p->o.cancel); /* a cancel wakes dl_sync_wait */
+    rc = dl_sync_subscribe(c, p->o.h.channel, p->o.h.channel_len, &sub, err);
+    dl_cancel_begin(&p->o.h.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         *t0 = dl_now_ms();
@@ -389,7 +389,7 @@ static int acquire_wait(dlock_permits *p, const char *raw, int64_t wait_ms, int6
         int64_t now = dl_now_ms();
         if (wait_left(deadline) == 0) {
             rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for a permit of '%s'",
-                           dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
+                           dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
             break;
         }
         /* an expiring lease frees a permit without any message: wake then
@@ -397,14 +397,13 @@ static int acquire_wait(dlock_permits *p, const char *raw, int64_t wait_ms, int6
         int64_t until = deadline;
         if (left >= 0 && now + left + 1 < until) until = now + left + 1;
         int moved = 0;
-        rc = dl_follow_slot(p->o.c, p->o.channel, p->o.channel_len, &conn, &sub, &moved,
-                            err);
+        rc = dl_follow_slot(p->o.h.c, p->o.h.channel, p->o.h.channel_len, &conn, &sub, &moved, err);
         if (rc || moved) continue;
         rc = dl_sync_wait(&p->o, sub, until, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
     }
-    dl_cancel_end(&p->o.cancel);
-    dl_sync_unsubscribe(c, sub, p->o.channel, p->o.channel_len);
+    dl_cancel_end(&p->o.h.cancel);
+    dl_sync_unsubscribe(c, sub, p->o.h.channel, p->o.h.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc;
@@ -433,7 +432,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
         dl_seterr(&err, DLOCK_EINVAL, "permit acquire: lease must be > 0 ms, or DLOCK_WATCHDOG");
         return pm_fail(p, &err);
     }
-    dl_cancel_note(&p->o.cancel);
+    dl_cancel_note(&p->o.h.cancel);
     char pid[DLOCK_PERMIT_ID_LEN + 1];
     int rc = dl_random_hex(pid, DLOCK_PERMIT_ID_LEN / 2, &err);
     if (rc) return pm_fail(p, &err);
@@ -443,7 +442,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
         dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
         return pm_fail(p, &err);
     }
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.c->watchdog_lease_ms : lease_ms;
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.h.c->watchdog_lease_ms : lease_ms;
     int64_t t0 = 0;
     rc = acquire_wait(p, w->raw, wait_ms, lease, &t0, &err);
     if (!rc) {
@@ -487,7 +486,7 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit release: permit %.32s of '%s' is not out on lease (expired, released "
                   "or never issued)",
-                  id, dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
+                  id, dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
         return pm_fail(p, &err);
     }
     return pm_ok(p);
@@ -526,7 +525,7 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit renew: permit %.32s of '%s' is not out on lease (expired, released or "
                   "never issued)",
-                  id, dl_name_msg(p->o.name, p->o.name_len, nm, sizeof nm));
+                  id, dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
         return pm_fail(p, &err);
     }
     /* held now with an explicit lease from t0: this handle tracks it (also an
@@ -606,5 +605,5 @@ int dlock_permits_add(dlock_permits *p, int64_t delta) {
 }
 
 int dlock_permits_cancel(dlock_permits *p) {
-    return p ? dl_cancel_ask(p->o.c, &p->o.cancel) : DLOCK_EINVAL;
+    return p ? dl_cancel_ask(p->o.h.c, &p->o.h.cancel) : DLOCK_EINVAL;
 }

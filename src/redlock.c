@@ -86,7 +86,7 @@ static void put_all(dlock_client *c, dl_conn **conns, redisReply **replies) {
  * (may be NULL) as dl_fanout_eval's. */
 static size_t run_all(dlock_lock *l, int op, int64_t lease_ms, redisReply **replies,
                       dl_conn **conns, unsigned char *unanswered) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     int64_t deadline = dl_deadline(c->node_timeout_ms);
     dl_call call;
     l->ops->call(l, op, lease_ms, &call);
@@ -118,7 +118,7 @@ enum { UNDO_NONE = 0, UNDO_NOW, UNDO_CHASE };
  * deleted the hold there. */
 static void undo_attempt(dlock_lock *l, int64_t lease_ms, dl_conn **conns,
                          const unsigned char *what) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     dl_call call;
     /* a re-entry's undo leaves the hold with the lease it had */
     l->ops->call(l, DL_OP_RELEASE, l->holds > 0 ? l->lease_ms : lease_ms, &call);
@@ -158,7 +158,7 @@ static dl_script fence_script =
 
 /* The token from the fence server, asked before deadline. */
 static int fence_from_node(dlock_lock *l, uint64_t *fence, int64_t deadline, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     dl_conn *conn = NULL;
     int rc = dl_node_get(c->fence_node, deadline, &conn, err);
     if (rc) return rc;
@@ -176,7 +176,7 @@ static int fence_from_node(dlock_lock *l, uint64_t *fence, int64_t deadline, dl_
 
 /* One RedLock attempt. *answered: nodes that answered. */
 static int attempt(dlock_lock *l, int64_t lease_ms, dl_outcome *t, size_t *answered, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     redisReply *replies[DL_MAX_NODES];
     dl_conn *conns[DL_MAX_NODES];
     unsigned char unanswered[DL_MAX_NODES];
@@ -265,15 +265,15 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
                         dl_err *err);
 
 int dl_redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err) {
-    if (wait_ms != 0) dl_cancel_begin(&l->cancel);
+    if (wait_ms != 0) dl_cancel_begin(&l->h.cancel);
     int rc = redlock_wait(l, wait_ms, lease_ms, t, err);
-    dl_cancel_end(&l->cancel);
+    dl_cancel_end(&l->h.cancel);
     return rc;
 }
 
 static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                         dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     char nm[80];
     if (!l->ops->call)
         return dl_seterr(err, DLOCK_ENOTSUP, "%s locks are not supported on redlock://",
@@ -287,15 +287,15 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
         size_t answered = 0;
         int rc = attempt(l, lease_ms, t, &answered, err);
         if (rc || t->acquired) return rc;
-        if (wait_ms != 0 && dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
+        if (wait_ms != 0 && dl_canceled(&l->h.cancel)) return dl_cancel_err(l, err);
         int64_t now = dl_now_ms();
         if (wait_ms == 0 || now >= deadline) {
             if (answered < c->quorum) return no_quorum(c, answered, err);
             if (wait_ms == 0)
                 return dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
-                                 dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                                 dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
             return dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'",
-                             dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                             dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
         }
         /* random delay, so that competing clients do not collide again;
          * no longer than the holder's remaining lease or the deadline */
@@ -304,12 +304,12 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
         if (t->pttl >= 0 && t->pttl + 1 < delay) delay = t->pttl + 1;
         if (now + delay > deadline) delay = deadline - now;
         /* the delay, cut short by a cancel */
-        if (dl_cancel_nap(&l->cancel, delay)) return dl_cancel_err(l, err);
+        if (dl_cancel_nap(&l->h.cancel, delay)) return dl_cancel_err(l, err);
     }
 }
 
 int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     redisReply *replies[DL_MAX_NODES];
     dl_conn *conns[DL_MAX_NODES];
     dl_call call;
@@ -346,7 +346,7 @@ int dl_redlock_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     redisReply *replies[DL_MAX_NODES];
     dl_conn *conns[DL_MAX_NODES];
     int64_t t0 = dl_now_ms();
@@ -367,7 +367,7 @@ int dl_redlock_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *e
 }
 
 int dl_redlock_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     size_t answered = 0, yes = 0;
     int64_t most = 0;
     for (size_t i = 0; i < c->nnodes; i++) {

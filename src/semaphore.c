@@ -56,9 +56,9 @@ struct dlock_semaphore {
     size_t chg_prefix_len;
 };
 
-static int sem_fail(dlock_semaphore *s, const dl_err *err) { return dl_object_fail(&s->o, err); }
+static int sem_fail(dlock_semaphore *s, const dl_err *err) { return dl_handle_fail(&s->o.h, err); }
 
-static int sem_ok(dlock_semaphore *s) { return dl_object_ok(&s->o); }
+static int sem_ok(dlock_semaphore *s) { return dl_handle_ok(&s->o.h); }
 
 int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dlock_semaphore **out) {
     if (out) *out = NULL;
@@ -78,14 +78,14 @@ int dlock_semaphore_new(dlock_client *c, const char *name, size_t name_len, dloc
 
 void dlock_semaphore_free(dlock_semaphore *s) {
     if (!s) return;
-    if (s->o.c->backend->sem_destroy) s->o.c->backend->sem_destroy(&s->o);
+    if (s->o.h.c->backend->sem_destroy) s->o.h.c->backend->sem_destroy(&s->o);
     free(s->chg_key);
-    dl_object_clear(&s->o);
+    dl_handle_clear(&s->o.h);
     free(s);
 }
 
 const char *dlock_semaphore_errmsg(const dlock_semaphore *s) {
-    return s ? s->o.errmsg : "no semaphore (NULL handle)";
+    return s ? s->o.h.errmsg : "no semaphore (NULL handle)";
 }
 
 /* Runs one of the scripts on conn (or a pooled connection when conn is
@@ -94,8 +94,8 @@ const char *dlock_semaphore_errmsg(const dlock_semaphore *s) {
 static int sem_eval(dlock_semaphore *s, dl_conn *conn, dl_script *script, const char *what,
                     int64_t arg, long long *v, dl_err *err) {
     char num[24];
-    const char *keys[2] = {s->o.name, s->o.channel};
-    size_t keylens[2] = {s->o.name_len, s->o.channel_len};
+    const char *keys[2] = {s->o.h.name, s->o.h.channel};
+    size_t keylens[2] = {s->o.h.name_len, s->o.h.channel_len};
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, arg)};
     return dl_object_eval_int(&s->o, conn, script, what, 2, keys, keylens, 1, args, arglens, v,
@@ -112,19 +112,19 @@ static int64_t wait_left(int64_t deadline) {
 
 int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
     dlock_semaphore *s = (dlock_semaphore *)o;
-    dlock_client *c = s->o.c;
+    dlock_client *c = s->o.h.c;
     int64_t deadline = dl_deadline(wait_ms);
     dl_conn *conn = NULL, *sub = NULL;
     long long got = 0;
-    int rc = dl_pool_get_key(c, s->o.name, s->o.name_len, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, s->o.h.name, s->o.h.name_len, dl_cmd_deadline(c), &conn, err);
     if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_sem_refused(&s->o, permits, 0, err);
         goto out;
     }
-    rc = dl_sync_subscribe(c, s->o.channel, s->o.channel_len, &sub, err);
-    dl_cancel_begin(&s->o.cancel); /* a cancel wakes dl_sync_wait */
+    rc = dl_sync_subscribe(c, s->o.h.channel, s->o.h.channel_len, &sub, err);
+    dl_cancel_begin(&s->o.h.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
         rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
@@ -134,15 +134,14 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
             break;
         }
         int moved = 0;
-        rc = dl_follow_slot(s->o.c, s->o.channel, s->o.channel_len, &conn, &sub, &moved,
-                            err);
+        rc = dl_follow_slot(s->o.h.c, s->o.h.channel, s->o.h.channel_len, &conn, &sub, &moved, err);
         if (rc || moved) continue;
         /* permits come back only through a release or add, which publish */
         rc = dl_sync_wait(&s->o, sub, deadline, err);
         if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last attempt, then time out */
     }
-    dl_cancel_end(&s->o.cancel);
-    dl_sync_unsubscribe(c, sub, s->o.channel, s->o.channel_len);
+    dl_cancel_end(&s->o.h.cancel);
+    dl_sync_unsubscribe(c, sub, s->o.h.channel, s->o.h.channel_len);
 out:
     dl_pool_put(c, conn);
     return rc;
@@ -157,7 +156,7 @@ out:
 static int sem_change(dlock_semaphore *s, const char *what, int64_t delta, dl_err *err) {
     if (!s->chg_key) {
         size_t pl = 0;
-        char *p = dl_derive_key(DL_SEM_CHANGE_PREFIX, s->o.name, s->o.name_len, ":", &pl);
+        char *p = dl_derive_key(DL_SEM_CHANGE_PREFIX, s->o.h.name, s->o.h.name_len, ":", &pl);
         char *k = p ? realloc(p, pl + 2 * DL_SEM_CHANGE_ID_BYTES + 1) : NULL;
         if (!k) {
             free(p);
@@ -169,15 +168,15 @@ static int sem_change(dlock_semaphore *s, const char *what, int64_t delta, dl_er
     int rc = dl_random_hex(s->chg_key + s->chg_prefix_len, DL_SEM_CHANGE_ID_BYTES, err);
     if (rc) return rc;
     char num[24], ttl[24];
-    const char *keys[3] = {s->o.name, s->o.channel, s->chg_key};
-    size_t keylens[3] = {s->o.name_len, s->o.channel_len,
+    const char *keys[3] = {s->o.h.name, s->o.h.channel, s->chg_key};
+    size_t keylens[3] = {s->o.h.name_len, s->o.h.channel_len,
                          s->chg_prefix_len + 2 * DL_SEM_CHANGE_ID_BYTES};
     const char *args[2] = {num, ttl};
     size_t arglens[2] = {dl_fmt_ll(num, delta), dl_fmt_ll(ttl, DL_SEM_CHANGE_ID_MS)};
     for (int attempt = 0;; attempt++) {
         redisReply *r = NULL;
-        rc = dl_client_eval(s->o.c, &add_script, 3, keys, keylens, 2, args, arglens, &r, err);
-        if (rc == DLOCK_EIO && attempt == 0 && !atomic_load(&s->o.c->fail_fast)) continue;
+        rc = dl_client_eval(s->o.h.c, &add_script, 3, keys, keylens, 2, args, arglens, &r, err);
+        if (rc == DLOCK_EIO && attempt == 0 && !atomic_load(&s->o.h.c->fail_fast)) continue;
         if (rc) return rc;
         long long v = 0;
         if (r->type == REDIS_REPLY_ERROR)
@@ -206,10 +205,10 @@ int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
 }
 
 int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
-    const char *argv[2] = {"GET", o->name};
-    size_t lens[2] = {3, o->name_len};
+    const char *argv[2] = {"GET", o->h.name};
+    size_t lens[2] = {3, o->h.name_len};
     redisReply *r = NULL;
-    int rc = dl_client_command(o->c, 2, argv, lens, &r, err);
+    int rc = dl_client_command(o->h.c, 2, argv, lens, &r, err);
     if (rc) return rc;
     long long v = 0;
     if (r->type == REDIS_REPLY_ERROR)
@@ -231,8 +230,8 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
         return sem_fail(s, &err);
     }
     if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
-    dl_cancel_note(&s->o.cancel);
-    int rc = s->o.c->backend->sem_acquire(&s->o, permits, wait_ms, &err);
+    dl_cancel_note(&s->o.h.cancel);
+    int rc = s->o.h.c->backend->sem_acquire(&s->o, permits, wait_ms, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
@@ -243,14 +242,14 @@ int dlock_semaphore_release(dlock_semaphore *s, int64_t permits) {
         dl_seterr(&err, DLOCK_EINVAL, "release: permits must be >= 1 (got %lld)", (long long)permits);
         return sem_fail(s, &err);
     }
-    int rc = s->o.c->backend->sem_release(&s->o, permits, &err);
+    int rc = s->o.h.c->backend->sem_release(&s->o, permits, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
 int dlock_semaphore_add(dlock_semaphore *s, int64_t delta) {
     if (!s) return DLOCK_EINVAL;
     dl_err err = {0};
-    int rc = s->o.c->backend->sem_add(&s->o, delta, &err);
+    int rc = s->o.h.c->backend->sem_add(&s->o, delta, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
@@ -266,7 +265,7 @@ int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set) {
         dl_seterr(&err, DLOCK_EINVAL, "try_set: permits must be >= 0 (got %lld)", (long long)permits);
         return sem_fail(s, &err);
     }
-    int rc = s->o.c->backend->sem_try_set(&s->o, permits, set, &err);
+    int rc = s->o.h.c->backend->sem_try_set(&s->o, permits, set, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
 
@@ -279,7 +278,7 @@ int dlock_semaphore_available(dlock_semaphore *s, int64_t *permits) {
     }
     *permits = 0;
     int64_t v = 0;
-    int rc = s->o.c->backend->sem_available(&s->o, &v, &err);
+    int rc = s->o.h.c->backend->sem_available(&s->o, &v, &err);
     if (rc) return sem_fail(s, &err);
     *permits = v;
     return sem_ok(s);
@@ -293,7 +292,7 @@ void dlock_semaphore_on_lost(dlock_semaphore *s, dlock_semaphore_lost_fn fn, voi
 
 int dl_sem_refused(const dl_object *o, int64_t permits, int timed_out, dl_err *err) {
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     if (timed_out)
         return dl_seterr(err, DLOCK_ETIMEDOUT,
                          "timed out waiting for %lld permit(s) of semaphore '%s'",
@@ -304,11 +303,11 @@ int dl_sem_refused(const dl_object *o, int64_t permits, int timed_out, dl_err *e
 
 int dl_sem_over_release(const dl_object *o, int64_t permits, int64_t held, dl_err *err) {
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     return dl_seterr(err, DLOCK_EINVAL,
                      "semaphore '%s': release of %lld permit(s), but this handle holds %lld (on "
                      "%s a handle gives back only permits it acquired)",
-                     nm, (long long)permits, (long long)held, o->c->backend->name);
+                     nm, (long long)permits, (long long)held, o->h.c->backend->name);
 }
 
 void dl_semaphore_lost(dl_object *o, int reason) {
@@ -317,5 +316,5 @@ void dl_semaphore_lost(dl_object *o, int reason) {
 }
 
 int dlock_semaphore_cancel(dlock_semaphore *s) {
-    return s ? dl_cancel_ask(s->o.c, &s->o.cancel) : DLOCK_EINVAL;
+    return s ? dl_cancel_ask(s->o.h.c, &s->o.h.cancel) : DLOCK_EINVAL;
 }

@@ -252,16 +252,23 @@ int dl_cancel_poll(dl_cancel *x, struct pollfd *fds, int n, int ms);
 #define DL_CANCEL_ASK_AGAIN_MS 200
 int dl_cancel_poll_ask(dl_cancel *x, const int64_t *asked, struct pollfd *fds, int n, int ms);
 
-/* The common part of the synchronizer handles (object.c; kinds.h). */
-struct dl_object {
+/* The handles (object.c and lock.c; kinds.h). */
+/* The common part of every handle, lock or synchronizer: its client, its
+ * name, the channel its waiters subscribe to, its last message, a backend's
+ * state, and the cancel of its operation under way. */
+typedef struct dl_handle {
     dlock_client *c;
     char *name;
     size_t name_len;
     char *channel;             /* the channel its waiters subscribe to */
     size_t channel_len;
     char errmsg[DL_ERRMSG_MAX];
-    void *backend_state;       /* a backend's per-handle state (sem_init) */
-    dl_cancel cancel;          /* dlock_semaphore_cancel and its siblings */
+    void *backend_state;       /* another backend's per-handle state */
+    dl_cancel cancel;          /* dlock_lock_cancel, dlock_semaphore_cancel... */
+} dl_handle;
+
+struct dl_object {
+    dl_handle h;
     dlock_semaphore_lost_fn lost_fn; /* dlock_semaphore_on_lost (semaphores) */
     void *lost_ud;
 };

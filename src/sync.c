@@ -134,11 +134,11 @@ int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err) {
     int64_t cap = dl_now_ms() + DL_WAIT_RECHECK_MS;
     if (until == DL_INF_DEADLINE || until > cap) until = cap;
     redisReply *m = NULL;
-    int rc = dl_sub_next(sub, &o->cancel, until, &m, err);
+    int rc = dl_sub_next(sub, &o->h.cancel, until, &m, err);
     if (rc == DLOCK_ECANCELED) {
         char nm[80];
         return dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled",
-                         dl_name_msg(o->name, o->name_len, nm, sizeof nm));
+                         dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm));
     }
     if (rc) return rc;
     /* the messages already buffered behind it say nothing more */

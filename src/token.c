@@ -70,7 +70,7 @@ static int token_op(dlock_client *c, const char *op, const char *name, size_t na
         char nm[80];
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "%s: the token does not own lock '%s' (wrong token, or the lease expired)", op,
-                  dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                  dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
         rc = DLOCK_ENOTOWNER;
     } else if (rc) {
         dl_seterr(&err, rc, "%s", dlock_lock_errmsg(l));

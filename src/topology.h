@@ -236,7 +236,7 @@ struct dl_backend {
     int (*open)(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
     void (*close)(dlock_client *c);
     int (*ping)(dlock_client *c, int64_t *rtt_us, dl_err *err);
-    /* a lock handle: l->backend_state is the backend's (its own connection, say) */
+    /* a lock handle: l->h.backend_state is the backend's (its own connection, say) */
     int (*lock_init)(dlock_lock *l, dl_err *err);
     void (*lock_destroy)(dlock_lock *l);
     /* wait_ms as dlock_acquire; lease_ms > 0 or DLOCK_WATCHDOG (held while
@@ -269,7 +269,7 @@ struct dl_backend {
                          dl_err *err);
     /* the semaphore (dlock_semaphore_*), when the backend has one (NULL
      * sem_acquire: DLOCK_ENOTSUP). o is the handle's common part; sem_init
-     * (may be NULL) sets o->backend_state, sem_destroy frees it. Arguments are
+     * (may be NULL) sets o->h.backend_state, sem_destroy frees it. Arguments are
      * checked by semaphore.c before: permits >= 1 (acquire, release),
      * wait_ms >= 0 or DLOCK_WAIT_FOREVER, permits >= 0 (try_set), result
      * pointers not NULL. Not acquired: DLOCK_EBUSY (wait_ms 0) or

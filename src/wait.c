@@ -34,7 +34,7 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_outcome *
                         dl_err *err) {
     *granted = 0;
     redisReply *m = NULL;
-    int rc = dl_sub_next(sub, &l->cancel, until, &m, err);
+    int rc = dl_sub_next(sub, &l->h.cancel, until, &m, err);
     if (rc == DLOCK_ECANCELED) return dl_cancel_err(l, err);
     if (rc) return rc;
     if (l->ops->message && m->type == REDIS_REPLY_ARRAY && m->elements == 3)
@@ -44,7 +44,7 @@ static int wait_message(dlock_lock *l, dl_conn *sub, int64_t until, dl_outcome *
 }
 
 static int subscribe(dlock_lock *l, dl_conn *sub, const char *cmd, dl_err *err) {
-    return dl_subscribe_cmd(l->c, sub, cmd, l->channel, l->channel_len, err);
+    return dl_subscribe_cmd(l->h.c, sub, cmd, l->h.channel, l->h.channel_len, err);
 }
 
 static int64_t wait_left(int64_t deadline) {
@@ -65,7 +65,7 @@ static int64_t wait_left(int64_t deadline) {
  * grant in the replication stream, so a replica that acknowledges it has
  * the grant (test_replicas). */
 static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     char nm[80];
     long long acks = 0;
     int rc = dl_conn_wait_replicas(c, conn, c->wait_replicas_timeout_ms, 0, &acks, err);
@@ -80,11 +80,11 @@ static int wait_acks(dlock_lock *l, dl_conn *conn, dl_err *err) {
         return dl_seterr(err, DLOCK_EREPLICAS,
                          "lock '%s' acquired, but its lease ran out before %d replicas "
                          "acknowledged it; released",
-                         dl_name_msg(l->name, l->name_len, nm, sizeof nm), c->wait_replicas);
+                         dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm), c->wait_replicas);
     return dl_seterr(err, DLOCK_EREPLICAS,
                      "lock '%s' acquired, but only %lld of %d replicas acknowledged within "
                      "%lld ms; released",
-                     dl_name_msg(l->name, l->name_len, nm, sizeof nm), acks, c->wait_replicas,
+                     dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm), acks, c->wait_replicas,
                      (long long)c->wait_replicas_timeout_ms);
 }
 
@@ -108,34 +108,34 @@ static int attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_
  * connections: attempt, subscribe, attempt again at each wake-up. */
 static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t lease_ms,
                      dl_outcome *t, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     dl_conn *conn = NULL, *sub = NULL;
     char nm[80];
     /* a re-entry given back for want of replicas leaves the handle's hold
      * as it was, with the validity it had */
     int64_t expires0 = l->expires_at;
     long long last_ok0 = atomic_load(&l->lease.last_ok);
-    int rc = dl_pool_get_key(c, l->name, l->name_len, dl_cmd_deadline(c), &conn, err);
+    int rc = dl_pool_get_key(c, l->h.name, l->h.name_len, dl_cmd_deadline(c), &conn, err);
     if (rc) return rc;
     dl_node *node = conn->node;
     /* still subscribed to our own channel since an earlier wait of this
      * owner (a lingering subscription): this first attempt already comes
      * after subscribing */
     if (l->ops->own_channel && wait_ms != 0)
-        sub = dl_node_take_linger(node, l->channel, l->channel_len);
+        sub = dl_node_take_linger(node, l->h.channel, l->h.channel_len);
     l->listening = sub != NULL;
     rc = attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto done;
     if (wait_ms == 0) {
         rc = dl_seterr(err, DLOCK_EBUSY, "lock '%s' is held by another owner",
-                       dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                       dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
         goto done;
     }
-    dl_cancel_begin(&l->cancel); /* from here on, a cancel wakes the wait below */
+    dl_cancel_begin(&l->h.cancel); /* from here on, a cancel wakes the wait below */
     int tried = sub != NULL; /* the attempt above counts */
     if (!sub) {
         int already = 0;
-        rc = dl_node_get_sub(node, l->channel, l->channel_len, dl_cmd_deadline(c), &sub,
+        rc = dl_node_get_sub(node, l->h.channel, l->h.channel_len, dl_cmd_deadline(c), &sub,
                              &already, err);
         if (!rc && !already) rc = subscribe(l, sub, "SUBSCRIBE", err);
     }
@@ -146,14 +146,14 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
         if (!tried) rc = attempt(l, conn, lease_ms, wait_left(deadline), t, err);
         tried = 0;
         if (rc || t->acquired) break;
-        if (dl_canceled(&l->cancel)) {
+        if (dl_canceled(&l->h.cancel)) {
             rc = dl_cancel_err(l, err);
             break;
         }
         int64_t now = dl_now_ms();
         if (now >= deadline) {
             rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'",
-                           dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+                           dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm));
             break;
         }
         int64_t until = deadline;
@@ -170,7 +170,7 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
         /* the slot moved: follow it, then try again there (subscribed
          * first, so a release after that attempt is not missed) */
         int moved = 0;
-        rc = dl_follow_slot(c, l->channel, l->channel_len, &conn, &sub, &moved, err);
+        rc = dl_follow_slot(c, l->h.channel, l->h.channel_len, &conn, &sub, &moved, err);
         if (rc || moved) continue;
         int granted = 0;
         do {
@@ -184,14 +184,14 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
     }
     if (rc && l->ops->abandon && conn && !conn->broken) l->ops->abandon(l, conn);
 done:
-    dl_cancel_end(&l->cancel);
+    dl_cancel_end(&l->h.cancel);
     if (sub && !rc && t->acquired && l->ops->own_channel) {
         /* the caller holds the lock now, not one write later: the
          * subscription lingers until the connection's next use */
-        dl_node_put_linger(sub, l->channel, l->channel_len);
+        dl_node_put_linger(sub, l->h.channel, l->h.channel_len);
     } else {
         /* leave without waiting for the UNSUBSCRIBE confirmation */
-        dl_unsubscribe_async(sub, l->channel, l->channel_len);
+        dl_unsubscribe_async(sub, l->h.channel, l->h.channel_len);
     }
     sub = NULL;
     if (!rc && t->acquired && c->wait_replicas > 0) {
@@ -219,19 +219,19 @@ static int settle_lost_attempt(dlock_lock *l) {
     if (!l->ops->unique_owner) return 1;
     dl_conn *conn = NULL;
     dl_err ignored = {0};
-    if (dl_pool_get_key(l->c, l->name, l->name_len, dl_cmd_deadline(l->c), &conn, &ignored))
+    if (dl_pool_get_key(l->h.c, l->h.name, l->h.name_len, dl_cmd_deadline(l->h.c), &conn, &ignored))
         return 0;
     int held = 0;
     int64_t count = 0;
     int rc = l->ops->check(l, conn, &held, &count, &ignored);
     long long res = 0;
     if (!rc && held) rc = l->ops->release(l, conn, &res, &ignored);
-    dl_pool_put(l->c, conn);
+    dl_pool_put(l->h.c, conn);
     return rc == DLOCK_OK;
 }
 
 int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t, dl_err *err) {
-    dlock_client *c = l->c;
+    dlock_client *c = l->h.c;
     int64_t deadline = dl_deadline(wait_ms);
     int64_t pause = DL_OUTAGE_PAUSE_MIN_MS;
     int unsettled = 0; /* an attempt's reply may have been lost */
@@ -247,10 +247,10 @@ int dl_lock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t
         unsettled = 1;
         int64_t left = deadline - dl_now_ms();
         if (left <= 0) return rc;
-        dl_cancel_begin(&l->cancel);
-        int cancelled = dl_cancel_nap(&l->cancel, pause < left ? pause : left);
-        dl_cancel_end(&l->cancel);
-        if (cancelled || dl_canceled(&l->cancel)) return dl_cancel_err(l, err);
+        dl_cancel_begin(&l->h.cancel);
+        int cancelled = dl_cancel_nap(&l->h.cancel, pause < left ? pause : left);
+        dl_cancel_end(&l->h.cancel);
+        if (cancelled || dl_canceled(&l->h.cancel)) return dl_cancel_err(l, err);
         pause = pause * 2 > DL_OUTAGE_PAUSE_MAX_MS ? DL_OUTAGE_PAUSE_MAX_MS : pause * 2;
     }
 }

@@ -17,28 +17,28 @@
 int dl_etcd_lock_init(dlock_lock *l, dl_err *err) {
     etcd_lock *el = calloc(1, sizeof *el);
     if (!el) return OOM(err);
-    l->backend_state = el;
+    l->h.backend_state = el;
     el->l = l;
     atomic_init(&el->lost, 0);
     el->reader = l->kind == DLOCK_KIND_READ;
-    el->kn = atomic_fetch_add(&((etcd_client *)l->c->backend_client)->seq, 1);
-    el->prefix = dl_etcd_name_prefix(l->name, l->name_len, NULL, &el->prefix_len);
-    el->wprefix = dl_etcd_name_prefix(l->name, l->name_len, "w/", &el->wprefix_len);
+    el->kn = atomic_fetch_add(&((etcd_client *)l->h.c->backend_client)->seq, 1);
+    el->prefix = dl_etcd_name_prefix(l->h.name, l->h.name_len, NULL, &el->prefix_len);
+    el->wprefix = dl_etcd_name_prefix(l->h.name, l->h.name_len, "w/", &el->wprefix_len);
     el->curl = curl_easy_init();
     if (!el->prefix || !el->wprefix || !el->curl) return OOM(err);
     return DLOCK_OK;
 }
 
 void dl_etcd_lock_destroy(dlock_lock *l) {
-    etcd_lock *el = l->backend_state;
+    etcd_lock *el = l->h.backend_state;
     if (!el) return;
-    dl_etcd_ka_del(l->c->backend_client, el);
+    dl_etcd_ka_del(l->h.c->backend_client, el);
     if (el->curl) curl_easy_cleanup(el->curl);
     free(el->prefix);
     free(el->wprefix);
     free(el->key);
     free(el);
-    l->backend_state = NULL;
+    l->h.backend_state = NULL;
 }
 
 /* Creates el's key under lease id (when absent) and reads the holder, in one
@@ -164,10 +164,10 @@ static void attempt_drop(etcd_client *ec, etcd_lock *el, long long id) {
 
 int dl_etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                     dl_err *err) {
-    etcd_client *ec = l->c->backend_client;
-    etcd_lock *el = l->backend_state;
+    etcd_client *ec = l->h.c->backend_client;
+    etcd_lock *el = l->h.backend_state;
     char nm[80];
-    dl_name_msg(l->name, l->name_len, nm, sizeof nm);
+    dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm);
     if (l->holds > 0) {
         /* re-entry of a reentrant handle: counted here */
         if (atomic_load(&el->lost))
@@ -252,9 +252,9 @@ int dl_etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome
                 attempt_drop(ec, el, id);
                 return pkey ? OOM(err) : dl_seterr(err, DLOCK_EPROTO, "etcd: range: no key");
             }
-            dl_cancel_begin(&l->cancel);
-            rc = dl_etcd_watch_keys(ec, el->curl, pk, NULL, 1, hrev + 1, slice, &l->cancel, err);
-            dl_cancel_end(&l->cancel);
+            dl_cancel_begin(&l->h.cancel);
+            rc = dl_etcd_watch_keys(ec, el->curl, pk, NULL, 1, hrev + 1, slice, &l->h.cancel, err);
+            dl_cancel_end(&l->h.cancel);
             free(pk);
             if (rc == DLOCK_ECANCELED) {
                 attempt_drop(ec, el, id);
@@ -314,8 +314,8 @@ int dl_etcd_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome
 /* One guarded delete; an explicit lease is revoked after it (a session
  * lease stays: other holds ride on it). */
 int dl_etcd_release(dlock_lock *l, long long *res, dl_err *err) {
-    etcd_client *ec = l->c->backend_client;
-    etcd_lock *el = l->backend_state;
+    etcd_client *ec = l->h.c->backend_client;
+    etcd_lock *el = l->h.backend_state;
     if (l->holds > 1) {
         *res = atomic_load(&el->lost) ? -1 : 0;
         return DLOCK_OK;
@@ -340,8 +340,8 @@ int dl_etcd_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    etcd_client *ec = l->c->backend_client;
-    etcd_lock *el = l->backend_state;
+    etcd_client *ec = l->h.c->backend_client;
+    etcd_lock *el = l->h.backend_state;
     *res = 0;
     if (atomic_load(&el->lost)) return DLOCK_OK;
     long long id = 0;
@@ -377,8 +377,8 @@ int dl_etcd_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err)
 }
 
 int dl_etcd_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    etcd_client *ec = l->c->backend_client;
-    etcd_lock *el = l->backend_state;
+    etcd_client *ec = l->h.c->backend_client;
+    etcd_lock *el = l->h.backend_state;
     *held = 0;
     *count = 0;
     if (atomic_load(&el->lost)) return DLOCK_OK;

@@ -40,17 +40,17 @@
 int dl_etcd_sem_init(dl_object *o, dl_err *err) {
     etcd_sem *es = calloc(1, sizeof *es);
     if (!es) return OOM(err);
-    o->backend_state = es;
+    o->h.backend_state = es;
     size_t plen = 0;
-    char *prefix = dl_etcd_what_prefix("sem", o->name, o->name_len, NULL, &plen);
+    char *prefix = dl_etcd_what_prefix("sem", o->h.name, o->h.name_len, NULL, &plen);
     if (prefix) {
         es->wkey = dl_etcd_b64_enc(prefix, plen);
         prefix[plen - 1]++; /* the range's end: '/' + 1 */
         es->wend = dl_etcd_b64_enc(prefix, plen);
         free(prefix);
     }
-    es->lprefix = dl_etcd_what_prefix("sem", o->name, o->name_len, "l/", &es->lprefix_len);
-    es->total = dl_etcd_what_prefix("sem", o->name, o->name_len, "total", &es->total_len);
+    es->lprefix = dl_etcd_what_prefix("sem", o->h.name, o->h.name_len, "l/", &es->lprefix_len);
+    es->total = dl_etcd_what_prefix("sem", o->h.name, o->h.name_len, "total", &es->total_len);
     es->curl = curl_easy_init();
     if (!es->wkey || !es->wend || !es->lprefix || !es->total || !es->curl) return OOM(err);
     return DLOCK_OK;
@@ -65,9 +65,9 @@ static void acq_free(etcd_client *ec, etcd_sem *es, etcd_acq *a, int revoke) {
 
 /* Freeing the handle gives its permits back. */
 void dl_etcd_sem_destroy(dl_object *o) {
-    etcd_sem *es = o->backend_state;
+    etcd_sem *es = o->h.backend_state;
     if (!es) return;
-    for (int i = 0; i < es->nacq; i++) acq_free(o->c->backend_client, es, es->acqs[i], 1);
+    for (int i = 0; i < es->nacq; i++) acq_free(o->h.c->backend_client, es, es->acqs[i], 1);
     free(es->acqs);
     if (es->curl) curl_easy_cleanup(es->curl);
     free(es->lprefix);
@@ -75,7 +75,7 @@ void dl_etcd_sem_destroy(dl_object *o) {
     free(es->wkey);
     free(es->wend);
     free(es);
-    o->backend_state = NULL;
+    o->h.backend_state = NULL;
 }
 
 /* A key's count ("<k>" or "<k> held"), *held set for the latter; -1 when
@@ -199,10 +199,10 @@ static void sem_mark(etcd_client *ec, etcd_sem *es, const etcd_acq *a) {
 }
 
 int dl_etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
-    etcd_client *ec = o->c->backend_client;
-    etcd_sem *es = o->backend_state;
+    etcd_client *ec = o->h.c->backend_client;
+    etcd_sem *es = o->h.backend_state;
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     if (es->nacq == es->cap) {
         int cap = es->cap ? es->cap * 2 : 4;
         etcd_acq **na = realloc(es->acqs, (size_t)cap * sizeof *na);
@@ -277,10 +277,10 @@ int dl_etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *
             if (slice > left) slice = left;
             if (akey && slice > ETCD_SEM_RECHECK_MS) slice = ETCD_SEM_RECHECK_MS;
             /* behind another: its key; the first waiter: all the semaphore's */
-            dl_cancel_begin(&o->cancel);
+            dl_cancel_begin(&o->h.cancel);
             rc = dl_etcd_watch_keys(ec, es->curl, akey ? akey : es->wkey, akey ? NULL : es->wend, 0,
-                            hrev + 1, slice, &o->cancel, err);
-            dl_cancel_end(&o->cancel);
+                                    hrev + 1, slice, &o->h.cancel, err);
+            dl_cancel_end(&o->h.cancel);
             free(akey);
             if (rc == DLOCK_ECANCELED) {
                 rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
@@ -303,10 +303,10 @@ int dl_etcd_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *
 
 /* Gives back permits this handle holds (its latest acquisitions first). */
 int dl_etcd_sem_release(dl_object *o, int64_t permits, dl_err *err) {
-    etcd_client *ec = o->c->backend_client;
-    etcd_sem *es = o->backend_state;
+    etcd_client *ec = o->h.c->backend_client;
+    etcd_sem *es = o->h.backend_state;
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     int64_t have = 0;
     for (int i = 0; i < es->nacq; i++) have += es->acqs[i]->k;
     if (permits > have) return dl_sem_over_release(o, permits, have, err);
@@ -341,8 +341,8 @@ int dl_etcd_sem_release(dl_object *o, int64_t permits, dl_err *err) {
 
 /* total - the permits held (waiters are not counted). */
 int dl_etcd_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
-    etcd_client *ec = o->c->backend_client;
-    etcd_sem *es = o->backend_state;
+    etcd_client *ec = o->h.c->backend_client;
+    etcd_sem *es = o->h.backend_state;
     cJSON *resp = NULL, *kvs = NULL;
     int64_t total = 0;
     long long hrev = 0;
@@ -366,13 +366,13 @@ static int total_put(etcd_client *ec, etcd_sem *es, long long mod, int64_t v, in
 }
 
 int dl_etcd_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
-    return total_put(o->c->backend_client, o->backend_state, 0, permits, set, err);
+    return total_put(o->h.c->backend_client, o->h.backend_state, 0, permits, set, err);
 }
 
 /* Adds delta to the total by compare-and-set (creating it at delta). */
 int dl_etcd_sem_add(dl_object *o, int64_t delta, dl_err *err) {
-    etcd_client *ec = o->c->backend_client;
-    etcd_sem *es = o->backend_state;
+    etcd_client *ec = o->h.c->backend_client;
+    etcd_sem *es = o->h.backend_state;
     for (int tries = 0; tries < 100; tries++) {
         cJSON *q = cJSON_CreateObject();
         if (!q || !dl_etcd_add_b64(q, "key", es->total, es->total_len)) {

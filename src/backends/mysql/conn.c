@@ -267,7 +267,7 @@ void dl_my_make_key(const char *name, size_t len, char *hex) {
 }
 
 const char *dl_my_name_msg(const dlock_lock *l, char *buf, size_t len) {
-    return dl_name_msg(l->name, l->name_len, buf, len);
+    return dl_name_msg(l->h.name, l->h.name_len, buf, len);
 }
 
 /* ---- the client's own connection ---- */

@@ -19,26 +19,26 @@
 int dl_my_lock_init(dlock_lock *l, dl_err *err) {
     my_lock *ml = calloc(1, sizeof *ml);
     if (!ml) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->backend_state = ml;
+    l->h.backend_state = ml;
     ml->l = l;
-    dl_my_make_key(l->name, l->name_len, ml->hex);
-    my_client *mc = l->c->backend_client;
+    dl_my_make_key(l->h.name, l->h.name_len, ml->hex);
+    my_client *mc = l->h.c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return DLOCK_OK; /* uses the client's connection */
     return dl_my_connect(mc, &ml->db, err);
 }
 
 void dl_my_lock_destroy(dlock_lock *l) {
-    my_lock *ml = l->backend_state;
+    my_lock *ml = l->h.backend_state;
     if (!ml) return;
-    dl_my_renew_off(l->c->backend_client, ml);
+    dl_my_renew_off(l->h.c->backend_client, ml);
     dl_my_close_db(&ml->db); /* ends the session: frees whatever it still held */
     free(ml);
-    l->backend_state = NULL;
+    l->h.backend_state = NULL;
 }
 
 /* The session is gone (or given up): so is every lock it held. */
 static void lock_conn_lost(dlock_lock *l) {
-    my_lock *ml = l->backend_state;
+    my_lock *ml = l->h.backend_state;
     dl_my_close_db(&ml->db);
     if (l->holds > 0) {
         l->expires_at = 0; /* a later acquire starts afresh */
@@ -49,8 +49,8 @@ static void lock_conn_lost(dlock_lock *l) {
 /* Gives back one hold of l's GET_LOCK on its connection, best effort (the
  * connection is dropped if it broke). */
 static void give_back(dlock_lock *l) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     char sql[64 + sizeof ml->hex];
     snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK(x'%s')", ml->hex);
     long long v;
@@ -62,8 +62,8 @@ static void give_back(dlock_lock *l) {
 
 int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                   dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     char nb[80];
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_acquire(l, wait_ms, lease_ms, t, err);
     if (lease_ms != DLOCK_WATCHDOG)
@@ -83,7 +83,7 @@ int dl_my_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *
     int rc, broken = 0, isnull;
     long long v;
     /* a wait can be cancelled (dlock_lock_cancel); a re-entry does not wait */
-    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->cancel : NULL;
+    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->h.cancel : NULL;
     int canceled = 0;
     if (cx) dl_cancel_begin(cx);
     for (;;) {
@@ -153,8 +153,8 @@ fail:
 }
 
 int dl_my_release(dlock_lock *l, long long *res, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_release(l, res, err);
     *res = -1;
     if (!ml->db) return DLOCK_OK; /* the session, and the lock with it, is gone */
@@ -173,8 +173,8 @@ int dl_my_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_my_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     char nb[80];
     *held = 0;
     *count = 0;
@@ -236,7 +236,7 @@ int dl_my_fence_current(dlock_client *c, const char *name, size_t len, uint64_t 
 }
 
 int dl_my_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    my_client *mc = l->c->backend_client;
+    my_client *mc = l->h.c->backend_client;
     if (mc->u.mode == MY_MODE_TABLE) return dl_my_table_extend(l, lease_ms, res, err);
     return dl_seterr(err, DLOCK_ENOTSUP,
                      "extend is not supported by the mysql backend in GET_LOCK mode (its locks "

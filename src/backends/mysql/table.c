@@ -279,8 +279,8 @@ static void table_mark_lost(my_client *mc, my_lock *ml) {
  * lock (*got), or the wait ends. */
 static int table_wait(dlock_lock *l, dl_cancel *cx, int64_t wait_ms, int64_t lease, int reenter,
                       int *got, uint64_t *fence, int64_t *t0, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     char nb[80];
     int64_t deadline = wait_ms == DLOCK_WAIT_FOREVER ? DL_INF_DEADLINE : dl_deadline(wait_ms);
     int64_t backoff = MY_BACKOFF_MIN_MS;
@@ -325,10 +325,10 @@ static int table_wait(dlock_lock *l, dl_cancel *cx, int64_t wait_ms, int64_t lea
 
 int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *t,
                         dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     int reenter = l->holds > 0;
-    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->c->watchdog_lease_ms : lease_ms;
+    int64_t lease = lease_ms == DLOCK_WATCHDOG ? l->h.c->watchdog_lease_ms : lease_ms;
     if (!reenter) {
         /* a new hold: owner "<client id>:<thread id>:<128 random bits>" */
         dl_my_renew_off(mc, ml);
@@ -345,7 +345,7 @@ int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
     int got = 0;
     uint64_t fence = 0;
     /* dlock_lock_cancel ends the naps between attempts */
-    dl_cancel *cx = wait_ms != 0 && !reenter ? &l->cancel : NULL;
+    dl_cancel *cx = wait_ms != 0 && !reenter ? &l->h.cancel : NULL;
     if (cx) dl_cancel_begin(cx);
     int rc = table_wait(l, cx, wait_ms, lease, reenter, &got, &fence, &t0, err);
     if (cx) dl_cancel_end(cx);
@@ -379,8 +379,8 @@ int dl_my_table_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
 }
 
 int dl_my_table_release(dlock_lock *l, long long *res, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     *res = -1;
     if (l->holds > 1) { /* re-entered: counted by the handle; still ours? */
         int held = 0;
@@ -419,8 +419,8 @@ int dl_my_table_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_my_table_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     *res = 0;
     int was = table_registered(mc, ml);
     dl_my_renew_off(mc, ml); /* a fixed lease from now on, as on Redis */
@@ -446,8 +446,8 @@ int dl_my_table_extend(dlock_lock *l, int64_t lease_ms, long long *res, dl_err *
 }
 
 int dl_my_table_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    my_lock *ml = l->backend_state;
-    my_client *mc = l->c->backend_client;
+    my_lock *ml = l->h.backend_state;
+    my_client *mc = l->h.c->backend_client;
     int rc = table_held(mc, ml, held, err);
     if (rc) return rc;
     if (!*held) table_mark_lost(mc, ml);

@@ -512,17 +512,17 @@ static int pg_ping(dlock_client *c, int64_t *rtt_us, dl_err *err) {
 static int pg_lock_init(dlock_lock *l, dl_err *err) {
     pg_lock *pl = calloc(1, sizeof *pl);
     if (!pl) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->backend_state = pl;
-    pl->key = name_key(l->name, l->name_len);
-    return pg_connect(l->c->backend_client, &pl->conn, err);
+    l->h.backend_state = pl;
+    pl->key = name_key(l->h.name, l->h.name_len);
+    return pg_connect(l->h.c->backend_client, &pl->conn, err);
 }
 
 static void pg_lock_destroy(dlock_lock *l) {
-    pg_lock *pl = l->backend_state;
+    pg_lock *pl = l->h.backend_state;
     if (!pl) return;
     close_conn(&pl->conn); /* ends the session: whatever it held is released */
     free(pl);
-    l->backend_state = NULL;
+    l->h.backend_state = NULL;
 }
 
 static const char *shared_sfx(const dlock_lock *l) {
@@ -531,10 +531,10 @@ static const char *shared_sfx(const dlock_lock *l) {
 
 /* The next fencing token of the name, on the handle's session. */
 static int next_fence(dlock_lock *l, uint64_t *fence, dl_err *err) {
-    pg_client *pc = l->c->backend_client;
-    pg_lock *pl = l->backend_state;
-    const char *vals[1] = {l->name};
-    int lens[1] = {(int)l->name_len};
+    pg_client *pc = l->h.c->backend_client;
+    pg_lock *pl = l->h.backend_state;
+    const char *vals[1] = {l->h.name};
+    int lens[1] = {(int)l->h.name_len};
     PGresult *r = NULL;
     char st[6];
     int broken = 0;
@@ -557,8 +557,8 @@ static int next_fence(dlock_lock *l, uint64_t *fence, dl_err *err) {
 /* Gives back one hold of l's key on its session, best effort (the session
  * is closed if that fails). */
 static void give_back(dlock_lock *l) {
-    pg_client *pc = l->c->backend_client;
-    pg_lock *pl = l->backend_state;
+    pg_client *pc = l->h.c->backend_client;
+    pg_lock *pl = l->h.backend_state;
     if (!pl->conn) return;
     char sql[96], st[6];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock%s(%lld)", shared_sfx(l), pl->key);
@@ -576,10 +576,10 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outco
         return dl_seterr(err, DLOCK_ENOTSUP,
                          "leases (lease_ms > 0) are not supported by the postgres backend: its "
                          "locks are held while the session lives (pass DLOCK_WATCHDOG)");
-    pg_client *pc = l->c->backend_client;
-    pg_lock *pl = l->backend_state;
+    pg_client *pc = l->h.c->backend_client;
+    pg_lock *pl = l->h.backend_state;
     char nm[80];
-    dl_name_msg(l->name, l->name_len, nm, sizeof nm);
+    dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm);
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {
         if (l->holds > 0)
             return dl_seterr(err, DLOCK_ELOST, "lock '%s': the session holding it was lost", nm);
@@ -607,7 +607,7 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outco
     char st[6];
     int broken = 0;
     /* a wait can be cancelled (dlock_lock_cancel); a re-entry does not wait */
-    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->cancel : NULL;
+    dl_cancel *cx = wait_ms != 0 && l->holds == 0 ? &l->h.cancel : NULL;
     int canceled = 0;
     if (cx) dl_cancel_begin(cx);
     int rc = pg_run_cx(pc, pl->conn, sql, 0, NULL, NULL, deadline, cx, &canceled, &r, st,
@@ -652,8 +652,8 @@ static int pg_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outco
 }
 
 static int pg_release(dlock_lock *l, long long *res, dl_err *err) {
-    pg_client *pc = l->c->backend_client;
-    pg_lock *pl = l->backend_state;
+    pg_client *pc = l->h.c->backend_client;
+    pg_lock *pl = l->h.backend_state;
     (void)err;
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {
         close_conn(&pl->conn);
@@ -681,8 +681,8 @@ static int pg_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 static int pg_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    pg_client *pc = l->c->backend_client;
-    pg_lock *pl = l->backend_state;
+    pg_client *pc = l->h.c->backend_client;
+    pg_lock *pl = l->h.backend_state;
     *held = 0;
     *count = 0;
     if (!pl->conn || PQstatus(pl->conn) != CONNECTION_OK) {

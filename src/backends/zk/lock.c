@@ -21,9 +21,9 @@
 int dl_zk_lock_init(dlock_lock *l, dl_err *err) {
     zk_lock *zl = calloc(1, sizeof *zl);
     if (!zl) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    l->backend_state = zl;
+    l->h.backend_state = zl;
     zl->l = l;
-    zl->parent = dl_zk_name_parent(l->c->backend_client, l->name, l->name_len);
+    zl->parent = dl_zk_name_parent(l->h.c->backend_client, l->h.name, l->h.name_len);
     if (!zl->parent) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
@@ -59,12 +59,12 @@ static void drop_node(zk_lock *zl, int del) {
 }
 
 void dl_zk_lock_destroy(dlock_lock *l) {
-    zk_lock *zl = l->backend_state;
+    zk_lock *zl = l->h.backend_state;
     if (!zl) return;
     drop_node(zl, 1);
     free(zl->parent);
     free(zl);
-    l->backend_state = NULL;
+    l->h.backend_state = NULL;
 }
 
 
@@ -84,10 +84,10 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *
         return dl_seterr(err, DLOCK_ENOTSUP,
                          "leases (lease_ms > 0) are not supported by the zookeeper backend: its "
                          "locks are held while the session lives (pass DLOCK_WATCHDOG)");
-    zk_client *zc = l->c->backend_client;
-    zk_lock *zl = l->backend_state;
+    zk_client *zc = l->h.c->backend_client;
+    zk_lock *zl = l->h.backend_state;
     char nm[80];
-    dl_name_msg(l->name, l->name_len, nm, sizeof nm);
+    dl_name_msg(l->h.name, l->h.name_len, nm, sizeof nm);
     if (l->holds > 0) {
         /* re-entry: counted by the handle */
         if (zl->sess && is_lost(zl))
@@ -196,7 +196,7 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *
         free(pp);
         if (rc == ZK_LOOK_AGAIN) continue;
         if (rc) break;
-        if (dl_zk_wait_event(s, ev0, deadline, &l->cancel)) {
+        if (dl_zk_wait_event(s, ev0, deadline, &l->h.cancel)) {
             rc = dl_cancel_err(l, err);
             break;
         }
@@ -209,8 +209,8 @@ int dl_zk_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_outcome *
 }
 
 int dl_zk_release(dlock_lock *l, long long *res, dl_err *err) {
-    zk_client *zc = l->c->backend_client;
-    zk_lock *zl = l->backend_state;
+    zk_client *zc = l->h.c->backend_client;
+    zk_lock *zl = l->h.backend_state;
     if (!zl->sess) {
         *res = -1;
         return DLOCK_OK;
@@ -247,8 +247,8 @@ int dl_zk_release(dlock_lock *l, long long *res, dl_err *err) {
 }
 
 int dl_zk_check(dlock_lock *l, int *held, int64_t *count, dl_err *err) {
-    zk_client *zc = l->c->backend_client;
-    zk_lock *zl = l->backend_state;
+    zk_client *zc = l->h.c->backend_client;
+    zk_lock *zl = l->h.backend_state;
     *held = 0;
     *count = 0;
     if (!zl->sess || is_lost(zl)) return DLOCK_OK;

@@ -291,10 +291,10 @@ static int create_leases(zk_client *zc, zk_sess *s, const char *node, const char
 int dl_zk_sem_init(dl_object *o, dl_err *err) {
     zk_sem *zs = calloc(1, sizeof *zs);
     if (!zs) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    o->backend_state = zs;
+    o->h.backend_state = zs;
     zs->o = o;
-    zk_client *zc = o->c->backend_client;
-    zs->node = dl_zk_name_under(zc->sems, o->name, o->name_len);
+    zk_client *zc = o->h.c->backend_client;
+    zs->node = dl_zk_name_under(zc->sems, o->h.name, o->h.name_len);
     if (!zs->node) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return DLOCK_OK;
 }
@@ -313,20 +313,20 @@ static void sem_drop(zk_sem *zs, int del) {
 
 /* Freeing the handle gives its permits back. */
 void dl_zk_sem_destroy(dl_object *o) {
-    zk_sem *zs = o->backend_state;
+    zk_sem *zs = o->h.backend_state;
     if (!zs) return;
     sem_drop(zs, 1);
     free(zs->leases);
     free(zs->node);
     free(zs);
-    o->backend_state = NULL;
+    o->h.backend_state = NULL;
 }
 
 int dl_zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *err) {
-    zk_client *zc = o->c->backend_client;
-    zk_sem *zs = o->backend_state;
+    zk_client *zc = o->h.c->backend_client;
+    zk_sem *zs = o->h.backend_state;
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     /* one node per permit, all in one request, which must stay well under
      * the server's jute.maxbuffer (1 MiB by default) */
     int64_t maxk = ZK_MULTI_BYTES / ((int64_t)strlen(zs->node) + 64);
@@ -463,7 +463,7 @@ int dl_zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *er
             int64_t re = dl_now_ms() + ZK_SEM_RECHECK_MS;
             if (re < until) until = re;
         }
-        if (dl_zk_wait_event(s, ev0, until, &o->cancel)) {
+        if (dl_zk_wait_event(s, ev0, until, &o->h.cancel)) {
             rc = dl_seterr(err, DLOCK_ECANCELED, "waiting for '%s' was cancelled", nm);
             break;
         }
@@ -476,10 +476,10 @@ int dl_zk_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err *er
 
 /* Gives back permits this handle holds (its latest leases first). */
 int dl_zk_sem_release(dl_object *o, int64_t permits, dl_err *err) {
-    zk_client *zc = o->c->backend_client;
-    zk_sem *zs = o->backend_state;
+    zk_client *zc = o->h.c->backend_client;
+    zk_sem *zs = o->h.backend_state;
     char nm[80];
-    dl_name_msg(o->name, o->name_len, nm, sizeof nm);
+    dl_name_msg(o->h.name, o->h.name_len, nm, sizeof nm);
     if (zs->sess && dl_zk_sess_dead(zs->sess)) {
         int64_t had = zs->nleases;
         sem_drop(zs, 0);
@@ -515,8 +515,8 @@ int dl_zk_sem_release(dl_object *o, int64_t permits, dl_err *err) {
 
 /* total - the permits held (the leases that fit; waiters are not counted). */
 int dl_zk_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
-    zk_client *zc = o->c->backend_client;
-    zk_sem *zs = o->backend_state;
+    zk_client *zc = o->h.c->backend_client;
+    zk_sem *zs = o->h.backend_state;
     zk_sess *s = NULL;
     int rc = dl_zk_sess_get(zc, &s, err);
     if (rc) return rc;
@@ -542,8 +542,8 @@ int dl_zk_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
  * write whose outcome is unknown (connection lost) is not re-sent: an add
  * could be applied twice; DLOCK_EIO says so. */
 static int sem_write(dl_object *o, int add, int64_t v, int *set, dl_err *err) {
-    zk_client *zc = o->c->backend_client;
-    zk_sem *zs = o->backend_state;
+    zk_client *zc = o->h.c->backend_client;
+    zk_sem *zs = o->h.backend_state;
     const char *what = add ? "semaphore add" : "semaphore try_set";
     zk_sess *s = NULL;
     int rc = dl_zk_sess_get(zc, &s, err);
