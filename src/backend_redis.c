@@ -9,12 +9,25 @@
  * with every lock kind, the library's watchdog, token calls, listing,
  * permit-expirable semaphores and latches, and the ID worker (ZooKeeper has
  * semaphores too). */
+#include <stdlib.h>
+
 #include "kinds.h"
 
-static int redis_lock_init(dlock_lock *l, dl_err *err) { return l->ops->init(l, err); }
+/* A lock's Redis keys beyond its name: the fencing counter
+ * (redisson_lock_token:{name}, Redisson's RFencedLock layout), then the
+ * kind's own (its channel, queues...). */
+static int redis_lock_init(dlock_lock *l, dl_err *err) {
+    l->fence_key =
+        dl_derive_key("redisson_lock_token:", l->h.name, l->h.name_len, "", &l->fence_key_len);
+    if (!l->fence_key) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    return l->ops->init(l, err);
+}
 
+/* Also after a failed or an unmade init (the handle is zeroed first). */
 static void redis_lock_destroy(dlock_lock *l) {
     if (l->ops->destroy) l->ops->destroy(l);
+    free(l->fence_key);
+    l->fence_key = NULL;
 }
 
 static int redis_owner(dlock_lock *l, dl_err *err) { return l->ops->owner(l, err); }

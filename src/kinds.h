@@ -124,7 +124,7 @@ struct dlock_lock {
     dl_handle h;               /* client, name, channel, message, cancel */
     dlock_kind kind;
     const dl_kind_ops *ops;
-    char *fence_key;           /* redisson_lock_token:{name} */
+    char *fence_key;           /* Redis: redisson_lock_token:{name} (backend_redis.c) */
     size_t fence_key_len;
     void *kind_state;          /* the kind's own state (extra keys...) */
     int listening;             /* the attempt under way is made while subscribed

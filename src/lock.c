@@ -60,8 +60,6 @@ int dlock_lock_new(dlock_client *c, const char *name, size_t name_len, dlock_kin
     memcpy(l->h.name, name, name_len);
     l->h.name[name_len] = '\0';
     l->h.name_len = name_len;
-    l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
-    if (!l->fence_key) goto oom;
     rc = c->backend->lock_init ? c->backend->lock_init(l, &err) : DLOCK_OK;
     if (rc) goto fail;
     l->lease.renew = ops->renew;
@@ -81,7 +79,6 @@ fail:
     if (l) {
         if (c->backend->lock_destroy) c->backend->lock_destroy(l);
         free(l->h.name);
-        free(l->fence_key);
         free(l->h.channel);
         free(l);
     }
@@ -119,7 +116,6 @@ void dlock_lock_free(dlock_lock *l) {
     wd_off(l);
     if (l->h.c->backend->lock_destroy) l->h.c->backend->lock_destroy(l);
     dl_handle_clear(&l->h);
-    free(l->fence_key);
     free(l->who_key);
     free(l->who_val);
     free(l);
