@@ -9,7 +9,10 @@
  *              alone, readers see no change while they hold
  *   starvation 6 processes re-acquire the read side back to back; a writer
  *              still gets in within 3 s, round after round
- *   crash      a SIGKILLed reader frees its share after its own lease
+ *   crash      a SIGKILLed reader frees its share after its own lease; a
+ *              writer stopped (SIGSTOP) in its wait holds new readers back
+ *              until its queue entry runs out, past the 2 s re-check, with
+ *              no message (the explorer's liveness check relies on this)
  *   watchdog   both sides stay held across 3 lease periods (lease 600 ms) */
 #include "harness.h"
 
@@ -20,6 +23,9 @@
 #include <unistd.h>
 
 static th_server *g_srv;
+
+#define RECHECK_MS 2000 /* DL_WAIT_RECHECK_MS (src/services.h) */
+#define WAITER_MS 5000  /* DL_RW_WAITER_MS (src/lock_rw.c): a queued writer's entry */
 
 static void check_count(dlock_lock *l, int want_held, int64_t want_count)
 {
@@ -528,6 +534,40 @@ static void test_crash(void)
     ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", N), 0);
     ASSERT_LOK(w, dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL));
     ASSERT_LOK(w, dlock_release(w));
+
+    /* a writer stopped in its wait neither takes the lock nor gives up: its
+     * queue entry holds new readers back, the lock free, until the entry
+     * runs out (WAITER_MS after its latest attempt), and that publishes
+     * nothing; the reader comes back at the entry's deadline, not at a
+     * message (the explorer does not count such a wait as a stall) */
+    ASSERT_LOK(r, dlock_acquire(r, DLOCK_NOWAIT, 20000, NULL));
+    pid = spawn_writer(N, DLOCK_WAIT_FOREVER, DLOCK_OK);
+    ASSERT_EVENTUALLY(th_cmd_int(rc, "ZCARD {%s}:write_waiters", N) == 1, 5000);
+    ASSERT_EQ(kill(pid, SIGSTOP), 0);
+    /* the entry's deadline, on the server's clock */
+    redisReply *z = th_cmd(rc, "ZRANGE {%s}:write_waiters 0 0 WITHSCORES", N);
+    ASSERT_EQ(z->type, REDIS_REPLY_ARRAY);
+    ASSERT_EQ(z->elements, 2);
+    long long dl = atoll(z->element[1]->str);
+    freeReplyObject(z);
+    redisReply *tm = th_cmd(rc, "TIME");
+    long long now = atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
+    freeReplyObject(tm);
+    int64_t t_stop = th_now_ms(), entry = dl - now;
+    th_log("stopped writer's queue entry runs out in %lld ms", (long long)entry);
+    ASSERT_GT(entry, RECHECK_MS + 500);
+    ASSERT_LOK(r, dlock_release(r)); /* the lock is free now */
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", N), 0);
+    ASSERT_LOK(r, dlock_acquire(r, WAITER_MS + 5000, 5000, NULL));
+    took = th_now_ms() - t_stop;
+    th_log("reader behind the stopped writer: in after %lld ms (entry %lld ms)",
+           (long long)took, (long long)entry);
+    ASSERT_GT(took, RECHECK_MS); /* longer than the re-check: by the policy */
+    ASSERT_GE(took, entry - 50);
+    ASSERT_LE(took, entry + MARGIN);
+    ASSERT_LOK(r, dlock_release(r));
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    ASSERT_EQ(th_wait_child(pid, 5000), 128 + SIGKILL);
 
     dlock_lock_free(r);
     dlock_lock_free(w);

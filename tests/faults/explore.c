@@ -130,7 +130,12 @@
  *     pause, re-check), and no stall is measured within a lease plus
  *     MSG_STALL_MS after one hit a worker's acquire or hold (a lost acquire
  *     reply, or a doubled re-entry, leaves a hold nobody knows of until its
- *     lease ends);
+ *     lease ends). Read/write: a reader is not live while a writer stuck in
+ *     its wait (stopped, its link frozen or cut, killed, or its wait failed)
+ *     may hold it back by writer preference: the writer's entry in
+ *     "{N}:write_waiters" refuses new readers until the writer runs again
+ *     or the entry runs out, DL_RW_WAITER_MS (5000) after its last attempt,
+ *     and nothing is published then (src/lock_rw.c; rw_held_back);
  *   unacknowledged acquires: with wait_replicas, a lock acquire that began
  *     after the replication link was cut or frozen and returned OK before
  *     it worked again (nothing reached the replica: the library must fail
@@ -164,6 +169,7 @@
 #define DL_PLAIN_RECHECK_MS 2000 /* = DL_WAIT_RECHECK_MS (src/services.h), latches too */
 #define DL_BACKOFF_MAX_MS 2000 /* src/client.c: a client's reconnect backoff after a failure */
 #define DL_OUTAGE_PAUSE_MAX_MS 1000 /* src/wait.c: a wait's pause after a failure, at most */
+#define DL_RW_WAITER_MS 5000 /* src/lock_rw.c: a waiting writer's entry, unless refreshed */
 /* A worker whose client could not be made before the run ended exits 3 (a
  * violation) unless it started less than this before the end: two command
  * timeouts and a restart's worth of reconnecting */
@@ -1121,6 +1127,55 @@ static int ghost_in(int nf, int na, int ns, const wrole *roles, const plan *p, i
     return 0;
 }
 
+/* read/write: the times new readers of name n may be refused, by writer
+ * preference (src/lock_rw.c), for a writer that can neither take the lock
+ * nor give up. A waiting writer's entry in "{N}:write_waiters" lasts
+ * DL_RW_WAITER_MS from its latest attempt; readers that find it are told to
+ * come back when it runs out (DL_WAIT_RECHECK_MS at most), and nothing is
+ * published when it does. A writer that waits live takes the lock (and its
+ * release publishes) or gives up (its abandon publishes); one stopped, cut
+ * off, frozen or killed in its wait, or whose wait failed (its abandon
+ * skipped on a broken connection), does neither: its entry holds readers
+ * back until it resumes or the entry runs out, at most DL_RW_WAITER_MS
+ * after its last attempt, itself before the fault. Into bw (at most max
+ * windows [from, to]); returns how many. */
+static int rw_held_back(int nf, int na, const wrole *roles, int n, int64_t (*bw)[2], int max)
+{
+    int nb = 0;
+    for (int k = 0; k < na && nb < max; k++) {
+        const att *a = &g_a[k];
+        if (a->n != n || a->wait == 0 || a->cd || roles[a->w].role != R_WRITER) continue;
+        if (a->result == 'X') {
+            bw[nb][0] = a->et;
+            bw[nb][1] = a->et + DL_RW_WAITER_MS;
+            nb++;
+        }
+        for (int i = 0; i < nf && nb < max; i++) {
+            char c = g_f[i].c;
+            if ((c != 'P' && c != 'G' && c != 'D' && c != 'K') || g_f[i].w != a->w) continue;
+            int64_t t0 = g_f[i].t, t1 = t0 + DL_RW_WAITER_MS;
+            if (t0 < a->at || t0 > a->et) continue;
+            if (c != 'K') {
+                /* until it runs again: stopped (SIGCONT), frozen (unfrozen)
+                 * or cut off, then its reconnect backoff */
+                int64_t up = c == 'D' ? t0 : INT64_MAX;
+                for (int j = i + 1; j < nf && up == INT64_MAX; j++)
+                    if (g_f[j].w == a->w && (g_f[j].c == (c == 'P' ? 'C' : 'I') ||
+                                              g_f[j].c == 'K')) {
+                        if (g_f[j].c != 'K') up = g_f[j].t;
+                        else break; /* killed: the entry stays until it runs out */
+                    }
+                if (c != 'P' && up != INT64_MAX) up += DL_BACKOFF_MAX_MS;
+                if (up < t1) t1 = up;
+            }
+            bw[nb][0] = t0;
+            bw[nb][1] = t1;
+            nb++;
+        }
+    }
+    return nb;
+}
+
 static int cmp_iv(const void *a, const void *b)
 {
     const int64_t *x = a, *y = b;
@@ -1831,7 +1886,12 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
         int64_t tn = INT64_MAX;
         for (int k = 0; k < ns; k++)
             if (g_s[k].n == x->n && g_s[k].bt >= tf && g_s[k].bt < tn) tn = g_s[k].bt;
-        static int64_t iv[MAX_ATT][2];
+        static int64_t iv[2 * MAX_ATT][2];
+        /* read/write: a reader refused for a writer stuck in its wait
+         * waits by the policy, not for a wake-up (rw_held_back) */
+        static int64_t bw[MAX_ATT][2];
+        int nb = p->kind == K_RW ? rw_held_back(nf, na, roles, x->n, bw, MAX_ATT) : 0;
+        if (nb) qsort(bw, (size_t)nb, sizeof bw[0], cmp_iv);
         int niv = 0, nw = 0;
         for (int k = 0; k < na; k++) {
             const att *a = &g_a[k];
@@ -1841,10 +1901,24 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             if (paused_in(nf, a->w, a->at, to, NULL)) continue;
             /* a request or reply of its own lost, doubled or held back */
             if (msg_fired_in(nf, a->w, a->at, to, MSG_STALL_MS)) continue;
-            iv[niv][0] = from;
-            iv[niv][1] = to;
-            niv++;
-            if (a->at <= tf) nw++;
+            int counted = 0;
+            for (int b = 0; roles[a->w].role == R_READER && b < nb && from < to; b++) {
+                if (bw[b][1] <= from || bw[b][0] >= to) continue;
+                if (bw[b][0] > from && niv < 2 * MAX_ATT) {
+                    iv[niv][0] = from;
+                    iv[niv][1] = bw[b][0];
+                    niv++;
+                    counted = 1;
+                }
+                from = bw[b][1];
+            }
+            if (from < to && niv < 2 * MAX_ATT) {
+                iv[niv][0] = from;
+                iv[niv][1] = to;
+                niv++;
+                counted = 1;
+            }
+            if (counted && a->at <= tf) nw++;
         }
         if (!niv) continue;
         qsort(iv, (size_t)niv, sizeof iv[0], cmp_iv);
