@@ -136,7 +136,7 @@ const dl_backend dl_backend_redis = {
     .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_IDWORKER |
             DL_CAP_CANCEL | DL_CAP_HOLDER | DL_CAP_OWNER_HOLDS,
     .open = dl_redis_open,
-    .close = NULL, /* the client's nodes are freed by client.c */
+    .close = NULL, /* the client frees its nodes (dl_topology_clear) */
     .ping = dl_redis_ping,
     .lock_init = redis_lock_init,
     .lock_destroy = redis_lock_destroy,

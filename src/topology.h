@@ -71,7 +71,7 @@ struct dlock_client {
 
     pthread_mutex_t wd_mu;     /* guards wd creation */
     /* holds of this client's handles per lock name and owner, for the kinds
-     * whose server count is the owner's across handles (lock.c) */
+     * whose server count is the owner's across handles (owner.c) */
     pthread_mutex_t owned_mu;
     struct dl_owned *owned;
     size_t nowned, owned_cap;

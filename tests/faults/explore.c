@@ -167,7 +167,7 @@
 /* the library's named constants the checks derive from (src/lock_plain.c,
  * src/lock_fair.c): not public, mirrored here */
 #define DL_PLAIN_RECHECK_MS 2000 /* = DL_WAIT_RECHECK_MS (src/services.h), latches too */
-#define DL_BACKOFF_MAX_MS 2000 /* src/client.c: a client's reconnect backoff after a failure */
+#define DL_BACKOFF_MAX_MS 2000 /* src/pool.c: a node's reconnect backoff after a failure */
 #define DL_OUTAGE_PAUSE_MAX_MS 1000 /* src/wait.c: a wait's pause after a failure, at most */
 #define DL_RW_WAITER_MS 5000 /* src/lock_rw.c: a waiting writer's entry, unless refreshed */
 /* A worker whose client could not be made before the run ended exits 3 (a
