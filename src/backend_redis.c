@@ -133,8 +133,8 @@ const dl_backend dl_backend_redis = {
     .schemes = redis_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
              (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
-    .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_IDWORKER |
-            DL_CAP_CANCEL | DL_CAP_HOLDER | DL_CAP_OWNER_HOLDS,
+    .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_CANCEL |
+            DL_CAP_HOLDER | DL_CAP_OWNER_HOLDS,
     .open = dl_redis_open,
     .close = NULL, /* the client frees its nodes (dl_topology_clear) */
     .ping = dl_redis_ping,
@@ -156,4 +156,10 @@ const dl_backend dl_backend_redis = {
     .sem_available = dl_redis_sem_available,
     .sem_try_set = dl_redis_sem_try_set,
     .sem_add = dl_redis_sem_add,
+    .latch_try_set = dl_redis_latch_try_set,
+    .latch_set = dl_redis_latch_set,
+    .latch_count_down = dl_redis_latch_count_down,
+    .latch_count = dl_redis_latch_count,
+    .latch_await = dl_redis_latch_await,
+    .id_incr = dl_redis_id_incr,
 };

@@ -62,7 +62,7 @@ int dlock_idworker_new(dlock_client *c, const char *prefix, const dlock_idworker
                   !c ? "client" : !prefix ? "prefix" : "out");
         return c ? dl_client_fail(c, &err) : DLOCK_EINVAL;
     }
-    if (!(c->backend->caps & DL_CAP_IDWORKER)) return dl_backend_unsupported(c, "the ID worker");
+    if (!c->backend->id_incr) return dl_backend_unsupported(c, "the ID worker");
     size_t plen = strlen(prefix);
     if (plen == 0) {
         dl_seterr(&err, DLOCK_EINVAL, "ID worker: empty prefix");
@@ -124,6 +124,34 @@ static int fail(dlock_idworker *w, const dl_err *err) {
     return err->code;
 }
 
+/* The Redis backend's day counter (its table: backend_redis.c): INCR, or
+ * INCRBY n, on the counter key. */
+int dl_redis_id_incr(dlock_client *c, const char *key, size_t key_len, int64_t n,
+                     long long *value, dl_err *err) {
+    char nbuf[24];
+    int nn = snprintf(nbuf, sizeof nbuf, "%" PRId64, n);
+    const char *argv[3] = {n > 1 ? "INCRBY" : "INCR", key, nbuf};
+    size_t lens[3] = {strlen(argv[0]), key_len, (size_t)nn};
+    redisReply *r = NULL;
+    int rc = dl_client_command(c, n > 1 ? 3 : 2, argv, lens, &r, err);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (r->str && strstr(r->str, "overflow"))
+            rc = dl_seterr(err, DLOCK_EOVERFLOW,
+                           "ID worker: counter %.*s overflowed (server: %.100s)", (int)key_len,
+                           key, r->str);
+        else
+            rc = dl_reply_error(r, argv[0], err);
+    } else if (r->type != REDIS_REPLY_INTEGER) {
+        rc = dl_seterr(err, DLOCK_EPROTO, "ID worker: %s %.*s: integer reply expected", argv[0],
+                       (int)key_len, key);
+    } else {
+        *value = r->integer;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 /* Reserves a new block for `day` (the key's date from the Unix seconds t). */
 static int reserve(dlock_idworker *w, int64_t t, int64_t day, dl_err *err) {
     struct tm tm;
@@ -135,26 +163,9 @@ static int reserve(dlock_idworker *w, int64_t t, int64_t day, dl_err *err) {
     if (!key) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     int kn = snprintf(key, klen, "icr:%s:%04d:%02d:%02d", w->prefix, tm.tm_year + 1900,
                       tm.tm_mon + 1, tm.tm_mday);
-    char nbuf[24];
-    int nn = snprintf(nbuf, sizeof nbuf, "%" PRId64, w->batch);
-    const char *argv[3] = {w->batch > 1 ? "INCRBY" : "INCR", key, nbuf};
-    size_t lens[3] = {strlen(argv[0]), (size_t)kn, (size_t)nn};
-    redisReply *r = NULL;
-    int rc = dl_client_command(w->c, w->batch > 1 ? 3 : 2, argv, lens, &r, err);
+    long long hi = 0;
+    int rc = w->c->backend->id_incr(w->c, key, (size_t)kn, w->batch, &hi, err);
     if (rc) goto out;
-    if (r->type == REDIS_REPLY_ERROR) {
-        if (r->str && strstr(r->str, "overflow"))
-            rc = dl_seterr(err, DLOCK_EOVERFLOW,
-                           "ID worker: counter %s overflowed (server: %.100s)", key, r->str);
-        else
-            rc = dl_reply_error(r, argv[0], err);
-        goto out;
-    }
-    if (r->type != REDIS_REPLY_INTEGER) {
-        rc = dl_seterr(err, DLOCK_EPROTO, "ID worker: %s %s: integer reply expected", argv[0], key);
-        goto out;
-    }
-    long long hi = r->integer;
     long long lo = hi - w->batch + 1;
     if (lo < 0) {
         rc = dl_seterr(err, DLOCK_EPROTO, "ID worker: counter %s is negative (%lld)", key, hi);
@@ -172,7 +183,6 @@ static int reserve(dlock_idworker *w, int64_t t, int64_t day, dl_err *err) {
     w->next = (uint64_t)lo;
     w->end = (unsigned long long)hi > IDW_COUNT_MAX ? IDW_COUNT_MAX : (uint64_t)hi;
 out:
-    if (r) freeReplyObject(r);
     free(key);
     return rc;
 }

@@ -68,6 +68,15 @@ int dl_redis_sem_release(dl_object *o, int64_t permits, dl_err *err);
 int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err);
 int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err);
 int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err);
+/* Its countdown latch (latch.c). */
+int dl_redis_latch_try_set(dl_object *o, int64_t count, int *set, dl_err *err);
+int dl_redis_latch_set(dl_object *o, int64_t count, dl_err *err);
+int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err);
+int dl_redis_latch_count(dl_object *o, int64_t *count, dl_err *err);
+int dl_redis_latch_await(dl_object *o, int64_t wait_ms, dl_err *err);
+/* Its ID worker's day counter (idworker.c). */
+int dl_redis_id_incr(dlock_client *c, const char *key, size_t key_len, int64_t n,
+                     long long *value, dl_err *err);
 
 /* The backend serving url: the one whose scheme it has, else Redis (whose
  * URL parser explains a bad one). */

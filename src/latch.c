@@ -114,6 +114,70 @@ static int read_count(dlock_latch *l, dl_conn *conn, int64_t *count, dl_err *err
     return rc;
 }
 
+/* ---- Redis (the backend's table: backend_redis.c) ---- */
+
+int dl_redis_latch_try_set(dl_object *o, int64_t count, int *set, dl_err *err) {
+    long long v = 0;
+    int rc = la_eval((dlock_latch *)o, &try_set_script, "latch try_set", count, &v, err);
+    if (!rc) *set = v == 1;
+    return rc;
+}
+
+int dl_redis_latch_set(dl_object *o, int64_t count, dl_err *err) {
+    long long v = 0;
+    return la_eval((dlock_latch *)o, &set_script, "latch set", count, &v, err);
+}
+
+int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err) {
+    long long v = 0;
+    return la_eval((dlock_latch *)o, &count_down_script, "latch count_down", k, &v, err);
+}
+
+int dl_redis_latch_count(dl_object *o, int64_t *count, dl_err *err) {
+    return read_count((dlock_latch *)o, NULL, count, err);
+}
+
+int dl_redis_latch_await(dl_object *o, int64_t wait_ms, dl_err *err) {
+    dlock_latch *l = (dlock_latch *)o;
+    char nm[80];
+    dlock_client *c = l->o.h.c;
+    int64_t deadline = dl_deadline(wait_ms);
+    dl_conn *conn = NULL, *sub = NULL;
+    int64_t n = 0;
+    int rc = dl_pool_get_key(c, l->o.h.name, l->o.h.name_len, dl_cmd_deadline(c), &conn, err);
+    if (!rc) rc = read_count(l, conn, &n, err);
+    if (rc || n <= 0) goto out;
+    if (wait_ms == DLOCK_NOWAIT) {
+        rc = dl_seterr(err, DLOCK_ETIMEDOUT, "latch '%s' is not at zero (count %lld)",
+                       dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
+        goto out;
+    }
+    rc = dl_sync_subscribe(c, l->o.h.channel, l->o.h.channel_len, &sub, err);
+    dl_cancel_begin(&l->o.h.cancel); /* a cancel wakes dl_sync_wait */
+    while (!rc) {
+        /* subscribed before this read: the zero message after it is not missed */
+        rc = read_count(l, conn, &n, err);
+        if (rc || n <= 0) break;
+        if (deadline != DL_INF_DEADLINE && dl_now_ms() >= deadline) {
+            rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for latch '%s' (count %lld)",
+                           dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
+            break;
+        }
+        int moved = 0;
+        rc = dl_follow_slot(c, l->o.h.channel, l->o.h.channel_len, &conn, &sub, &moved, err);
+        if (rc || moved) continue;
+        rc = dl_sync_wait(&l->o, sub, deadline, err);
+        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
+    }
+    dl_cancel_end(&l->o.h.cancel);
+    dl_sync_unsubscribe(c, sub, l->o.h.channel, l->o.h.channel_len);
+out:
+    dl_pool_put(c, conn);
+    return rc;
+}
+
+/* ---- the public calls: arguments checked, then the backend's ---- */
+
 int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set) {
     if (!l) return DLOCK_EINVAL;
     dl_err err = {0};
@@ -127,11 +191,8 @@ int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set) {
                   (long long)count);
         return la_fail(l, &err);
     }
-    long long v = 0;
-    int rc = la_eval(l, &try_set_script, "latch try_set", count, &v, &err);
-    if (rc) return la_fail(l, &err);
-    *set = v == 1;
-    return la_ok(l);
+    int rc = l->o.h.c->backend->latch_try_set(&l->o, count, set, &err);
+    return rc ? la_fail(l, &err) : la_ok(l);
 }
 
 int dlock_latch_set(dlock_latch *l, int64_t count) {
@@ -141,8 +202,7 @@ int dlock_latch_set(dlock_latch *l, int64_t count) {
         dl_seterr(&err, DLOCK_EINVAL, "latch set: count must be >= 0 (got %lld)", (long long)count);
         return la_fail(l, &err);
     }
-    long long v = 0;
-    int rc = la_eval(l, &set_script, "latch set", count, &v, &err);
+    int rc = l->o.h.c->backend->latch_set(&l->o, count, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 
@@ -153,8 +213,7 @@ int dlock_latch_count_down(dlock_latch *l, int64_t k) {
         dl_seterr(&err, DLOCK_EINVAL, "latch count_down: k must be >= 1 (got %lld)", (long long)k);
         return la_fail(l, &err);
     }
-    long long v = 0;
-    int rc = la_eval(l, &count_down_script, "latch count_down", k, &v, &err);
+    int rc = l->o.h.c->backend->latch_count_down(&l->o, k, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 
@@ -166,50 +225,16 @@ int dlock_latch_count(dlock_latch *l, int64_t *count) {
         return la_fail(l, &err);
     }
     *count = 0;
-    int rc = read_count(l, NULL, count, &err);
+    int rc = l->o.h.c->backend->latch_count(&l->o, count, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 
 int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
     if (!l) return DLOCK_EINVAL;
     dl_err err = {0};
-    char nm[80];
     if (dl_sync_check_wait(wait_ms, &err)) return la_fail(l, &err);
     dl_cancel_note(&l->o.h.cancel);
-    dlock_client *c = l->o.h.c;
-    int64_t deadline = dl_deadline(wait_ms);
-    dl_conn *conn = NULL, *sub = NULL;
-    int64_t n = 0;
-    int rc = dl_pool_get_key(c, l->o.h.name, l->o.h.name_len, dl_cmd_deadline(c), &conn, &err);
-    if (!rc) rc = read_count(l, conn, &n, &err);
-    if (rc || n <= 0) goto out;
-    if (wait_ms == DLOCK_NOWAIT) {
-        rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "latch '%s' is not at zero (count %lld)",
-                       dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
-        goto out;
-    }
-    rc = dl_sync_subscribe(c, l->o.h.channel, l->o.h.channel_len, &sub, &err);
-    dl_cancel_begin(&l->o.h.cancel); /* a cancel wakes dl_sync_wait */
-    while (!rc) {
-        /* subscribed before this read: the zero message after it is not missed */
-        rc = read_count(l, conn, &n, &err);
-        if (rc || n <= 0) break;
-        if (deadline != DL_INF_DEADLINE && dl_now_ms() >= deadline) {
-            rc = dl_seterr(&err, DLOCK_ETIMEDOUT, "timed out waiting for latch '%s' (count %lld)",
-                           dl_name_msg(l->o.h.name, l->o.h.name_len, nm, sizeof nm), (long long)n);
-            break;
-        }
-        int moved = 0;
-        rc =
-            dl_follow_slot(l->o.h.c, l->o.h.channel, l->o.h.channel_len, &conn, &sub, &moved, &err);
-        if (rc || moved) continue;
-        rc = dl_sync_wait(&l->o, sub, deadline, &err);
-        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK; /* one last read, then time out */
-    }
-    dl_cancel_end(&l->o.h.cancel);
-    dl_sync_unsubscribe(c, sub, l->o.h.channel, l->o.h.channel_len);
-out:
-    dl_pool_put(c, conn);
+    int rc = l->o.h.c->backend->latch_await(&l->o, wait_ms, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
 

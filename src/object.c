@@ -15,7 +15,8 @@ static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const cha
     dl_cancel_init(&o->h.cancel);
     if (kind == DLOCK_KIND_SEMAPHORE) {
         if (!c->backend->sem_acquire) return dl_backend_unsupported(c, "the semaphore");
-    } else if (!(c->backend->caps & DL_CAP_OBJECTS)) {
+    } else if (kind == DLOCK_KIND_LATCH ? !c->backend->latch_await
+                                          : !(c->backend->caps & DL_CAP_OBJECTS)) {
         return dl_backend_unsupported(c, kind == DLOCK_KIND_LATCH
                                              ? "the countdown latch"
                                              : "the permit-expirable semaphore");

@@ -218,9 +218,7 @@ enum {
     DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
     DL_CAP_TOKENS = 1u << 1,   /* acquire / release / extend by token (token.c) */
     DL_CAP_LIST = 1u << 2,     /* dlock_list */
-    DL_CAP_OBJECTS = 1u << 3,  /* expirable permits and latches (semaphores:
-                                * the sem_* calls of the table) */
-    DL_CAP_IDWORKER = 1u << 4, /* the ID worker */
+    DL_CAP_OBJECTS = 1u << 3,  /* the permit-expirable semaphore (permits.c) */
     DL_CAP_CANCEL = 1u << 5,   /* dlock_lock_cancel (waits in wait.c / redlock.c) */
     DL_CAP_HOLDER = 1u << 6,   /* holder identity records (holder.c) */
     DL_CAP_OWNER_HOLDS = 1u << 7, /* the server counts a reentrant owner's holds over
@@ -281,6 +279,18 @@ struct dl_backend {
     int (*sem_available)(dl_object *o, int64_t *permits, dl_err *err);
     int (*sem_try_set)(dl_object *o, int64_t permits, int *set, dl_err *err);
     int (*sem_add)(dl_object *o, int64_t delta, dl_err *err);
+    /* the countdown latch (dlock_latch_*), when the backend has one (NULL
+     * latch_await: DLOCK_ENOTSUP); arguments checked by latch.c before */
+    int (*latch_try_set)(dl_object *o, int64_t count, int *set, dl_err *err);
+    int (*latch_set)(dl_object *o, int64_t count, dl_err *err);
+    int (*latch_count_down)(dl_object *o, int64_t k, dl_err *err);
+    int (*latch_count)(dl_object *o, int64_t *count, dl_err *err);
+    int (*latch_await)(dl_object *o, int64_t wait_ms, dl_err *err);
+    /* the ID worker's day counter: adds n to the counter key (made at 0 when
+     * absent) and answers its new value in *value; DLOCK_EOVERFLOW when it
+     * cannot count on (NULL: no ID worker) */
+    int (*id_incr)(dlock_client *c, const char *key, size_t key_len, int64_t n,
+                   long long *value, dl_err *err);
 };
 
 /* Records DLOCK_ENOTSUP "<what> is not supported by the <name> backend" on c. */
