@@ -5,6 +5,7 @@
 #ifndef DLOCK_BASE_H
 #define DLOCK_BASE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,11 @@ int64_t dl_now_us(void);      /* CLOCK_BOOTTIME (clock.c), microseconds */
 void dl_sleep_ms(int64_t ms);
 /* deadline from now + ms, saturating; ms < 0 gives DL_INF_DEADLINE */
 int64_t dl_deadline(int64_t ms);
+/* A condition variable on CLOCK_MONOTONIC, for dl_cond_wait_until. */
+void dl_cond_init(pthread_cond_t *cv);
+/* Waits on cv (made by dl_cond_init, mu held) until woken or until deadline
+ * (dl_now_ms; DL_INF_DEADLINE: until woken); at once when it has passed. */
+void dl_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
 /* Fills buf with len bytes from getrandom(2). DLOCK_OK or DLOCK_ESYS. */
 int dl_random_bytes(void *buf, size_t len, dl_err *err);
 /* 2*len hex characters of random bytes plus NUL into out. */

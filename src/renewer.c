@@ -2,29 +2,8 @@
  * it is due (services.h, dl_renewer). Its users: the Redis watchdog
  * (watchdog.c), MySQL's table-mode renewal and etcd's keep-alive. */
 #include <string.h>
-#include <time.h>
 
 #include "services.h"
-
-static void wait_until(dl_renewer *r, int64_t when) {
-    if (when == DL_INF_DEADLINE) {
-        pthread_cond_wait(&r->cv, r->mu);
-        return;
-    }
-    int64_t left = when - dl_now_ms();
-    if (left <= 0) return;
-    /* the condition variable runs on CLOCK_MONOTONIC, the times on the
-     * library's clock (clock.c): the wait is the time left from now */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&r->cv, r->mu, &ts);
-}
 
 static void *renewer_main(void *arg) {
     dl_renewer *r = arg;
@@ -35,7 +14,7 @@ static void *renewer_main(void *arg) {
         int64_t next = r->round(r->ctx);
         if (r->stop) break;
         if (r->woken) continue; /* woken while round had mu unlocked */
-        wait_until(r, next);
+        dl_cond_wait_until(&r->cv, r->mu, next);
     }
     pthread_mutex_unlock(r->mu);
     if (r->leave) r->leave(r->ctx);
@@ -50,11 +29,7 @@ void dl_renewer_init(dl_renewer *r, pthread_mutex_t *mu, int64_t (*round)(void *
     r->enter = enter;
     r->leave = leave;
     r->ctx = ctx;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    dl_cond_init(&r->cv);
 }
 
 int dl_renewer_start(dl_renewer *r, const char *what, dl_err *err) {

@@ -34,3 +34,31 @@ int64_t dl_deadline(int64_t ms) {
     if (ms > DL_INF_DEADLINE - now) return DL_INF_DEADLINE;
     return now + ms;
 }
+
+void dl_cond_init(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* The deadline is on the library's clock, the condition variable on
+ * CLOCK_MONOTONIC (the top of the file): the wait is the time left from now. */
+void dl_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline) {
+    if (deadline == DL_INF_DEADLINE) {
+        pthread_cond_wait(cv, mu);
+        return;
+    }
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(left / 1000);
+    ts.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}

@@ -65,11 +65,7 @@ static int etcd_open(dlock_client *c, const char *url, const dlock_options *o, d
     pthread_mutex_init(&ec->ka_mu, NULL);
     pthread_mutex_init(&ec->sess_mu, NULL);
     atomic_init(&ec->seq, 0);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ec->cw_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    dl_cond_init(&ec->cw_cv);
     atomic_init(&ec->cur, 0);
     dl_etcd_ka_init(ec);
     c->backend_client = ec;

@@ -342,10 +342,7 @@ static void *cw_main(void *arg) {
             if (running) curl_multi_remove_handle(m, h);
             running = 0;
             ec->cw_live = 0;
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&ec->cw_cv, &ec->ka_mu, &ts);
+            dl_cond_wait_until(&ec->cw_cv, &ec->ka_mu, now + 1000);
             continue;
         }
         if (holds && ((!running && ec->cw_live) || ec->cw_restart) && now >= retry_at) {
@@ -376,12 +373,7 @@ static void *cw_main(void *arg) {
             int64_t until = now + 100;
             if (retry_at > now && retry_at < until) until = retry_at;
             if (due > now && due < until) until = due;
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            int64_t ns = (int64_t)ts.tv_nsec + (until - now) * 1000000;
-            ts.tv_sec += (time_t)(ns / 1000000000);
-            ts.tv_nsec = (long)(ns % 1000000000);
-            pthread_cond_timedwait(&ec->cw_cv, &ec->ka_mu, &ts);
+            dl_cond_wait_until(&ec->cw_cv, &ec->ka_mu, until);
             continue;
         }
         int64_t poll_ms = due > now && due - now < 1000 ? due - now : 1000;

@@ -21,11 +21,7 @@ static int my_open(dlock_client *c, const char *url, const dlock_options *o, dl_
     if (!mc) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&mc->mu, NULL);
     pthread_mutex_init(&mc->rmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&mc->rdone, &ca);
-    pthread_condattr_destroy(&ca);
+    dl_cond_init(&mc->rdone);
     dl_my_renewer_init(mc);
     c->backend_client = mc;
     int rc = dl_my_parse_url(url, &mc->u, err);

@@ -62,36 +62,6 @@ int dl_zk_fail(int zrc, const char *what, dl_err *err) {
     return dl_seterr(err, DLOCK_ESERVER, "zookeeper: %s: %s (%d)", what, zerror(zrc), zrc);
 }
 
-/* Waits on cv until deadline (dl_now_ms; DL_INF_DEADLINE forever). The
- * condition variable runs on CLOCK_MONOTONIC, the deadline on the library's
- * clock (clock.c): the wait is given as the time left from now. */
-void dl_zk_cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline) {
-    if (deadline == DL_INF_DEADLINE) {
-        pthread_cond_wait(cv, mu);
-        return;
-    }
-    int64_t left = deadline - dl_now_ms();
-    if (left <= 0) return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-
-static void cv_init_mono(pthread_cond_t *cv) {
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &a);
-    pthread_condattr_destroy(&a);
-}
-
 char *dl_zk_join3(const char *a, const char *b, const char *c) {
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
     char *s = malloc(la + lb + lc + 1);
@@ -163,7 +133,7 @@ static int sess_open(zk_client *zc, zk_sess **out, dl_err *err) {
     zk_sess *s = calloc(1, sizeof *s);
     if (!s) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
-    cv_init_mono(&s->cv);
+    dl_cond_init(&s->cv);
     s->refs = 1;
     s->zh = zookeeper_init2(zc->hosts, sess_watcher, zc->session_ms, NULL, s, 0, no_log);
 #ifdef DLOCK_HAVE_ZOO_RESOLUTION_DELAY
@@ -181,7 +151,7 @@ static int sess_open(zk_client *zc, zk_sess **out, dl_err *err) {
     int64_t deadline = dl_deadline(zc->connect_timeout_ms);
     pthread_mutex_lock(&s->mu);
     while (!s->connected && !s->dead && dl_now_ms() < deadline)
-        dl_zk_cv_wait_until(&s->cv, &s->mu, deadline);
+        dl_cond_wait_until(&s->cv, &s->mu, deadline);
     int ok = s->connected, dead = s->dead;
     pthread_mutex_unlock(&s->mu);
     if (!ok) {

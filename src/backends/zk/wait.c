@@ -38,7 +38,7 @@ int dl_zk_wait_event(zk_sess *s, uint64_t ev0, int64_t deadline, dl_cancel *cx) 
         if (fd < 0) {
             until = now + ZK_CANCEL_SLICE_MS;
             if (deadline != DL_INF_DEADLINE && deadline < until) until = deadline;
-            dl_zk_cv_wait_until(&s->cv, &s->mu, until);
+            dl_cond_wait_until(&s->cv, &s->mu, until);
             continue;
         }
         pthread_mutex_unlock(&s->mu);

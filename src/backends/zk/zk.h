@@ -315,7 +315,6 @@ int dl_zk_sem_add(dl_object *o, int64_t delta, dl_err *err);
 /* session.c */
 int dl_zk_unknown(int zrc);
 int dl_zk_fail(int zrc, const char *what, dl_err *err);
-void dl_zk_cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
 char *dl_zk_join3(const char *a, const char *b, const char *c);
 void dl_zk_sess_unref(zk_sess *s);
 int dl_zk_sess_get(zk_client *zc, zk_sess **out, dl_err *err);
