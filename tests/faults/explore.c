@@ -1176,6 +1176,116 @@ static int rw_held_back(int nf, int na, const wrole *roles, int n, int64_t (*bw)
     return nb;
 }
 
+/* multi-lock liveness. Sets of 2 or 3 of the three names always share a
+ * name, so every hold keeps every other set out, and the check is of the
+ * whole: a stall is a time during which some live waiter waits (its whole
+ * attempt neither stopped, cut off, frozen nor hit by a one-shot fault of
+ * its own), no section is open on any name, and no worker that may hold
+ * part of a set unseen is stopped, killed, cut off or frozen in its
+ * attempt (its partial holds keep the others out until they run out: at
+ * most the longest lease after the fault, plus the reconnect backoff). A
+ * stall ends at the next hold of any name. Because sets are taken in one
+ * canonical order, the partial holder furthest along waits for a lock
+ * nobody holds, so a stall lasts only as long as a lost wake-up would (the
+ * backstop re-check). Not measured across a server fault or a proxy fault
+ * that may have left a hold (ghost_in), nor within the longest lease after
+ * a restart from a snapshot. Returns the worst stall; *seg_at is where
+ * the worst began. */
+static int64_t multi_worst_stall(int nf, int na, int ns, const wrole *roles, const plan *p,
+                                 int64_t max_lease, int64_t *seg_at)
+{
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int k = 0; k < na; k++) {
+        if (g_a[k].at < lo) lo = g_a[k].at;
+        if (g_a[k].at > hi) hi = g_a[k].at;
+        if (g_a[k].et > hi) hi = g_a[k].et;
+    }
+    for (int k = 0; k < ns; k++) {
+        if (g_s[k].bt < lo) lo = g_s[k].bt;
+        if (g_s[k].et > hi) hi = g_s[k].et;
+        if (g_s[k].rel_t > hi) hi = g_s[k].rel_t;
+    }
+    *seg_at = 0;
+    if (lo == INT64_MAX || hi <= lo) return 0;
+    size_t len = (size_t)(hi - lo) + 2;
+    int *busy = calloc(len, sizeof *busy), *live = calloc(len, sizeof *live);
+    char *excl = calloc(len, 1), *prog = calloc(len, 1);
+    ASSERT(busy && live && excl && prog);
+#define IX(t) ((size_t)((t) < lo ? 0 : (t) > hi ? hi - lo + 1 : (t) - lo))
+    for (int k = 0; k < ns; k++) {
+        const sec *x = &g_s[k];
+        int64_t lease = roles[x->w].lease ? roles[x->w].lease : p->wd_ms, end;
+        if (x->killed) {
+            end = roles[x->w].lease && x->deadline >= 0 ? x->deadline : x->et + lease;
+            if (end < x->et) end = x->et;
+        } else if (x->relfail || (x->e >= 0 && !x->rel_t && x->et > 0)) {
+            end = x->et + lease; /* given up with its hold: it runs out */
+        } else if (x->rel_t) {
+            end = x->deadline >= 0 && x->deadline < x->rel_t ? x->deadline : x->rel_t;
+        } else {
+            end = hi + 1; /* open at the end */
+        }
+        busy[IX(x->bt)]++;
+        busy[IX(end)]--;
+        prog[IX(x->bt)] = 1;
+    }
+    for (int k = 0; k < na; k++) {
+        const att *a = &g_a[k];
+        if (a->wait == 0 || roles[a->w].role == R_FOREIGN) continue;
+        int64_t to = a->et >= 0 ? a->et : hi + 1;
+        if (to <= a->at) continue;
+        if (paused_in(nf, a->w, a->at, to, NULL)) continue;
+        if (msg_fired_in(nf, a->w, a->at, to, MSG_STALL_MS)) continue;
+        live[IX(a->at)]++;
+        live[IX(to)]--;
+    }
+    for (int i = 0; i < nf; i++) {
+        char c = g_f[i].c;
+        if (c != 'P' && c != 'G' && c != 'D' && c != 'K') continue;
+        int w = g_f[i].w;
+        int64_t t0 = g_f[i].t, t1 = t0 + max_lease + DL_BACKOFF_MAX_MS;
+        int in_attempt = 0;
+        for (int k = 0; k < na && !in_attempt; k++)
+            if (g_a[k].w == w && g_a[k].at <= t0 && (g_a[k].et < 0 || g_a[k].et >= t0))
+                in_attempt = 1;
+        if (!in_attempt) continue;
+        if (c == 'P' || c == 'G')
+            for (int j = i + 1; j < nf; j++)
+                if ((g_f[j].c == (c == 'P' ? 'C' : 'I') || g_f[j].c == 'K') && g_f[j].w == w) {
+                    if (g_f[j].t + DL_BACKOFF_MAX_MS < t1) t1 = g_f[j].t + DL_BACKOFF_MAX_MS;
+                    break;
+                }
+        for (size_t t = IX(t0); t <= IX(t1) && t < len; t++) excl[t] = 1;
+    }
+    int64_t worst = 0;
+    int nbusy = 0, nlive = 0;
+    int64_t start = -1;
+    for (size_t t = 0; t < len; t++) {
+        nbusy += busy[t];
+        nlive += live[t];
+        int cond = nlive > 0 && nbusy <= 0 && !excl[t] && !prog[t];
+        if (cond && start < 0) start = (int64_t)t;
+        if ((!cond || t + 1 == len) && start >= 0) {
+            int64_t from = lo + start, to = lo + (int64_t)t;
+            int64_t stall = to - from;
+            int exempt = server_fault_in(nf, from, to) || ghost_in(nf, na, ns, roles, p, from, to);
+            for (int k = 0; k < nf && p->topo == T_RDB && !exempt; k++)
+                if (g_f[k].c == 'Y' && to >= g_f[k].t && from <= g_f[k].t + max_lease) exempt = 1;
+            if (!exempt && stall > worst) {
+                worst = stall;
+                *seg_at = from;
+            }
+            start = -1;
+        }
+    }
+#undef IX
+    free(busy);
+    free(live);
+    free(excl);
+    free(prog);
+    return worst;
+}
+
 static int cmp_iv(const void *a, const void *b)
 {
     const int64_t *x = a, *y = b;
@@ -1959,6 +2069,18 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
                    "then, %lld ms of live waiting before the next hold (bound %lld)\n", x->n,
                    x->w, x->e, x->killed ? " (killed, after its lease)" : "", nw,
                    (long long)stall, (long long)g_stall_bound);
+        }
+    }
+    if (p->kind == K_MULTI) {
+        int64_t at = 0, stall = multi_worst_stall(nf, na, ns, roles, p, max_lease, &at);
+        if (stall > st->worst_stall) st->worst_stall = stall;
+        if (stall > 1000) st->slow++;
+        if (stall > g_stall_bound) {
+            st->live++;
+            fail = 1;
+            printf("  VIOLATION liveness: every name free from %lld ms (run clock) while a live "
+                   "multi-lock waiter waited, %lld ms before the next hold (bound %lld)\n",
+                   (long long)at, (long long)stall, (long long)g_stall_bound);
         }
     }
     /* the latch: once the count surely reached 0 (the round's count of
