@@ -135,7 +135,10 @@
  *     may hold it back by writer preference: the writer's entry in
  *     "{N}:write_waiters" refuses new readers until the writer runs again
  *     or the entry runs out, DL_RW_WAITER_MS (5000) after its last attempt,
- *     and nothing is published then (src/lock_rw.c; rw_held_back);
+ *     and nothing is published then (src/lock_rw.c; rw_held_back).
+ *     Multi-lock: of the whole, as every two sets share a name: the time
+ *     every name is free while a live waiter waits, up to the next hold of
+ *     any name (multi_worst_stall);
  *   unacknowledged acquires: with wait_replicas, a lock acquire that began
  *     after the replication link was cut or frozen and returned OK before
  *     it worked again (nothing reached the replica: the library must fail
