@@ -15,7 +15,7 @@ const char help_latch[] =
     "       dlock latch NAME count\n"
     "\n"
     "A countdown latch (the Redisson RCountDownLatch layout): `set` sets the\n"
-    "count to N (0 to 2^53; 0 opens the latch), `down` counts it down by K\n"
+    "count to N (0 to 2^53 - 1; 0 opens the latch), `down` counts it down by K\n"
     "(default 1, never below zero), `await` waits until the count is zero\n"
     "(exit 0; the conflict code, 1, when -w runs out), `count` prints the\n"
     "count (0 when the latch is open or was never set). Waiters wake on the\n"
@@ -31,9 +31,9 @@ const char help_latch[] =
     "                       await: exit code when -w runs out (default 1)\n";
 
 #define CMD "latch"
-#define COUNT_MAX 9007199254740992LL /* 2^53 */
+#define COUNT_MAX DLOCK_COUNT_MAX /* 2^53 - 1 */
 
-/* Parses a count argument in [lo, 2^53]. */
+/* Parses a count argument in [lo, 2^53 - 1]. */
 static int parse_count(const char *what, const char *s, long long lo, int64_t *v)
 {
     char *end = NULL;

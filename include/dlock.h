@@ -113,6 +113,11 @@ DLOCK_EXPORT const char *dlock_strerror(int code);
 #define DLOCK_NOWAIT 0               /* wait_ms: try once */
 #define DLOCK_WATCHDOG 0             /* lease_ms: watchdog-renewed lease */
 #define DLOCK_TOKEN_LEN 32           /* hex characters of a plain lock token */
+/* The largest count a semaphore, permit semaphore or latch call takes
+ * (permits, a count, a count-down, a delta's magnitude): 2^53 - 1, the
+ * largest integer the servers' scripts (Lua numbers are doubles) hold
+ * exactly. Larger arguments are refused with DLOCK_EINVAL. */
+#define DLOCK_COUNT_MAX 9007199254740991LL
 #define DLOCK_DEFAULT_WATCHDOG_MS 30000
 #define DLOCK_DEFAULT_CONNECT_TIMEOUT_MS 2000
 #define DLOCK_DEFAULT_COMMAND_TIMEOUT_MS 5000

@@ -102,6 +102,12 @@ int dl_endpoint_copy(dl_endpoint *dst, const dl_endpoint *src);
 /* "host:port" or the socket path, for messages (never the password). */
 void dl_endpoint_describe(const dl_endpoint *ep, char *buf, size_t len);
 
+/* ---- counts (error.c) ---- */
+/* DLOCK_OK if min <= v <= DLOCK_COUNT_MAX (a delta: |v| <= DLOCK_COUNT_MAX
+ * with min = -DLOCK_COUNT_MAX); else DLOCK_EINVAL with "what: arg must be
+ * ..." in err. */
+int dl_check_count(int64_t v, int64_t min, const char *what, const char *arg, dl_err *err);
+
 /* ---- names (names.c) ---- */
 /* Validates a user name/length pair; resolves DLOCK_CSTR. */
 int dl_check_name(const char *name, size_t *len, dl_err *err);

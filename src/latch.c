@@ -186,11 +186,7 @@ int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set) {
         dl_seterr(&err, DLOCK_EINVAL, "latch try_set: NULL result pointer");
         return la_fail(l, &err);
     }
-    if (count < 1) {
-        dl_seterr(&err, DLOCK_EINVAL, "latch try_set: count must be >= 1 (got %lld)",
-                  (long long)count);
-        return la_fail(l, &err);
-    }
+    if (dl_check_count(count, 1, "latch try_set", "count", &err)) return la_fail(l, &err);
     int rc = l->o.h.c->backend->latch_try_set(&l->o, count, set, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
@@ -198,10 +194,7 @@ int dlock_latch_try_set(dlock_latch *l, int64_t count, int *set) {
 int dlock_latch_set(dlock_latch *l, int64_t count) {
     if (!l) return DLOCK_EINVAL;
     dl_err err = {0};
-    if (count < 0) {
-        dl_seterr(&err, DLOCK_EINVAL, "latch set: count must be >= 0 (got %lld)", (long long)count);
-        return la_fail(l, &err);
-    }
+    if (dl_check_count(count, 0, "latch set", "count", &err)) return la_fail(l, &err);
     int rc = l->o.h.c->backend->latch_set(&l->o, count, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }
@@ -209,10 +202,7 @@ int dlock_latch_set(dlock_latch *l, int64_t count) {
 int dlock_latch_count_down(dlock_latch *l, int64_t k) {
     if (!l) return DLOCK_EINVAL;
     dl_err err = {0};
-    if (k < 1) {
-        dl_seterr(&err, DLOCK_EINVAL, "latch count_down: k must be >= 1 (got %lld)", (long long)k);
-        return la_fail(l, &err);
-    }
+    if (dl_check_count(k, 1, "latch count_down", "k", &err)) return la_fail(l, &err);
     int rc = l->o.h.c->backend->latch_count_down(&l->o, k, &err);
     return rc ? la_fail(l, &err) : la_ok(l);
 }

@@ -578,11 +578,7 @@ int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set) {
         dl_seterr(&err, DLOCK_EINVAL, "permit try_set: NULL result pointer");
         return pm_fail(p, &err);
     }
-    if (permits < 0) {
-        dl_seterr(&err, DLOCK_EINVAL, "permit try_set: permits must be >= 0 (got %lld)",
-                  (long long)permits);
-        return pm_fail(p, &err);
-    }
+    if (dl_check_count(permits, 0, "permit try_set", "permits", &err)) return pm_fail(p, &err);
     char num[24];
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, permits)};
@@ -596,6 +592,8 @@ int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set) {
 int dlock_permits_add(dlock_permits *p, int64_t delta) {
     if (!p) return DLOCK_EINVAL;
     dl_err err = {0};
+    if (dl_check_count(delta, -DLOCK_COUNT_MAX, "permit add", "delta", &err))
+        return pm_fail(p, &err);
     char num[24];
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, delta)};

@@ -225,10 +225,7 @@ int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err) {
 int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms) {
     if (!s) return DLOCK_EINVAL;
     dl_err err = {0};
-    if (permits < 1) {
-        dl_seterr(&err, DLOCK_EINVAL, "acquire: permits must be >= 1 (got %lld)", (long long)permits);
-        return sem_fail(s, &err);
-    }
+    if (dl_check_count(permits, 1, "acquire", "permits", &err)) return sem_fail(s, &err);
     if (dl_sync_check_wait(wait_ms, &err)) return sem_fail(s, &err);
     dl_cancel_note(&s->o.h.cancel);
     int rc = s->o.h.c->backend->sem_acquire(&s->o, permits, wait_ms, &err);
@@ -238,10 +235,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int64_t permits, int64_t wait_ms
 int dlock_semaphore_release(dlock_semaphore *s, int64_t permits) {
     if (!s) return DLOCK_EINVAL;
     dl_err err = {0};
-    if (permits < 1) {
-        dl_seterr(&err, DLOCK_EINVAL, "release: permits must be >= 1 (got %lld)", (long long)permits);
-        return sem_fail(s, &err);
-    }
+    if (dl_check_count(permits, 1, "release", "permits", &err)) return sem_fail(s, &err);
     int rc = s->o.h.c->backend->sem_release(&s->o, permits, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
@@ -249,6 +243,7 @@ int dlock_semaphore_release(dlock_semaphore *s, int64_t permits) {
 int dlock_semaphore_add(dlock_semaphore *s, int64_t delta) {
     if (!s) return DLOCK_EINVAL;
     dl_err err = {0};
+    if (dl_check_count(delta, -DLOCK_COUNT_MAX, "add", "delta", &err)) return sem_fail(s, &err);
     int rc = s->o.h.c->backend->sem_add(&s->o, delta, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }
@@ -261,10 +256,7 @@ int dlock_semaphore_try_set(dlock_semaphore *s, int64_t permits, int *set) {
         dl_seterr(&err, DLOCK_EINVAL, "try_set: NULL result pointer");
         return sem_fail(s, &err);
     }
-    if (permits < 0) {
-        dl_seterr(&err, DLOCK_EINVAL, "try_set: permits must be >= 0 (got %lld)", (long long)permits);
-        return sem_fail(s, &err);
-    }
+    if (dl_check_count(permits, 0, "try_set", "permits", &err)) return sem_fail(s, &err);
     int rc = s->o.h.c->backend->sem_try_set(&s->o, permits, set, &err);
     return rc ? sem_fail(s, &err) : sem_ok(s);
 }

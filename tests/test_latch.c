@@ -179,6 +179,10 @@ static void bad_input(dlock_client *c)
     BAD(dlock_latch_count_down(l, -3));
     BAD(dlock_latch_await(l, -2));
     BAD(dlock_latch_count(l, NULL));
+    /* counts past 2^53 - 1: the scripts' numbers are doubles */
+    BAD(dlock_latch_try_set(l, DLOCK_COUNT_MAX + 1, &set));
+    BAD(dlock_latch_set(l, DLOCK_COUNT_MAX + 1));
+    BAD(dlock_latch_count_down(l, DLOCK_COUNT_MAX + 1));
 #undef BAD
     ASSERT_EQ(count(l), 0);
     dlock_latch_free(l);

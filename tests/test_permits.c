@@ -207,6 +207,10 @@ static void bad_input(dlock_client *c)
     BAD(dlock_permits_try_set(p, -1, &set));
     BAD(dlock_permits_try_set(p, 1, NULL));
     BAD(dlock_permits_available(p, NULL));
+    /* counts past 2^53 - 1: the scripts' numbers are doubles */
+    BAD(dlock_permits_try_set(p, DLOCK_COUNT_MAX + 1, &set));
+    BAD(dlock_permits_add(p, DLOCK_COUNT_MAX + 1));
+    BAD(dlock_permits_add(p, -DLOCK_COUNT_MAX - 1));
 #undef BAD
     ASSERT_EQ(avail(p), 0);
     dlock_permits_free(p);

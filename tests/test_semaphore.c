@@ -137,7 +137,7 @@ static void basics(const th_server *srv, dlock_client *c, redisContext *rc)
     th_log("basics ok");
 }
 
-static void bad_input(dlock_client *c)
+static void bad_input(dlock_client *c, redisContext *rc)
 {
     dlock_semaphore *s = NULL;
     int set;
@@ -177,10 +177,32 @@ static void bad_input(dlock_client *c)
     BAD(dlock_semaphore_try_set(s, -1, &set));
     BAD(dlock_semaphore_try_set(s, 1, NULL));
     BAD(dlock_semaphore_available(s, NULL));
+    /* counts past 2^53 - 1: the scripts' numbers are doubles */
+    BAD(dlock_semaphore_acquire(s, DLOCK_COUNT_MAX + 1, 0));
+    BAD(dlock_semaphore_release(s, DLOCK_COUNT_MAX + 1));
+    BAD(dlock_semaphore_try_set(s, DLOCK_COUNT_MAX + 1, &set));
+    BAD(dlock_semaphore_add(s, DLOCK_COUNT_MAX + 1));
+    BAD(dlock_semaphore_add(s, -DLOCK_COUNT_MAX - 1));
 #undef BAD
     /* nothing was created by the refused calls */
     ASSERT_EQ(avail(s), 0);
     dlock_semaphore_free(s);
+
+    /* a count of 2^53 (set by another client): an acquire of 2^53 + 1
+     * permits, which a double rounds to 2^53, is refused and takes nothing;
+     * the largest acquire takes exactly its permits */
+    th_cmd_ok(rc, "SET sem:big 9007199254740992");
+    s = sem(c, "sem:big");
+    ASSERT_SCODE(s, dlock_semaphore_acquire(s, DLOCK_COUNT_MAX + 2, 0), DLOCK_EINVAL);
+    char *v = th_cmd_str(rc, "GET sem:big");
+    ASSERT_STR_EQ(v, "9007199254740992");
+    free(v);
+    ASSERT_SCODE(s, dlock_semaphore_acquire(s, DLOCK_COUNT_MAX, 0), DLOCK_OK);
+    v = th_cmd_str(rc, "GET sem:big");
+    ASSERT_STR_EQ(v, "1");
+    free(v);
+    dlock_semaphore_free(s);
+    th_cmd_ok(rc, "DEL sem:big");
     th_log("bad input ok");
 }
 
@@ -344,7 +366,7 @@ int main(void)
     th_server *srv = th_server_start(NULL);
     dlock_client *c = th_client(srv, 0);
     redisContext *rc = th_redis(srv);
-    bad_input(c);
+    bad_input(c, rc);
     basics(srv, c, rc);
     waiting(srv, c, rc);
     concurrency(srv, rc);

@@ -66,3 +66,13 @@ const char *dlock_errmsg(const dlock_client *c) {
     if (!c) return "no client (NULL handle)";
     return tls_client == c ? tls_msg : "";
 }
+
+int dl_check_count(int64_t v, int64_t min, const char *what, const char *arg, dl_err *err) {
+    if (v < min)
+        return dl_seterr(err, DLOCK_EINVAL, "%s: %s must be >= %lld (got %lld)", what, arg,
+                         (long long)min, (long long)v);
+    if (v > DLOCK_COUNT_MAX)
+        return dl_seterr(err, DLOCK_EINVAL, "%s: %s must be at most 2^53 - 1 (got %lld)", what,
+                         arg, (long long)v);
+    return DLOCK_OK;
+}
