@@ -241,10 +241,15 @@ struct dl_kind_ops {
     /* server's view: held by this owner, and hold count */
     int (*check)(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err);
     dl_script *renew;
-    /* describes an operation's script call; kinds that have it can run on
-     * RedLock (redlock.c) and may use the dl_call_* functions as their
-     * attempt / release / extend. NULL: single server only. */
+    /* describes an operation's script call (state an attempt depends on,
+     * such as whether it waits, is set in kind_state by the kind's attempt
+     * before it calls dl_call_attempt); the dl_call_* functions run it as
+     * attempt / release / extend on one server, and RedLock (redlock.c) on
+     * every node unless one_server says otherwise */
     void (*call)(dlock_lock *l, int op, int64_t lease_ms, dl_call *call);
+    /* its calls are sound on one server only, not on a majority of
+     * independent masters (the reason is at the kind's ops) */
+    int one_server;
     /* each acquire call has an owner of its own (a fresh token): a hold
      * found under it after a lost reply is that call's (wait.c) */
     int unique_owner;

@@ -35,8 +35,8 @@ int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait
     l->ops->call(l, DL_OP_ACQUIRE, lease_ms, &call);
     int64_t t0 = dl_now_ms();
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), call.script, call.nkeys, call.keys,
-                     call.keylens, call.nargs, call.args, call.arglens, &r, err);
+    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->h.c), call.opts, call.script, call.nkeys,
+                         call.keys, call.keylens, call.nargs, call.args, call.arglens, &r, err);
     if (rc) return rc;
     rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
     freeReplyObject(r);
@@ -52,8 +52,8 @@ int dl_call_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
     dl_call call;
     l->ops->call(l, DL_OP_RELEASE, l->lease_ms, &call);
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), call.script, call.nkeys, call.keys,
-                     call.keylens, call.nargs, call.args, call.arglens, &r, err);
+    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->h.c), call.opts, call.script, call.nkeys,
+                         call.keys, call.keylens, call.nargs, call.args, call.arglens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, "release", res, err);
     if (r) freeReplyObject(r);
     if (!rc) *res = dl_call_release_result(&call, *res);
@@ -64,8 +64,8 @@ int dl_call_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *re
     dl_call call;
     l->ops->call(l, DL_OP_EXTEND, lease_ms, &call);
     redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), call.script, call.nkeys, call.keys,
-                     call.keylens, call.nargs, call.args, call.arglens, &r, err);
+    int rc = dl_eval_opt(conn, dl_cmd_deadline(l->h.c), call.opts, call.script, call.nkeys,
+                         call.keys, call.keylens, call.nargs, call.args, call.arglens, &r, err);
     if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
     if (r) freeReplyObject(r);
     return rc;

@@ -332,6 +332,7 @@ typedef struct fair_data {
     char *queue, *timeouts, *leases, *chan; /* chan: redisson_lock__channel:{name} */
     size_t queue_len, timeouts_len, leases_len, chan_len;
     int queued;        /* this acquire call joined the queue */
+    int waiting;       /* the attempt under way waits (joins the queue) */
 } fair_data;
 
 static void fair_destroy(dlock_lock *l) {
@@ -381,35 +382,65 @@ static int fair_owner(dlock_lock *l, dl_err *err) {
     return DLOCK_OK;
 }
 
-static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                        dl_outcome *t, dl_err *err) {
+/* The fair lock's calls. The acquire's mode is "r" (re-entry, or not yet
+ * queued: the queue is not looked at) or "w" (a queued waiter's attempt);
+ * an attempt made before the subscription joins as "joining", which a
+ * release does not take for dead. */
+static void fair_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     fair_data *d = l->kind_state;
-    char lease[24], life[24], ka[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    int64_t w = (int64_t)atomic_load(&l->h.c->fair_wait_ms);
-    size_t lifel = dl_fmt_ll(life, w);
-    size_t kal = dl_fmt_ll(ka, (w < DL_FAIR_WAIT_MS ? w : DL_FAIR_WAIT_MS) / 3);
-    int queue = wait_ms != 0;
-    const char *mode = (l->holds > 0 || !d->queued) ? "r" : "w";
+    memset(call, 0, sizeof *call);
+    size_t ll = dl_fmt_ll(call->num, lease_ms);
     const char *keys[5] = {l->h.name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->h.name_len, l->fence_key_len, d->queue_len, d->timeouts_len,
                          d->leases_len};
-    /* an attempt made before the subscription joins as "joining", which a
-     * release does not take for dead */
-    const char *args[8] = {lease, l->token, mode, queue ? "1" : "0", life, ka,
-                           l->listening ? "0" : "1", d->chan};
-    size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
-    int64_t t0 = dl_now_ms();
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), &acquire_script, 5, keys, keylens, 8, args,
-                     arglens, &r, err);
-    if (rc) return rc;
-    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
-    freeReplyObject(r);
-    if (rc) return rc;
-    if (t->acquired) d->queued = 0;
-    else if (queue) d->queued = 1;
-    return DLOCK_OK;
+    memcpy(call->keys, keys, sizeof keys);
+    memcpy(call->keylens, keylens, sizeof keylens);
+    call->nkeys = 5;
+    switch (op) {
+    case DL_OP_ACQUIRE: { /* ARGV lease, owner, mode, queue, life, keep-alive, joining, channel */
+        int64_t w = (int64_t)atomic_load(&l->h.c->fair_wait_ms);
+        size_t lifel = dl_fmt_ll(call->num2, w);
+        size_t kal = dl_fmt_ll(call->num3, (w < DL_FAIR_WAIT_MS ? w : DL_FAIR_WAIT_MS) / 3);
+        const char *mode = (l->holds > 0 || !d->queued) ? "r" : "w";
+        const char *args[8] = {call->num, l->token, mode, d->waiting ? "1" : "0", call->num2,
+                               call->num3, l->listening ? "0" : "1", d->chan};
+        size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
+        call->script = &acquire_script;
+        memcpy(call->args, args, sizeof args);
+        memcpy(call->arglens, arglens, sizeof arglens);
+        call->nargs = 8;
+        break;
+    }
+    case DL_OP_RELEASE: /* ARGV channel, lease, owner, expected count */
+        call->script = &release_script;
+        call->args[0] = d->chan, call->arglens[0] = d->chan_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        call->args[2] = l->token, call->arglens[2] = l->token_len;
+        call->args[3] = call->expect, call->arglens[3] = dl_owner_expect(l, call->expect);
+        call->nargs = 4;
+        /* the grant reaches the next owner before our reply reaches us */
+        call->opts = DL_EVAL_PING_FIRST;
+        break;
+    default: /* extend: KEYS lock; ARGV owner, lease */
+        call->script = &extend_script;
+        call->nkeys = 1;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        call->nargs = 2;
+        break;
+    }
+}
+
+/* One attempt: a waiting caller (wait_ms != 0) joins the queue. */
+static int fair_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
+                        dl_outcome *t, dl_err *err) {
+    fair_data *d = l->kind_state;
+    d->waiting = wait_ms != 0;
+    int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
+    if (!rc && t->acquired) d->queued = 0;
+    else if (!rc && d->waiting) d->queued = 1;
+    d->waiting = 0;
+    return rc;
 }
 
 /* A message on the waiter's channel. "granted:<fence>": the release made this
@@ -462,34 +493,6 @@ static void fair_abandon(dlock_lock *l, dl_conn *conn) {
     d->queued = 0;
 }
 
-static int fair_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    fair_data *d = l->kind_state;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, l->lease_ms);
-    char expect[24];
-    const char *args[4] = {d->chan, lease, l->token, expect};
-    size_t arglens[4] = {d->chan_len, ll, l->token_len, dl_owner_expect(l, expect)};
-    /* the grant reaches the next owner before our reply reaches us */
-    return run_script(l, conn, DL_EVAL_PING_FIRST, &release_script, 4, args, arglens, "release",
-                      res, err);
-}
-
-static int fair_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
-                       dl_err *err) {
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[1] = {l->h.name};
-    size_t keylens[1] = {l->h.name_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), &extend_script, 1, keys, keylens, 2, args,
-                     arglens, &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, "extend", res, err);
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
 static int fair_check(dlock_lock *l, dl_conn *conn, int *held, int64_t *count, dl_err *err) {
     const char *argv[3] = {"HGET", l->h.name, l->token};
     size_t lens[3] = {4, l->h.name_len, l->token_len};
@@ -517,10 +520,14 @@ const dl_kind_ops dl_fair_ops = {
     .attempt = fair_attempt,
     .message = fair_message,
     .abandon = fair_abandon,
-    .release = fair_release,
-    .extend = fair_extend,
+    .release = dl_call_release,
+    .extend = dl_call_extend,
     .check = fair_check,
     .renew = &renew_script,
+    .call = fair_call,
+    /* the queue's order is one server's: independent masters would each
+     * grant their own head, and the grant is one master's message */
+    .one_server = 1,
 };
 
 int dlock_client_set_fair_wait(dlock_client *c, int64_t wait_ms) {

@@ -236,6 +236,10 @@ typedef struct rw_keys {
     size_t brace_len;
     char *waiters;        /* "{N}:write_waiters" */
     size_t waiters_len;
+    char *prefix;         /* the read side's "{N}:<uuid>:<tid>:rwlock_timeout" of
+                           * the current owner (read_call; room for any owner) */
+    size_t prefix_len;
+    int queue;            /* the write side: the attempt under way waits */
 } rw_keys;
 
 static void rw_destroy(dlock_lock *l) {
@@ -243,9 +247,12 @@ static void rw_destroy(dlock_lock *l) {
     if (!k) return;
     free(k->brace);
     free(k->waiters);
+    free(k->prefix);
     free(k);
     l->kind_state = NULL;
 }
+
+static const char timeout_suffix[] = ":rwlock_timeout";
 
 static int rw_init(dlock_lock *l, dl_err *err) {
     rw_keys *k = calloc(1, sizeof *k);
@@ -255,7 +262,8 @@ static int rw_init(dlock_lock *l, dl_err *err) {
     k->waiters = dl_derive_key("", l->h.name, l->h.name_len, ":write_waiters", &k->waiters_len);
     l->h.channel =
         dl_derive_key("redisson_rwlock:", l->h.name, l->h.name_len, "", &l->h.channel_len);
-    if (!k->brace || !k->waiters || !l->h.channel)
+    if (k->brace) k->prefix = malloc(k->brace_len + 1 + sizeof l->token + sizeof timeout_suffix);
+    if (!k->brace || !k->waiters || !l->h.channel || !k->prefix)
         return dl_seterr(err, DLOCK_ENOMEM, "out of memory"); /* lock.c frees */
     return DLOCK_OK;
 }
@@ -266,16 +274,15 @@ static size_t reader_len(const dlock_lock *l) {
     return l->token_len;
 }
 
-/* "{N}:<uuid>:<tid>:rwlock_timeout" for this handle's owner (malloc'd). */
-static char *timeout_prefix(const dlock_lock *l, size_t *len, dl_err *err) {
-    char suffix[sizeof l->token + 32];
-    size_t rl = reader_len(l);
-    suffix[0] = ':';
-    memcpy(suffix + 1, l->token, rl);
-    memcpy(suffix + 1 + rl, ":rwlock_timeout", sizeof ":rwlock_timeout");
-    char *p = dl_derive_key("", l->h.name, l->h.name_len, suffix, len);
-    if (!p) dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    return p;
+/* k->prefix for the current owner: "{N}" ":" <uuid>:<tid> ":rwlock_timeout". */
+static void build_prefix(const dlock_lock *l, rw_keys *k) {
+    size_t rl = reader_len(l), n = k->brace_len;
+    memcpy(k->prefix, k->brace, n);
+    k->prefix[n++] = ':';
+    memcpy(k->prefix + n, l->token, rl);
+    n += rl;
+    memcpy(k->prefix + n, timeout_suffix, sizeof timeout_suffix);
+    k->prefix_len = n + sizeof timeout_suffix - 1;
 }
 
 static int write_owner(dlock_lock *l, dl_err *err) {
@@ -288,52 +295,91 @@ static int write_owner(dlock_lock *l, dl_err *err) {
     return DLOCK_OK;
 }
 
-/* Runs an acquire script and parses its {1, fence, n} | {0, pttl} answer. */
-static int run_attempt(dlock_lock *l, dl_conn *conn, dl_script *s, int nkeys, const char **keys,
-                       const size_t *keylens, int nargs, const char **args,
-                       const size_t *arglens, int64_t lease_ms, dl_outcome *t, dl_err *err) {
-    int64_t t0 = dl_now_ms();
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), s, nkeys, keys, keylens, nargs, args, arglens,
-                     &r, err);
-    if (rc) return rc;
-    rc = dl_parse_attempt(l, r, t0, lease_ms, t, err);
-    freeReplyObject(r);
-    return rc;
-}
-
-static int read_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
-                        dl_outcome *t, dl_err *err) {
-    (void)wait_ms;
+/* The read side's calls. */
+static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     rw_keys *k = l->kind_state;
-    size_t plen = 0;
-    char *prefix = timeout_prefix(l, &plen, err);
-    if (!prefix) return DLOCK_ENOMEM;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[4] = {l->h.name, l->fence_key, prefix, k->waiters};
-    size_t keylens[4] = {l->h.name_len, l->fence_key_len, plen, k->waiters_len};
-    const char *args[2] = {lease, l->token};
-    size_t arglens[2] = {ll, l->token_len};
-    int rc = run_attempt(l, conn, &read_acquire_script, 4, keys, keylens, 2, args, arglens,
-                         lease_ms, t, err);
-    free(prefix);
-    return rc;
+    memset(call, 0, sizeof *call);
+    size_t ll = dl_fmt_ll(call->num, lease_ms);
+    build_prefix(l, k);
+    call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
+    call->nargs = 2;
+    switch (op) {
+    case DL_OP_ACQUIRE: /* KEYS lock, fence, timeout prefix, waiters; ARGV lease, owner */
+        call->script = &read_acquire_script;
+        call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
+        call->keys[2] = k->prefix, call->keylens[2] = k->prefix_len;
+        call->keys[3] = k->waiters, call->keylens[3] = k->waiters_len;
+        call->nkeys = 4;
+        call->args[0] = call->num, call->arglens[0] = ll;
+        call->args[1] = l->token, call->arglens[1] = l->token_len;
+        break;
+    case DL_OP_RELEASE: /* KEYS lock, channel, timeout prefix, "{N}"; ARGV owner, expected count */
+        call->script = &read_release_script;
+        call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
+        call->keys[2] = k->prefix, call->keylens[2] = k->prefix_len;
+        call->keys[3] = k->brace, call->keylens[3] = k->brace_len;
+        call->nkeys = 4;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->expect, call->arglens[1] = dl_owner_expect(l, call->expect);
+        break;
+    default: /* extend: KEYS lock, timeout prefix, "{N}"; ARGV owner, lease */
+        call->script = &read_extend_script;
+        call->keys[1] = k->prefix, call->keylens[1] = k->prefix_len;
+        call->keys[2] = k->brace, call->keylens[2] = k->brace_len;
+        call->nkeys = 3;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        break;
+    }
 }
 
+/* The write side's calls. */
+static void write_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
+    rw_keys *k = l->kind_state;
+    memset(call, 0, sizeof *call);
+    size_t ll = dl_fmt_ll(call->num, lease_ms);
+    call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
+    switch (op) {
+    case DL_OP_ACQUIRE: /* KEYS lock, fence, waiters; ARGV lease, owner, queue */
+        call->script = &write_acquire_script;
+        call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
+        call->keys[2] = k->waiters, call->keylens[2] = k->waiters_len;
+        call->nkeys = 3;
+        call->args[0] = call->num, call->arglens[0] = ll;
+        call->args[1] = l->token, call->arglens[1] = l->token_len;
+        call->args[2] = k->queue ? "1" : "0", call->arglens[2] = 1;
+        call->nargs = 3;
+        break;
+    case DL_OP_RELEASE: /* KEYS lock, channel, "{N}"; ARGV owner, lease, expected count */
+        call->script = &write_release_script;
+        call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
+        call->keys[2] = k->brace, call->keylens[2] = k->brace_len;
+        call->nkeys = 3;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        call->args[2] = call->expect, call->arglens[2] = dl_owner_expect(l, call->expect);
+        call->nargs = 3;
+        break;
+    default: /* extend: KEYS lock, "{N}"; ARGV owner, lease */
+        call->script = &write_extend_script;
+        call->keys[1] = k->brace, call->keylens[1] = k->brace_len;
+        call->nkeys = 2;
+        call->args[0] = l->token, call->arglens[0] = l->token_len;
+        call->args[1] = call->num, call->arglens[1] = ll;
+        call->nargs = 2;
+        break;
+    }
+}
+
+/* A writer's attempt: a waiting one (wait_ms != 0) enters {N}:write_waiters;
+ * try-once never does (nothing would take it out again). */
 static int write_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms,
                          dl_outcome *t, dl_err *err) {
     rw_keys *k = l->kind_state;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    /* try-once never queues (nothing would take it out of the queue again) */
-    const char *queue = wait_ms != 0 ? "1" : "0";
-    const char *keys[3] = {l->h.name, l->fence_key, k->waiters};
-    size_t keylens[3] = {l->h.name_len, l->fence_key_len, k->waiters_len};
-    const char *args[3] = {lease, l->token, queue};
-    size_t arglens[3] = {ll, l->token_len, 1};
-    return run_attempt(l, conn, &write_acquire_script, 3, keys, keylens, 3, args, arglens,
-                       lease_ms, t, err);
+    k->queue = wait_ms != 0;
+    int rc = dl_call_attempt(l, conn, lease_ms, wait_ms, t, err);
+    k->queue = 0;
+    return rc;
 }
 
 static void write_abandon(dlock_lock *l, dl_conn *conn) {
@@ -347,78 +393,6 @@ static void write_abandon(dlock_lock *l, dl_conn *conn) {
     if (dl_eval(conn, dl_cmd_deadline(l->h.c), &write_abandon_script, 3, keys, keylens, 1, args,
                 arglens, &r, &ignored) == DLOCK_OK)
         freeReplyObject(r);
-}
-
-/* Runs an owner-checked script that answers an integer. */
-static int run_int(dlock_lock *l, dl_conn *conn, dl_script *s, const char *what, int nkeys,
-                   const char **keys, const size_t *keylens, int nargs, const char **args,
-                   const size_t *arglens, long long *res, dl_err *err) {
-    redisReply *r = NULL;
-    int rc = dl_eval(conn, dl_cmd_deadline(l->h.c), s, nkeys, keys, keylens, nargs, args, arglens,
-                     &r, err);
-    if (!rc) rc = dl_reply_expect_int(r, what, res, err);
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
-static int read_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    rw_keys *k = l->kind_state;
-    size_t plen = 0;
-    char *prefix = timeout_prefix(l, &plen, err);
-    if (!prefix) return DLOCK_ENOMEM;
-    const char *keys[4] = {l->h.name, l->h.channel, prefix, k->brace};
-    size_t keylens[4] = {l->h.name_len, l->h.channel_len, plen, k->brace_len};
-    char expect[24];
-    const char *args[2] = {l->token, expect};
-    size_t arglens[2] = {l->token_len, dl_owner_expect(l, expect)};
-    int rc = run_int(l, conn, &read_release_script, "release", 4, keys, keylens, 2, args,
-                     arglens, res, err);
-    free(prefix);
-    return rc;
-}
-
-static int write_release(dlock_lock *l, dl_conn *conn, long long *res, dl_err *err) {
-    rw_keys *k = l->kind_state;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, l->lease_ms);
-    const char *keys[3] = {l->h.name, l->h.channel, k->brace};
-    size_t keylens[3] = {l->h.name_len, l->h.channel_len, k->brace_len};
-    char expect[24];
-    const char *args[3] = {l->token, lease, expect};
-    size_t arglens[3] = {l->token_len, ll, dl_owner_expect(l, expect)};
-    return run_int(l, conn, &write_release_script, "release", 3, keys, keylens, 3, args, arglens,
-                   res, err);
-}
-
-static int read_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
-                       dl_err *err) {
-    rw_keys *k = l->kind_state;
-    size_t plen = 0;
-    char *prefix = timeout_prefix(l, &plen, err);
-    if (!prefix) return DLOCK_ENOMEM;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[3] = {l->h.name, prefix, k->brace};
-    size_t keylens[3] = {l->h.name_len, plen, k->brace_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    int rc = run_int(l, conn, &read_extend_script, "extend", 3, keys, keylens, 2, args, arglens,
-                     res, err);
-    free(prefix);
-    return rc;
-}
-
-static int write_extend(dlock_lock *l, dl_conn *conn, int64_t lease_ms, long long *res,
-                        dl_err *err) {
-    rw_keys *k = l->kind_state;
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[2] = {l->h.name, k->brace};
-    size_t keylens[2] = {l->h.name_len, k->brace_len};
-    const char *args[2] = {l->token, lease};
-    size_t arglens[2] = {l->token_len, ll};
-    return run_int(l, conn, &write_extend_script, "extend", 2, keys, keylens, 2, args, arglens,
-                   res, err);
 }
 
 /* Both sides: the owner's field in the hash is its hold count. */
@@ -446,11 +420,16 @@ const dl_kind_ops dl_read_ops = {
     .init = rw_init,
     .destroy = rw_destroy,
     .owner = dl_owner_thread,
-    .attempt = read_attempt,
-    .release = read_release,
-    .extend = read_extend,
+    .attempt = dl_call_attempt,
+    .release = dl_call_release,
+    .extend = dl_call_extend,
     .check = rw_check,
     .renew = &read_renew_script,
+    .call = read_call,
+    /* a writer that gives up leaves {N}:write_waiters by an abandon, which
+     * the RedLock fan-out does not send: on a majority of masters its entry
+     * would keep new readers out for DL_RW_WAITER_MS on each */
+    .one_server = 1,
 };
 
 const dl_kind_ops dl_write_ops = {
@@ -462,8 +441,10 @@ const dl_kind_ops dl_write_ops = {
     .owner = write_owner,
     .attempt = write_attempt,
     .abandon = write_abandon,
-    .release = write_release,
-    .extend = write_extend,
+    .release = dl_call_release,
+    .extend = dl_call_extend,
     .check = rw_check,
     .renew = &write_renew_script,
+    .call = write_call,
+    .one_server = 1, /* as the read side's */
 };

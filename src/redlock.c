@@ -275,7 +275,7 @@ static int redlock_wait(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, dl_out
                         dl_err *err) {
     dlock_client *c = l->h.c;
     char nm[80];
-    if (!l->ops->call)
+    if (!l->ops->call || l->ops->one_server)
         return dl_seterr(err, DLOCK_ENOTSUP, "%s locks are not supported on redlock://",
                          l->ops->name);
     if (lease_ms <= dl_redlock_drift_ms(lease_ms) + c->node_timeout_ms)

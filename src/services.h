@@ -173,11 +173,13 @@ enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
 struct dl_call {
     dl_script *script;
     int nkeys, nargs;
-    const char *keys[4];
-    size_t keylens[4];
-    const char *args[6];
-    size_t arglens[6];
+    int opts;                  /* dl_eval_opt's options (DL_EVAL_PING_FIRST) */
+    const char *keys[6];
+    size_t keylens[6];
+    const char *args[8];
+    size_t arglens[8];
     char num[24];              /* the lease, in decimal, when an argument */
+    char num2[24], num3[24];   /* other numbers a kind passes */
     char expect[24];           /* a release's expected count (dl_owner_expect) */
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */
