@@ -133,7 +133,7 @@ const dl_backend dl_backend_redis = {
     .schemes = redis_schemes,
     .kinds = (1u << DLOCK_KIND_PLAIN) | (1u << DLOCK_KIND_REENTRANT) | (1u << DLOCK_KIND_FAIR) |
              (1u << DLOCK_KIND_READ) | (1u << DLOCK_KIND_WRITE),
-    .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_OBJECTS | DL_CAP_CANCEL |
+    .caps = DL_CAP_WATCHDOG | DL_CAP_TOKENS | DL_CAP_LIST | DL_CAP_CANCEL |
             DL_CAP_HOLDER | DL_CAP_OWNER_HOLDS,
     .open = dl_redis_open,
     .close = NULL, /* the client frees its nodes (dl_topology_clear) */
@@ -156,6 +156,15 @@ const dl_backend dl_backend_redis = {
     .sem_available = dl_redis_sem_available,
     .sem_try_set = dl_redis_sem_try_set,
     .sem_add = dl_redis_sem_add,
+    .permits_init = dl_redis_permits_init,
+    .permits_destroy = dl_redis_permits_destroy,
+    .permits_acquire = dl_redis_permits_acquire,
+    .permits_release = dl_redis_permits_release,
+    .permits_renew = dl_redis_permits_renew,
+    .permits_available = dl_redis_permits_available,
+    .permits_try_set = dl_redis_permits_try_set,
+    .permits_add = dl_redis_permits_add,
+    .permits_lease = dl_redis_permits_lease,
     .latch_try_set = dl_redis_latch_try_set,
     .latch_set = dl_redis_latch_set,
     .latch_count_down = dl_redis_latch_count_down,

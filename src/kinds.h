@@ -69,6 +69,17 @@ int dl_redis_sem_available(dl_object *o, int64_t *permits, dl_err *err);
 int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err);
 int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err);
 /* Its countdown latch (latch.c). */
+int dl_redis_permits_init(dl_object *o, dl_err *err);
+void dl_redis_permits_destroy(dl_object *o);
+int dl_redis_permits_acquire(dl_object *o, const char *raw, int64_t wait_ms, int64_t lease_ms,
+                             int64_t *t0, dl_err *err);
+int dl_redis_permits_release(dl_object *o, const char *raw, int *done, dl_err *err);
+int dl_redis_permits_renew(dl_object *o, const char *raw, int64_t lease_ms, int *done,
+                           dl_err *err);
+int dl_redis_permits_available(dl_object *o, int64_t *permits, dl_err *err);
+int dl_redis_permits_try_set(dl_object *o, int64_t permits, int *set, dl_err *err);
+int dl_redis_permits_add(dl_object *o, int64_t delta, dl_err *err);
+void dl_redis_permits_lease(dl_object *o, dl_lease *lease);
 int dl_redis_latch_try_set(dl_object *o, int64_t count, int *set, dl_err *err);
 int dl_redis_latch_set(dl_object *o, int64_t count, dl_err *err);
 int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err);

@@ -16,7 +16,7 @@ static int object_init(dl_object *o, dlock_client *c, dlock_kind kind, const cha
     if (kind == DLOCK_KIND_SEMAPHORE) {
         if (!c->backend->sem_acquire) return dl_backend_unsupported(c, "the semaphore");
     } else if (kind == DLOCK_KIND_LATCH ? !c->backend->latch_await
-                                          : !(c->backend->caps & DL_CAP_OBJECTS)) {
+                                          : !c->backend->permits_acquire) {
         return dl_backend_unsupported(c, kind == DLOCK_KIND_LATCH
                                              ? "the countdown latch"
                                              : "the permit-expirable semaphore");

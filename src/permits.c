@@ -1,28 +1,16 @@
-/* The permit-expirable semaphore (Redisson RPermitExpirableSemaphore
- * layout): STRING `name` holds the available permits, ZSET "{name}:timeout"
- * maps each permit out on lease to its expiry in ms. A permit id is 16
- * random bytes, stored raw in the ZSET as Redisson stores them; the API
- * shows them as 32 hex characters (as Redisson's does) and decodes them
- * before every script, so a permit taken by either client can be released
- * or renewed by the other given its id. Every script first returns the expired permits to the pool
- * (ZREMRANGEBYSCORE up to now, INCRBY that many), so a holder that died
- * loses its permits after their lease instead of leaking them; when that
- * frees permits, the new count is published on "redisson_sc:{name}" like a
- * release, so waiters of any client retry.
- *
- * CLOCK: expiries are on the Redis server's clock (TIME, read inside each
- * script), so every client compares them against the same clock and client
- * clock skew cannot shorten or stretch a lease. (Redisson writes expiries
- * from its own client clock; a mixed deployment is only as exact as the
- * clocks agree.) Local waiting still uses the monotonic clock: a waiter is
- * told how many ms remain until the earliest expiry and sleeps that long.
+/* The permit-expirable semaphore (Redisson's RPermitExpirableSemaphore):
+ * the handle, its permit ids and its records, over the backend's
+ * permits_* calls (Redis: permits_redis.c, the layout and the scripts). A
+ * permit id is 16 random bytes; the API shows them as 32 hex characters (as
+ * Redisson's does) and the calls take them decoded, so a permit taken by
+ * either client can be released or renewed by the other given its id.
  *
  * Permits taken with DLOCK_WATCHDOG are renewed by the client's watchdog
- * through a generic dl_lease each (key: the ZSET, owner: the permit id). The
- * handle keeps a record of every permit it holds, watchdog or explicit lease,
- * with what dlock_permits_valid_ms needs: the monotonic time just before the
- * request that started the lease (for a watchdog permit, its last confirmed
- * renewal). */
+ * through a generic dl_lease each (the backend's permits_lease names its
+ * renewal; owner: the permit id). The handle keeps a record of every permit
+ * it holds, watchdog or explicit lease, with what dlock_permits_valid_ms
+ * needs: the monotonic time just before the request that started the lease
+ * (for a watchdog permit, its last confirmed renewal). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,111 +18,7 @@
 
 #include "kinds.h"
 
-
-/* ---- scripts: KEYS[1] = name, KEYS[2] = {name}:timeout, KEYS[3] = channel ---- */
-
-/* now: server time in ms. reclaim(): returns expired permits to the pool and
- * answers how many. wake(back): publishes the count if permits came back and
- * some are available. value(): the available permits. */
-#define PERMITS_PRELUDE                                                                       \
-    "local t = redis.call('time') "                                                           \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "                  \
-    "local function ms(x) return string.format('%.0f', x) end "                               \
-    "local function value() "                                                                 \
-    "local v = redis.call('get', KEYS[1]) "                                                   \
-    "if not v then return 0 end "                                                             \
-    "local n = tonumber(v) "                                                                  \
-    "if not n then error('semaphore value is not an integer') end "                           \
-    "return n end "                                                                           \
-    "local function reclaim() "                                                               \
-    "value() "                                                                                \
-    "local n = redis.call('zremrangebyscore', KEYS[2], '-inf', ms(now)) "                     \
-    "if n > 0 then redis.call('incrby', KEYS[1], n) end "                                     \
-    "return n end "                                                                           \
-    "local function wake(back) "                                                              \
-    "if back > 0 then local v = value() "                                                     \
-    "if v > 0 then redis.call('publish', KEYS[3], v) end end end "
-
-/* ARGV: id, lease ms. -> {1, 0} taken | {0, ms until the earliest lease
- * expires, or -1 when none is out} */
-static dl_script acquire_script = DL_SCRIPT("permits_acquire",
-    PERMITS_PRELUDE
-    "local back = reclaim() "
-    "if value() >= 1 then "
-    "redis.call('decrby', KEYS[1], 1) "
-    "redis.call('zadd', KEYS[2], ms(now + tonumber(ARGV[2])), ARGV[1]) "
-    "wake(back) "
-    "return {1, 0} end "
-    "wake(back) "
-    "local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES') "
-    "if first[2] then "
-    "local left = tonumber(first[2]) - now "
-    "if left < 0 then left = 0 end "
-    "return {0, left} end "
-    "return {0, -1}");
-
-/* ARGV: id. -> 1 released | 0 not out on lease (expired, or never issued) */
-static dl_script release_script = DL_SCRIPT("permits_release",
-    PERMITS_PRELUDE
-    "local back = reclaim() "
-    "if redis.call('zrem', KEYS[2], ARGV[1]) == 1 then "
-    "local v = redis.call('incrby', KEYS[1], 1) "
-    "redis.call('publish', KEYS[3], v) "
-    "return 1 end "
-    "wake(back) "
-    "return 0");
-
-/* ARGV: id, lease ms. -> 1 renewed | 0 gone */
-static dl_script renew_script = DL_SCRIPT("permits_renew",
-    PERMITS_PRELUDE
-    "wake(reclaim()) "
-    "local s = redis.call('zscore', KEYS[2], ARGV[1]) "
-    "if s then "
-    "if tonumber(s) < now + tonumber(ARGV[2]) then "
-    "redis.call('zadd', KEYS[2], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1]) end "
-    "return 1 end "
-    "return 0");
-
-/* -> the available permits */
-static dl_script available_script = DL_SCRIPT("permits_available",
-    PERMITS_PRELUDE
-    "wake(reclaim()) "
-    "return value()");
-
-/* ARGV: permits. -> 1 set | 0 exists already */
-static dl_script try_set_script = DL_SCRIPT("permits_try_set",
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX') then "
-    "redis.call('publish', KEYS[3], ARGV[1]) return 1 end "
-    "return 0");
-
-/* ARGV: delta. -> the new count */
-static dl_script add_script = DL_SCRIPT("permits_add",
-    PERMITS_PRELUDE
-    "reclaim() "
-    "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
-    "redis.call('publish', KEYS[3], v) "
-    "return v");
-
-/* Watchdog, the dl_lease convention: KEYS[i] = {name}:timeout, ARGV[1] =
- * lease ms, ARGV[1 + i] = permit id. Renews only permits still out and not
- * yet expired on the server's clock (an expired one is returned to the pool
- * by the next operation: it is lost). -> {1 renewed | 0 gone, ...} */
-static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
-    "local t = redis.call('time') "
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-    "local exp = string.format('%.0f', now + tonumber(ARGV[1])) "
-    "local res = {} "
-    "for i, key in ipairs(KEYS) do "
-    "local s = redis.pcall('zscore', key, ARGV[i + 1]) "
-    "if type(s) == 'string' and tonumber(s) > now then "
-    "if tonumber(s) < tonumber(exp) then redis.call('zadd', key, 'XX', exp, ARGV[i + 1]) end "
-    "res[i] = 1 "
-    "else res[i] = 0 end end "
-    "return res");
-
-/* ---- handles ---- */
-
-#define ID_RAW (DLOCK_PERMIT_ID_LEN / 2)
+#define ID_RAW DL_PERMIT_RAW
 
 typedef struct wd_permit {
     struct wd_permit *next;
@@ -148,8 +32,6 @@ typedef struct wd_permit {
 
 struct dlock_permits {
     dl_object o;               /* client, name, channel, message */
-    char *zkey;                /* {name}:timeout */
-    size_t zkey_len;
     wd_permit *wd;             /* the permits this handle holds (see the top) */
     dlock_permit_lost_fn lost_fn; /* read by the watchdog, under its mutex */
     void *lost_ud;
@@ -190,10 +72,10 @@ int dlock_permits_new(dlock_client *c, const char *name, size_t name_len, dlock_
     dlock_permits *p = dl_object_new(c, sizeof *p, DLOCK_KIND_PERMIT_SEMAPHORE, name, name_len,
                                      "redisson_sc:", "dlock_permits_new", out != NULL, &rc);
     if (!p) return rc;
-    p->zkey = dl_derive_key("", p->o.h.name, p->o.h.name_len, ":timeout", &p->zkey_len);
-    if (!p->zkey) {
+    dl_err err = {0};
+    if (c->backend->permits_init && c->backend->permits_init(&p->o, &err)) {
         dlock_permits_free(p);
-        return dl_client_fail(c, &(dl_err){DLOCK_ENOMEM, "out of memory"});
+        return dl_client_fail(c, &err);
     }
     *out = p;
     dl_client_ok(c);
@@ -208,7 +90,7 @@ void dlock_permits_free(dlock_permits *p) {
         if (w->watchdog) dl_watchdog_unregister(p->o.h.c, &w->lease);
         free(w);
     }
-    free(p->zkey);
+    if (p->o.h.c->backend->permits_destroy) p->o.h.c->backend->permits_destroy(&p->o);
     dl_handle_clear(&p->o.h);
     free(p);
 }
@@ -297,10 +179,8 @@ static wd_permit *wd_new(dlock_permits *p, const char *hex, int watchdog) {
     for (int i = 0; i < DLOCK_PERMIT_ID_LEN; i++) w->id[i] = (char)(hex[i] | (hex[i] > '9' ? 0x20 : 0));
     id_raw(hex, w->raw);
     w->watchdog = watchdog;
-    w->lease.renew = &wd_renew_script;
+    p->o.h.c->backend->permits_lease(&p->o, &w->lease);
     w->lease.lease_ms = p->o.h.c->watchdog_lease_ms;
-    w->lease.key = p->zkey;
-    w->lease.key_len = p->zkey_len;
     w->lease.owner = w->raw;
     w->lease.owner_len = ID_RAW;
     atomic_init(&w->lease.lost, 0);
@@ -310,112 +190,11 @@ static wd_permit *wd_new(dlock_permits *p, const char *hex, int watchdog) {
     return w;
 }
 
-/* Runs a script with KEYS {name, zkey, channel} on conn (a pooled one when
- * NULL). */
-static int pm_eval(dlock_permits *p, dl_conn *conn, dl_script *s, int nargs, const char **args,
-                   const size_t *arglens, redisReply **r, dl_err *err) {
-    const char *keys[3] = {p->o.h.name, p->zkey, p->o.h.channel};
-    size_t keylens[3] = {p->o.h.name_len, p->zkey_len, p->o.h.channel_len};
-    if (conn)
-        return dl_eval(conn, dl_cmd_deadline(p->o.h.c), s, 3, keys, keylens, nargs, args, arglens,
-                       r, err);
-    return dl_client_eval(p->o.h.c, s, 3, keys, keylens, nargs, args, arglens, r, err);
-}
-
-/* pm_eval expecting an integer answer. */
-static int pm_eval_int(dlock_permits *p, dl_script *s, const char *what, int nargs,
-                       const char **args, const size_t *arglens, long long *v, dl_err *err) {
-    const char *keys[3] = {p->o.h.name, p->zkey, p->o.h.channel};
-    size_t keylens[3] = {p->o.h.name_len, p->zkey_len, p->o.h.channel_len};
-    return dl_object_eval_int(&p->o, NULL, s, what, 3, keys, keylens, nargs, args, arglens, v,
-                              err);
-}
-
-/* One acquire attempt: *got 1, or 0 with *left_ms (ms to the earliest
- * expiry, -1 if none). */
-static int attempt(dlock_permits *p, dl_conn *conn, const char *raw, const char *lease,
-                   size_t lease_len, int *got, int64_t *left_ms, dl_err *err) {
-    const char *args[2] = {raw, lease};
-    size_t arglens[2] = {ID_RAW, lease_len};
-    redisReply *r = NULL;
-    long long a = 0, b = 0;
-    int rc = pm_eval(p, conn, &acquire_script, 2, args, arglens, &r, err);
-    if (rc) return rc;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dl_sync_reply_error(r, "permit acquire", err);
-    else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || dl_reply_int(r->element[0], &a) ||
-             dl_reply_int(r->element[1], &b))
-        rc = dl_seterr(err, DLOCK_EPROTO, "permit acquire: unexpected reply from the script");
-    freeReplyObject(r);
-    if (rc) return rc;
-    *got = a == 1;
-    *left_ms = b;
-    return DLOCK_OK;
-}
-
-static int64_t wait_left(int64_t deadline) {
-    if (deadline == DL_INF_DEADLINE) return -1;
-    int64_t left = deadline - dl_now_ms();
-    return left > 0 ? left : 0;
-}
-
-/* raw: the permit's id. *t0: the monotonic ms just before the attempt that
- * took the permit. */
-static int acquire_wait(dlock_permits *p, const char *raw, int64_t wait_ms, int64_t lease_ms,
-                        int64_t *t0, dl_err *err) {
-    dlock_client *c = p->o.h.c;
-    char nm[80], lease[24];
-    size_t lease_len = dl_fmt_ll(lease, lease_ms);
-    int64_t deadline = dl_deadline(wait_ms);
-    dl_conn *conn = NULL, *sub = NULL;
-    int got = 0;
-    int64_t left = -1;
-    int rc = dl_pool_get_key(c, p->o.h.name, p->o.h.name_len, dl_cmd_deadline(c), &conn, err);
-    *t0 = dl_now_ms();
-    if (!rc) rc = attempt(p, conn, raw, lease, lease_len, &got, &left, err);
-    if (rc || got) goto out;
-    if (wait_ms == DLOCK_NOWAIT) {
-        rc = dl_seterr(err, DLOCK_EBUSY, "permit semaphore '%s': no permit available",
-                       dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
-        goto out;
-    }
-    rc = dl_sync_subscribe(c, p->o.h.channel, p->o.h.channel_len, &sub, err);
-    dl_cancel_begin(&p->o.h.cancel); /* a cancel wakes dl_sync_wait */
-    while (!rc) {
-        /* subscribed before this attempt: a release after it is not missed */
-        *t0 = dl_now_ms();
-        rc = attempt(p, conn, raw, lease, lease_len, &got, &left, err);
-        if (rc || got) break;
-        int64_t now = dl_now_ms();
-        if (wait_left(deadline) == 0) {
-            rc = dl_seterr(err, DLOCK_ETIMEDOUT, "timed out waiting for a permit of '%s'",
-                           dl_name_msg(p->o.h.name, p->o.h.name_len, nm, sizeof nm));
-            break;
-        }
-        /* an expiring lease frees a permit without any message: wake then
-         * (+1: surely expired on the server's clock) */
-        int64_t until = deadline;
-        if (left >= 0 && now + left + 1 < until) until = now + left + 1;
-        int moved = 0;
-        rc = dl_follow_slot(p->o.h.c, p->o.h.channel, p->o.h.channel_len, &conn, &sub, &moved, err);
-        if (rc || moved) continue;
-        rc = dl_sync_wait(&p->o, sub, until, err);
-        if (rc == DLOCK_ETIMEDOUT) rc = DLOCK_OK;
-    }
-    dl_cancel_end(&p->o.h.cancel);
-    dl_sync_unsubscribe(c, sub, p->o.h.channel, p->o.h.channel_len);
-out:
-    dl_pool_put(c, conn);
-    return rc;
-}
-
 /* Gives back the permit (raw id; best effort, after a local failure). */
 static void release_quietly(dlock_permits *p, const char *raw) {
-    const char *args[1] = {raw};
-    size_t arglens[1] = {ID_RAW};
-    long long v = 0;
+    int released = 0;
     dl_err ignored = {0};
-    pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &ignored);
+    p->o.h.c->backend->permits_release(&p->o, raw, &released, &ignored);
 }
 
 int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
@@ -444,7 +223,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     }
     int64_t lease = lease_ms == DLOCK_WATCHDOG ? p->o.h.c->watchdog_lease_ms : lease_ms;
     int64_t t0 = 0;
-    rc = acquire_wait(p, w->raw, wait_ms, lease, &t0, &err);
+    rc = p->o.h.c->backend->permits_acquire(&p->o, w->raw, wait_ms, lease, &t0, &err);
     if (!rc) {
         /* the lease started on the server after t0 */
         atomic_store(&w->lease.last_ok, (long long)t0);
@@ -469,10 +248,8 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
     /* stop renewing first, or a renewal racing the release would report the
      * permit lost */
     wd_permit *w = wd_take(p, raw);
-    const char *args[1] = {raw};
-    size_t arglens[1] = {ID_RAW};
-    long long v = 0;
-    int rc = pm_eval_int(p, &release_script, "permit release", 1, args, arglens, &v, &err);
+    int released = 0;
+    int rc = p->o.h.c->backend->permits_release(&p->o, raw, &released, &err);
     if (rc) {
         if (w) {
             dl_err e2 = {0};
@@ -482,7 +259,7 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
         return pm_fail(p, &err);
     }
     free(w);
-    if (v != 1) {
+    if (!released) {
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit release: permit %.32s of '%s' is not out on lease (expired, released "
                   "or never issued)",
@@ -506,12 +283,9 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
     }
     /* a watchdog permit becomes an explicit-lease permit (as dlock_extend) */
     wd_permit *w = wd_take(p, raw);
-    char lease[24];
-    const char *args[2] = {raw, lease};
-    size_t arglens[2] = {ID_RAW, dl_fmt_ll(lease, lease_ms)};
-    long long v = 0;
+    int renewed = 0;
     int64_t t0 = dl_now_ms();
-    int rc = pm_eval_int(p, &renew_script, "permit renew", 2, args, arglens, &v, &err);
+    int rc = p->o.h.c->backend->permits_renew(&p->o, raw, lease_ms, &renewed, &err);
     if (rc) {
         if (w) {
             dl_err e2 = {0};
@@ -520,7 +294,7 @@ int dlock_permits_renew(dlock_permits *p, const char *id, int64_t lease_ms) {
         free(w);
         return pm_fail(p, &err);
     }
-    if (v != 1) {
+    if (!renewed) {
         free(w);
         dl_seterr(&err, DLOCK_ENOTOWNER,
                   "permit renew: permit %.32s of '%s' is not out on lease (expired, released or "
@@ -563,11 +337,8 @@ int dlock_permits_available(dlock_permits *p, int64_t *permits) {
         return pm_fail(p, &err);
     }
     *permits = 0;
-    long long v = 0;
-    int rc = pm_eval_int(p, &available_script, "permit available", 0, NULL, NULL, &v, &err);
-    if (rc) return pm_fail(p, &err);
-    *permits = v;
-    return pm_ok(p);
+    int rc = p->o.h.c->backend->permits_available(&p->o, permits, &err);
+    return rc ? pm_fail(p, &err) : pm_ok(p);
 }
 
 int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set) {
@@ -579,14 +350,8 @@ int dlock_permits_try_set(dlock_permits *p, int64_t permits, int *set) {
         return pm_fail(p, &err);
     }
     if (dl_check_count(permits, 0, "permit try_set", "permits", &err)) return pm_fail(p, &err);
-    char num[24];
-    const char *args[1] = {num};
-    size_t arglens[1] = {dl_fmt_ll(num, permits)};
-    long long v = 0;
-    int rc = pm_eval_int(p, &try_set_script, "permit try_set", 1, args, arglens, &v, &err);
-    if (rc) return pm_fail(p, &err);
-    *set = v == 1;
-    return pm_ok(p);
+    int rc = p->o.h.c->backend->permits_try_set(&p->o, permits, set, &err);
+    return rc ? pm_fail(p, &err) : pm_ok(p);
 }
 
 int dlock_permits_add(dlock_permits *p, int64_t delta) {
@@ -594,11 +359,7 @@ int dlock_permits_add(dlock_permits *p, int64_t delta) {
     dl_err err = {0};
     if (dl_check_count(delta, -DLOCK_COUNT_MAX, "permit add", "delta", &err))
         return pm_fail(p, &err);
-    char num[24];
-    const char *args[1] = {num};
-    size_t arglens[1] = {dl_fmt_ll(num, delta)};
-    long long v = 0;
-    int rc = pm_eval_int(p, &add_script, "permit add", 1, args, arglens, &v, &err);
+    int rc = p->o.h.c->backend->permits_add(&p->o, delta, &err);
     return rc ? pm_fail(p, &err) : pm_ok(p);
 }
 

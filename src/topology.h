@@ -21,6 +21,9 @@
 
 typedef struct dl_watchdog dl_watchdog;
 typedef struct dl_object dl_object;
+typedef struct dl_lease dl_lease;
+/* A permit id's raw bytes (dlock_permits; the API shows them in hex). */
+#define DL_PERMIT_RAW (DLOCK_PERMIT_ID_LEN / 2)
 typedef struct dl_backend dl_backend;
 
 typedef struct dl_sentinel dl_sentinel;
@@ -218,7 +221,6 @@ enum {
     DL_CAP_WATCHDOG = 1u << 0, /* DLOCK_WATCHDOG holds renewed by watchdog.c */
     DL_CAP_TOKENS = 1u << 1,   /* acquire / release / extend by token (token.c) */
     DL_CAP_LIST = 1u << 2,     /* dlock_list */
-    DL_CAP_OBJECTS = 1u << 3,  /* the permit-expirable semaphore (permits.c) */
     DL_CAP_CANCEL = 1u << 5,   /* dlock_lock_cancel (waits in wait.c / redlock.c) */
     DL_CAP_HOLDER = 1u << 6,   /* holder identity records (holder.c) */
     DL_CAP_OWNER_HOLDS = 1u << 7, /* the server counts a reentrant owner's holds over
@@ -286,6 +288,25 @@ struct dl_backend {
     int (*latch_count_down)(dl_object *o, int64_t k, dl_err *err);
     int (*latch_count)(dl_object *o, int64_t *count, dl_err *err);
     int (*latch_await)(dl_object *o, int64_t wait_ms, dl_err *err);
+    /* the permit-expirable semaphore (dlock_permits_*), when the backend has
+     * one (NULL permits_acquire: DLOCK_ENOTSUP); permits.c checks the
+     * arguments and keeps the handle's records. raw: a permit id's
+     * DL_PERMIT_RAW bytes. permits_init (may be NULL) sets
+     * o->h.backend_state, permits_destroy frees it; permits_acquire takes a
+     * permit under raw for lease_ms, waiting as wait_ms says, *t0 the
+     * monotonic ms just before the request that took it; release and renew
+     * answer *done 0 when the permit is not out on lease; permits_lease
+     * names a watchdog permit's renewal (lease->renew, key) */
+    int (*permits_init)(dl_object *o, dl_err *err);
+    void (*permits_destroy)(dl_object *o);
+    int (*permits_acquire)(dl_object *o, const char *raw, int64_t wait_ms, int64_t lease_ms,
+                           int64_t *t0, dl_err *err);
+    int (*permits_release)(dl_object *o, const char *raw, int *done, dl_err *err);
+    int (*permits_renew)(dl_object *o, const char *raw, int64_t lease_ms, int *done, dl_err *err);
+    int (*permits_available)(dl_object *o, int64_t *permits, dl_err *err);
+    int (*permits_try_set)(dl_object *o, int64_t permits, int *set, dl_err *err);
+    int (*permits_add)(dl_object *o, int64_t delta, dl_err *err);
+    void (*permits_lease)(dl_object *o, dl_lease *lease);
     /* the ID worker's day counter: adds n to the counter key (made at 0 when
      * absent) and answers its new value in *value; DLOCK_EOVERFLOW when it
      * cannot count on (NULL: no ID worker) */
