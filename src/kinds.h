@@ -8,6 +8,10 @@
 
 #include "services.h"
 
+/* lock_plain.c: KEYS lock, fence, waiters; ARGV token, lease, recheck, registered */
+extern dl_script dl_script_plain_acquire;
+/* lock_plain.c: KEYS lock, waiters; ARGV token, waiter channel prefix */
+extern dl_script dl_script_plain_abandon;
 extern dl_script dl_script_plain_release;   /* lock_plain.c: KEYS lock, channel; ARGV token */
 extern dl_script dl_script_plain_extend;    /* lock_plain.c: KEYS lock; ARGV token, lease */
 extern dl_script dl_script_force_unlock;    /* query.c */

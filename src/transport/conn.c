@@ -108,6 +108,26 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
     return DLOCK_OK;
 }
 
+int dl_conn_write_some(dl_conn *c, dl_err *err) {
+    if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
+    size_t off = 0;
+    while (off < c->olen) {
+        long n = c->ops->write(c, c->obuf + off, c->olen - off);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        c->broken = 1;
+        return dl_seterr(err, DLOCK_EIO, "write to server failed: %s",
+                         n < 0 ? strerror(errno) : "connection closed");
+    }
+    if (off) memmove(c->obuf, c->obuf + off, c->olen - off);
+    c->olen -= off;
+    return DLOCK_OK;
+}
+
 /* A reply that is not RESP: from a server that never answered in RESP on
  * this connection, something else listens there (MariaDB, HTTP...), which
  * is the server being unavailable for locks; later, a protocol error. */
