@@ -153,7 +153,10 @@ static void owe(dlock_async_lock *l, int what, const char *token) {
     if (l->c->freeing) return;
     oreq *o = oreq_new(l, what, token);
     if (!o) return; /* the lease runs out; the registry entry expires */
-    if (!oreq_send(o)) return;
+    /* on the connection there is, never a new one of its own: after a
+     * failure the server may be down, and the next operation's connect
+     * would find this one's refused */
+    if (l->c->cmd.conn && !oreq_send(o)) return;
     if (what == R_GIVEBACK) settle_later(o);
     else free(o);
 }
@@ -459,7 +462,8 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
         return fail(l, &(dl_err){DLOCK_EINVAL, "the handle holds the lock already (plain "
                                                "locks are not reentrant)"});
     int rc = begin(l, cb, udata, OP_ACQUIRE, &err);
-    if (!rc) rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
+    if (rc) return fail(l, &err);
+    rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
     if (rc) {
         l->op.type = OP_NONE;
         return fail(l, &err);
@@ -495,7 +499,8 @@ static int start_hold_op(dlock_async_lock *l, int type, int64_t lease_ms, dlock_
     if (!l->holds && !l->op.type)
         return fail(l, &(dl_err){DLOCK_ENOTHELD, "the handle does not hold the lock"});
     int rc = begin(l, cb, udata, type, &err);
-    if (!rc) rc = send_req(l, type == OP_RELEASE ? R_RELEASE : R_EXTEND, l->token, lease_ms, 0, 0,
+    if (rc) return fail(l, &err);
+    rc = send_req(l, type == OP_RELEASE ? R_RELEASE : R_EXTEND, l->token, lease_ms, 0, 0,
                            0, NULL, &err);
     if (rc) {
         l->op.type = OP_NONE;
