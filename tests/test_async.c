@@ -480,7 +480,9 @@ static void t_counter(th_server *s) {
         for (int i = 0; i < ASYNC_HANDLES; i++) all &= workers[i].done == ROUNDS;
     }
     for (int i = 0; i < BLOCKING_THREADS; i++) pthread_join(th[i], NULL);
-    long long total = atoll(th_cmd_str(counter_rc, "GET counter"));
+    char *v = th_cmd_str(counter_rc, "GET counter");
+    long long total = atoll(v);
+    free(v);
     th_log("counter %lld, want %d", total, (ASYNC_HANDLES + BLOCKING_THREADS) * ROUNDS);
     ASSERT_EQ(total, (ASYNC_HANDLES + BLOCKING_THREADS) * ROUNDS);
     redisFree(counter_rc);
@@ -767,6 +769,7 @@ static void t_badinput(th_server *s) {
     WAIT_DONE(r, 3000);
     ASSERT_CODE(r.code, DLOCK_OK);
     client_free(c);
+    th_server_stop(ps);
     redisFree(rc);
 }
 
@@ -815,6 +818,7 @@ int main(int argc, char **argv) {
         event_base_free(evb);
     }
 #endif
+    th_server_stop(s);
     th_log("ok");
     return 0;
 }
