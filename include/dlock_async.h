@@ -124,7 +124,8 @@ DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
  * its handles. Holds are not released (their leases run out); an acquire
  * whose request was out may have taken the lock, which then runs out with
  * its lease too. Called from a callback of this client, the memory goes
- * when the dlock_async_process under way returns. NULL is a no-op. */
+ * when the call that ran the callback (dlock_async_process,
+ * dlock_async_cancel, dlock_async_lock_free) returns. NULL is a no-op. */
 DLOCK_EXPORT void dlock_async_client_free(dlock_async_client *c);
 
 /* The client's last client-level failure message ("" if none). NULL c: a
@@ -182,8 +183,9 @@ DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64
 /* Starts releasing l's hold (owner-checked, as dlock_release: never someone
  * else's lock; the first waiter registered is woken). The callback gets
  * DLOCK_OK, DLOCK_ELOST (the lease had run out or the lock was taken over),
- * DLOCK_ECANCELED, or a failure (DLOCK_EIO: the outcome is unknown; the
- * handle holds nothing any more either way, and the lease runs out).
+ * DLOCK_ECANCELED, or a failure (DLOCK_EIO...: the outcome may be unknown;
+ * as with dlock_release, the handle still counts as holding, so that a
+ * retry is possible; the lease runs out otherwise).
  * Returns DLOCK_OK (started), DLOCK_EINVAL (NULL l or cb, an operation
  * pending), DLOCK_ENOTHELD, or a failure to open the connection. */
 DLOCK_EXPORT int dlock_async_release(dlock_async_lock *l, dlock_async_fn cb, void *udata);

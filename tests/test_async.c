@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,6 +116,10 @@ static void loop_once(void) {
         poll(p, (nfds_t)n, (int)wait);
         for (int i = 0; i < n; i++) {
             if (!p[i].revents) continue;
+            /* a callback of an earlier fd may have freed its client */
+            int live = 0;
+            for (int j = 0; j < nbare; j++) live |= bare_clients[j] == owner[i];
+            if (!live) continue;
             int ev = ((p[i].revents & (POLLIN | POLLERR | POLLHUP)) ? DLOCK_ASYNC_READ : 0) |
                      ((p[i].revents & POLLOUT) ? DLOCK_ASYNC_WRITE : 0);
             dlock_async_process(owner[i], p[i].fd, ev);
@@ -181,9 +186,10 @@ static dlock_async_client *client(const th_server *s) {
     return c;
 }
 
+static void forget(dlock_async_client *c);
+
 static void client_free(dlock_async_client *c) {
-    for (int i = 0; i < nbare; i++)
-        if (bare_clients[i] == c) bare_clients[i] = NULL;
+    forget(c);
     dlock_async_client_free(c);
     /* let the adapter's handles close */
     for (int i = 0; i < 3; i++) loop_once();
@@ -332,7 +338,7 @@ typedef struct blocker {
     const char *name;
     int64_t hold_ms;     /* acquire at once, hold this long, release */
     int64_t released_at, acquired_at;
-    volatile int go;
+    atomic_int go;         /* set once it holds (its times are read after the join) */
 } blocker;
 
 static void *blocking_holder(void *arg) {
@@ -341,7 +347,7 @@ static void *blocking_holder(void *arg) {
     dlock_lock *l = th_lock(c, b->name, DLOCK_KIND_PLAIN);
     ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, 10000, NULL));
     b->acquired_at = th_now_ms();
-    b->go = 1;
+    atomic_store(&b->go, 1);
     th_sleep_ms(b->hold_ms);
     b->released_at = th_now_ms();
     ASSERT_LOK(l, dlock_release(l));
@@ -366,7 +372,7 @@ static void t_handoff(th_server *s) {
     blocker b = {.s = s, .name = "mixed", .hold_ms = 300};
     pthread_t th;
     pthread_create(&th, NULL, blocking_holder, &b);
-    while (!b.go) th_sleep_ms(1);
+    while (!atomic_load(&b.go)) th_sleep_ms(1);
     dlock_async_lock *a = alock(c, "mixed");
     res r = {0};
     START(dlock_async_acquire(a, DLOCK_WAIT_FOREVER, 5000, on_done, &r));
@@ -381,7 +387,7 @@ static void t_handoff(th_server *s) {
     blocker w = {.s = s, .name = "mixed", .hold_ms = 0};
     pthread_create(&th, NULL, blocking_holder, &w);
     run_for(300); /* the blocking waiter registers */
-    ASSERT_EQ(w.go, 0);
+    ASSERT_EQ(atomic_load(&w.go), 0);
     res rr = {0};
     START(dlock_async_release(a, on_done, &rr));
     WAIT_DONE(rr, 3000);
@@ -543,6 +549,20 @@ static void t_pipeline(th_server *s) {
 
 /* ---- cancel and free ---- */
 
+static dlock_async_client *freeing;
+
+static void forget(dlock_async_client *c) {
+    for (int i = 0; i < nbare; i++)
+        if (bare_clients[i] == c) bare_clients[i] = NULL;
+}
+
+/* a callback that frees its client */
+static void free_client_cb(dlock_async_lock *l, int code, uint64_t fence, void *ud) {
+    on_done(l, code, fence, ud);
+    forget(freeing);
+    dlock_async_client_free(freeing);
+}
+
 static void t_cancel(th_server *s) {
     redisContext *rc = th_redis(s);
     dlock_async_client *c = client(s);
@@ -580,9 +600,8 @@ static void t_cancel(th_server *s) {
      * gets the lock at its end, or when the holder's key goes */
     res rel = {0};
     START(dlock_async_release(h, on_done, &rel)); /* pending at the free */
+    forget(c);
     dlock_async_client_free(c);
-    for (int i = 0; i < nbare; i++)
-        if (bare_clients[i] == c) bare_clients[i] = NULL;
     for (int i = 0; i < 3; i++) loop_once();
     for (int i = 0; i < N; i++) {
         ASSERT_EQ(wr[i].calls, 1);
@@ -615,11 +634,43 @@ static void t_cancel(th_server *s) {
     ASSERT_OK(dlock_async_cancel(w2));
     ASSERT_CODE(w2r.code, DLOCK_ECANCELED);
     int64_t t0 = th_now_ms();
-    while (!b.go) loop_once();
+    while (!atomic_load(&b.go)) loop_once();
     pthread_join(th, NULL);
     th_log("wake passed on in %lld ms", (long long)(b.acquired_at - t0));
     ASSERT_LT(b.acquired_at - t0, 1000);
     client_free(c);
+
+    /* the client freed from a callback (a release's, then a cancel's),
+     * with operations pending: each ends once */
+    for (int how = 0; how < 2; how++) {
+        c = client(s);
+        freeing = c;
+        dlock_async_lock *fh = alock(c, "cz"), *fw[3];
+        res fhr = {0}, fwr[3], frel = {0};
+        memset(fwr, 0, sizeof fwr);
+        START(dlock_async_acquire(fh, DLOCK_NOWAIT, 20000, on_done, &fhr));
+        WAIT_DONE(fhr, 3000);
+        ASSERT_CODE(fhr.code, DLOCK_OK);
+        for (int i = 0; i < 3; i++) {
+            fw[i] = alock(c, "cz");
+            START(dlock_async_acquire(fw[i], DLOCK_WAIT_FOREVER, 20000,
+                                      how == 1 && i == 0 ? free_client_cb : on_done, &fwr[i]));
+        }
+        RUN_UNTIL(th_cmd_int(rc, "ZCARD dlock_waiters:{cz}") == 3, 3000);
+        if (how == 0) {
+            START(dlock_async_release(fh, free_client_cb, &frel));
+            RUN_UNTIL(frel.calls == 1, 3000);
+            ASSERT_CODE(frel.code, DLOCK_OK);
+        } else {
+            ASSERT_OK(dlock_async_cancel(fw[0]));
+        }
+        for (int i = 0; i < 3; i++) {
+            ASSERT_EQ(fwr[i].calls, 1);
+            ASSERT_CODE(fwr[i].code, DLOCK_ECANCELED);
+        }
+        for (int i = 0; i < 3; i++) loop_once(); /* the adapter's handles close */
+        th_cmd_ok(rc, "DEL cz dlock_waiters:{cz}");
+    }
     redisFree(rc);
 }
 

@@ -152,8 +152,9 @@ struct dlock_async_client {
     int depth;                 /* inside dlock_async_process / a callback */
     int freeing;               /* dlock_async_client_free under way (or the
                                 * client is unusable): operations refused */
-    int doomed;                /* freed from a callback: at the end of
-                                * dlock_async_process */
+    int doomed;                /* freed from a callback: when the call that
+                                * ran it returns */
+    void (*destroy)(dl_aclient *c); /* frees a doomed client (client.c) */
     char errmsg[DL_ERRMSG_MAX];
 };
 

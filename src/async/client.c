@@ -36,6 +36,13 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     return rc;
 }
 
+static void destroy(dl_aclient *c) {
+    dl_aloop_close(&c->loop);
+    dl_asubs_free(&c->subs);
+    dl_endpoint_clear(&c->ep);
+    free(c);
+}
+
 int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter *adapter,
                            dlock_async_client **out) {
     if (!out) return DLOCK_EINVAL;
@@ -45,6 +52,7 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     dl_aloop_init(&c->loop, adapter);
     dl_apipe_init(&c->cmd, c, 0);
     c->cmd.up = dl_alock_pipe_up;
+    c->destroy = destroy;
     dl_asubs_init(&c->subs, c);
     dlock_options defaults;
     dlock_options_init(&defaults);
@@ -61,13 +69,6 @@ const char *dlock_async_errmsg(const dlock_async_client *c) {
     return c ? c->errmsg : "NULL async client";
 }
 
-static void destroy(dl_aclient *c) {
-    dl_aloop_close(&c->loop);
-    dl_asubs_free(&c->subs);
-    dl_endpoint_clear(&c->ep);
-    free(c);
-}
-
 void dlock_async_client_free(dlock_async_client *c) {
     if (!c || c->doomed) return;
     c->freeing = 1;
@@ -75,7 +76,7 @@ void dlock_async_client_free(dlock_async_client *c) {
     dl_alock_free_all(c);
     c->depth--;
     if (c->depth > 0) {
-        c->doomed = 1; /* from a callback: freed as dlock_async_process returns */
+        c->doomed = 1; /* from a callback: freed as the call that ran it returns */
         return;
     }
     destroy(c);

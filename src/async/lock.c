@@ -67,6 +67,7 @@ typedef struct lreq {
     unsigned gen;
     int what;                  /* R_ATTEMPT, R_RELEASE, R_EXTEND */
     int recheck;               /* an attempt that registers (waiting) */
+    int reg;                   /* sent with "registered by an earlier attempt" */
     int after_sub;             /* sent once the waiter's channel was confirmed */
     int by_text;               /* sent as EVAL (after NOSCRIPT) */
     int64_t lease_ms, t0;
@@ -233,6 +234,7 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     rq->gen = l->op.gen;
     rq->what = what;
     rq->recheck = recheck;
+    rq->reg = registered;
     rq->by_text = by_text;
     rq->lease_ms = lease_ms;
     rq->after_sub = dl_asubs_subscribed(&l->op.w);
@@ -378,8 +380,10 @@ static void orphan_attempt(dlock_async_lock *l, lreq *rq, redisReply *r) {
     long long a = 0;
     int won = !r || r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY ||
               r->elements < 2 || dl_reply_int(r->element[0], &a) || a == 1;
+    /* registered by it or before it: the abandon also passes on a wake
+     * this waiter may have been sent meanwhile */
     if (won) owe(l, R_GIVEBACK, rq->token);
-    else if (rq->recheck) owe(l, R_ABANDON, rq->token);
+    else if (rq->recheck || rq->reg) owe(l, R_ABANDON, rq->token);
 }
 
 static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
@@ -391,8 +395,8 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     if (r && dl_is_noscript(r) && !rq->by_text && !l->c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
         lreq *again = NULL;
-        int rc = send_req(l, rq->what, rq->token, rq->lease_ms, rq->recheck, op->registered, 1,
-                          &again, &e);
+        int rc = send_req(l, rq->what, rq->token, rq->lease_ms, rq->recheck, rq->reg, 1, &again,
+                          &e);
         if (!rc) {
             again->gen = rq->gen;
             again->after_sub = rq->after_sub;
@@ -431,6 +435,14 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
 }
 
 /* ---- the public calls ---- */
+
+/* The end of a call that ran callbacks (depth raised before): the client
+ * freed by one of them goes now, else the loop is told what changed. */
+static void leave(dl_aclient *c) {
+    if (--c->depth > 0) return;
+    if (c->doomed) c->destroy(c);
+    else dl_aloop_sync(&c->loop);
+}
 
 static int begin(dlock_async_lock *l, dlock_async_fn cb, void *ud, int type, dl_err *err) {
     if (!cb) return dl_seterr(err, DLOCK_EINVAL, "NULL callback");
@@ -523,9 +535,10 @@ int dlock_async_cancel(dlock_async_lock *l) {
     if (!l) return DLOCK_EINVAL;
     if (!l->op.type) return DLOCK_ENOTHELD;
     dl_aclient *c = l->c;
+    c->depth++;
     if (l->op.type == OP_ACQUIRE) finish_msg(l, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled");
     else finish_msg(l, DLOCK_ECANCELED, "the operation on lock '%s' was cancelled");
-    dl_aloop_sync(&c->loop);
+    leave(c);
     return DLOCK_OK;
 }
 
@@ -601,8 +614,7 @@ void dlock_async_lock_free(dlock_async_lock *l) {
     dl_aclient *c = l->c;
     c->depth++;
     lock_free(l);
-    c->depth--;
-    dl_aloop_sync(&c->loop);
+    leave(c);
 }
 
 void dl_alock_free_all(dl_aclient *c) {
