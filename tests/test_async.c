@@ -298,6 +298,32 @@ static void t_basic(th_server *s) {
     ASSERT_CODE(w.code, DLOCK_OK);
     ASSERT_LT(w.at - h.at, 900);
     ASSERT_EQ(r1.calls + r2.calls + h.calls + w.calls, 4);
+
+    /* the script cache flushed under a pipelined burst: NOSCRIPT answers are
+     * sent again by text, in order */
+    enum { B = 8 };
+    dlock_async_lock *bl[B];
+    res br[B], brel[B];
+    memset(br, 0, sizeof br);
+    memset(brel, 0, sizeof brel);
+    th_cmd_ok(rc, "SCRIPT FLUSH");
+    for (int i = 0; i < B; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "flush%d", i);
+        bl[i] = alock(c, nm);
+        START(dlock_async_acquire(bl[i], DLOCK_NOWAIT, 5000, on_done, &br[i]));
+    }
+    RUN_UNTIL(calls(br, B) == B, 3000);
+    th_cmd_ok(rc, "SCRIPT FLUSH");
+    for (int i = 0; i < B; i++) {
+        ASSERT_CODE(br[i].code, DLOCK_OK);
+        START(dlock_async_release(bl[i], on_done, &brel[i]));
+    }
+    RUN_UNTIL(calls(brel, B) == B, 3000);
+    for (int i = 0; i < B; i++) {
+        ASSERT_CODE(brel[i].code, DLOCK_OK);
+        ASSERT_EQ(th_cmd_int(rc, "EXISTS flush%d", i), 0);
+    }
     redisFree(rc);
     client_free(c);
 }
@@ -711,6 +737,23 @@ static void t_restart(th_server *s) {
     }
     ASSERT_CODE(rc, DLOCK_EIO);
     th_server_resume(s);
+    /* a server that stops answering: the request's deadline (the command
+     * timeout, 2 s here) ends it, by the client's own timer */
+    res up = {0};
+    START(dlock_async_extend(h, 1000, on_done, &up)); /* reconnects: the server is empty */
+    WAIT_DONE(up, 3000);
+    ASSERT_CODE(up.code, DLOCK_ELOST);
+    th_server_pause(s);
+    int64_t t1 = th_now_ms();
+    res hung2 = {0};
+    START(dlock_async_acquire(w[3], 5000, 1000, on_done, &hung2));
+    WAIT_DONE(hung2, 5000);
+    th_server_unpause(s);
+    ASSERT_CODE(hung2.code, DLOCK_EIO);
+    th_log("hung server: %s after %lld ms", dlock_async_lock_errmsg(w[3]),
+           (long long)(hung2.at - t1));
+    ASSERT_GE(hung2.at - t1, 1900);
+    ASSERT_LT(hung2.at - t1, 3500);
     /* the server came back empty: the client works again */
     res again = {0};
     START(dlock_async_acquire(w[1], DLOCK_NOWAIT, 5000, on_done, &again));
@@ -721,6 +764,7 @@ static void t_restart(th_server *s) {
     WAIT_DONE(rel, 3000);
     ASSERT_CODE(rel.code, DLOCK_OK);
     ASSERT_EQ(hr.calls, 1);
+    ASSERT_EQ(up.calls + hung2.calls + again.calls + rel.calls, 4);
     client_free(c);
 }
 
@@ -801,6 +845,28 @@ static void t_badinput(th_server *s) {
     ASSERT_CODE(code, DLOCK_EIO);
     th_log("refused: %s", dlock_async_lock_errmsg(l));
     client_free(c);
+
+    /* an ACL user and password from the URL */
+    redisContext *arc = th_redis(s);
+    th_cmd_ok(arc, "ACL SETUSER alice on >al1ce ~* &* +@all");
+    char aurl[96];
+    snprintf(aurl, sizeof aurl, "redis://alice:al1ce@127.0.0.1:%d", th_server_port(s));
+    ASSERT_OK(client_new(aurl, NULL, &c));
+    l = alock(c, "acl");
+    memset(&r, 0, sizeof r);
+    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_MSG(r.code == DLOCK_OK, "ACL user: %s", dlock_async_lock_errmsg(l));
+    client_free(c);
+    snprintf(aurl, sizeof aurl, "redis://alice:nope@127.0.0.1:%d", th_server_port(s));
+    ASSERT_OK(client_new(aurl, NULL, &c));
+    l = alock(c, "acl2");
+    memset(&r, 0, sizeof r);
+    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_CODE(r.code, DLOCK_EAUTH);
+    client_free(c);
+    redisFree(arc);
 
     /* AUTH: refused, then accepted; and a unix socket */
     th_server_opts so = {.requirepass = "s3cret"};
