@@ -228,15 +228,20 @@ static int calls(const res *r, int n) {
 #define START(expr) ASSERT_CODE(expr, DLOCK_OK)
 #define WAIT_DONE(r, ms) RUN_UNTIL((r).calls > 0, ms)
 
+/* try-once acquire of l, which must succeed */
+static void hold(dlock_async_lock *l, int64_t lease_ms, res *r) {
+    START(dlock_async_acquire(l, DLOCK_NOWAIT, lease_ms, on_done, r));
+    WAIT_DONE(*r, 3000);
+    ASSERT_MSG(r->code == DLOCK_OK, "hold: %s", dlock_async_lock_errmsg(l));
+}
+
 /* ---- basic ---- */
 
 static void t_basic(th_server *s) {
     dlock_async_client *c = client(s);
     dlock_async_lock *a = alock(c, "basic"), *b = alock(c, "basic");
     res r1 = {0}, r2 = {0}, r3 = {0};
-    START(dlock_async_acquire(a, DLOCK_NOWAIT, 5000, on_done, &r1));
-    WAIT_DONE(r1, 3000);
-    ASSERT_CODE(r1.code, DLOCK_OK);
+    hold(a, 5000, &r1);
     ASSERT_U64_GT(r1.fence, 0);
     ASSERT_GT(dlock_async_lock_valid_ms(a), 4000);
     /* the blocking API sees the same key */
@@ -290,9 +295,7 @@ static void t_basic(th_server *s) {
 
     /* a wait that outlives the holder's lease (no release: PTTL) */
     res h = {0}, w = {0};
-    START(dlock_async_acquire(a, DLOCK_NOWAIT, 300, on_done, &h));
-    WAIT_DONE(h, 3000);
-    ASSERT_CODE(h.code, DLOCK_OK);
+    hold(a, 300, &h);
     START(dlock_async_acquire(b, 3000, 5000, on_done, &w));
     WAIT_DONE(w, 3000);
     ASSERT_CODE(w.code, DLOCK_OK);
@@ -594,9 +597,7 @@ static void t_cancel(th_server *s) {
     dlock_async_client *c = client(s);
     dlock_async_lock *h = alock(c, "cx");
     res hr = {0};
-    START(dlock_async_acquire(h, DLOCK_NOWAIT, 20000, on_done, &hr));
-    WAIT_DONE(hr, 3000);
-    ASSERT_CODE(hr.code, DLOCK_OK);
+    hold(h, 20000, &hr);
     enum { N = 10 };
     dlock_async_lock *w[N];
     res wr[N];
@@ -674,9 +675,7 @@ static void t_cancel(th_server *s) {
         dlock_async_lock *fh = alock(c, "cz"), *fw[3];
         res fhr = {0}, fwr[3], frel = {0};
         memset(fwr, 0, sizeof fwr);
-        START(dlock_async_acquire(fh, DLOCK_NOWAIT, 20000, on_done, &fhr));
-        WAIT_DONE(fhr, 3000);
-        ASSERT_CODE(fhr.code, DLOCK_OK);
+        hold(fh, 20000, &fhr);
         for (int i = 0; i < 3; i++) {
             fw[i] = alock(c, "cz");
             START(dlock_async_acquire(fw[i], DLOCK_WAIT_FOREVER, 20000,
@@ -707,9 +706,7 @@ static void t_restart(th_server *s) {
     dlock_async_lock *h = alock(c, "rs"), *w[5];
     res hr = {0}, wr[5], ex = {0};
     memset(wr, 0, sizeof wr);
-    START(dlock_async_acquire(h, DLOCK_NOWAIT, 60000, on_done, &hr));
-    WAIT_DONE(hr, 3000);
-    ASSERT_CODE(hr.code, DLOCK_OK);
+    hold(h, 60000, &hr);
     for (int i = 0; i < 5; i++) {
         w[i] = alock(c, "rs");
         START(dlock_async_acquire(w[i], i < 3 ? DLOCK_WAIT_FOREVER : 30000, 5000, on_done,
@@ -769,6 +766,21 @@ static void t_restart(th_server *s) {
 }
 
 /* ---- bad input ---- */
+
+/* A try-once acquire by a new client of url: its code. The message must
+ * not contain secret (when not NULL). */
+static int try_url(const char *url, const char *password, const char *secret) {
+    dlock_async_client *c = NULL;
+    ASSERT_OK(client_new(url, password, &c));
+    dlock_async_lock *l = alock(c, "try-url");
+    res r = {0};
+    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    th_log("%s: %s", dlock_strerror(r.code), dlock_async_lock_errmsg(l));
+    ASSERT(!secret || !strstr(dlock_async_lock_errmsg(l), secret));
+    client_free(c);
+    return r.code;
+}
 
 static void t_badinput(th_server *s) {
     dlock_async_client *c = NULL;
@@ -851,41 +863,17 @@ static void t_badinput(th_server *s) {
     th_cmd_ok(arc, "ACL SETUSER alice on >al1ce ~* &* +@all");
     char aurl[96];
     snprintf(aurl, sizeof aurl, "redis://alice:al1ce@127.0.0.1:%d", th_server_port(s));
-    ASSERT_OK(client_new(aurl, NULL, &c));
-    l = alock(c, "acl");
-    memset(&r, 0, sizeof r);
-    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
-    WAIT_DONE(r, 3000);
-    ASSERT_MSG(r.code == DLOCK_OK, "ACL user: %s", dlock_async_lock_errmsg(l));
-    client_free(c);
+    ASSERT_CODE(try_url(aurl, NULL, NULL), DLOCK_OK);
     snprintf(aurl, sizeof aurl, "redis://alice:nope@127.0.0.1:%d", th_server_port(s));
-    ASSERT_OK(client_new(aurl, NULL, &c));
-    l = alock(c, "acl2");
-    memset(&r, 0, sizeof r);
-    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
-    WAIT_DONE(r, 3000);
-    ASSERT_CODE(r.code, DLOCK_EAUTH);
-    client_free(c);
+    ASSERT_CODE(try_url(aurl, NULL, NULL), DLOCK_EAUTH);
     redisFree(arc);
 
-    /* AUTH: refused, then accepted; and a unix socket */
+    /* AUTH: refused (never naming the password), then accepted; and a
+     * unix socket */
     th_server_opts so = {.requirepass = "s3cret"};
     th_server *ps = th_server_start(&so);
-    ASSERT_OK(client_new(th_server_url(ps), "wrong", &c));
-    l = alock(c, "x");
-    memset(&r, 0, sizeof r);
-    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
-    WAIT_DONE(r, 3000);
-    ASSERT_CODE(r.code, DLOCK_EAUTH);
-    ASSERT(!strstr(dlock_async_lock_errmsg(l), "wrong"));
-    client_free(c);
-    ASSERT_OK(client_new(th_server_unix_url(ps), "s3cret", &c));
-    l = alock(c, "x");
-    memset(&r, 0, sizeof r);
-    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
-    WAIT_DONE(r, 3000);
-    ASSERT_CODE(r.code, DLOCK_OK);
-    client_free(c);
+    ASSERT_CODE(try_url(th_server_url(ps), "wrong", "wrong"), DLOCK_EAUTH);
+    ASSERT_CODE(try_url(th_server_unix_url(ps), "s3cret", NULL), DLOCK_OK);
     th_server_stop(ps);
     redisFree(rc);
 }

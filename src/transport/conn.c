@@ -87,25 +87,12 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
         return dl_seterr(err, DLOCK_EIO,
                          "the server sent a reply nobody asked for: connection out of step");
     }
-    size_t off = 0;
-    while (off < c->olen) {
-        long n = c->ops->write(c, c->obuf + off, c->olen - off);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c, POLLOUT, deadline, "writing to the server", err);
-            if (rc) return rc;
-            continue;
-        }
-        c->broken = 1;
-        return dl_seterr(err, DLOCK_EIO, "write to server failed: %s",
-                         n < 0 ? strerror(errno) : "connection closed");
+    for (;;) {
+        int rc = dl_conn_write_some(c, err);
+        if (rc || !c->olen) return rc;
+        rc = wait_fd(c, POLLOUT, deadline, "writing to the server", err);
+        if (rc) return rc;
     }
-    c->olen = 0;
-    return DLOCK_OK;
 }
 
 int dl_conn_write_some(dl_conn *c, dl_err *err) {
