@@ -58,6 +58,22 @@ for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && 
 LD_LIBRARY_PATH=$libdir "$tmp/hello-shared" "$version" "redis://127.0.0.1:$port"
 "$tmp/hello-static" "$version" "redis://127.0.0.1:$port"
 "$tmp/hello-async" "redis://127.0.0.1:$port" | grep -q '^hello_async: acquired, fence [0-9]'
+# docs/async.md's libuv and libevent examples, built and run as they stand
+for a in libuv libevent; do
+  pkg-config --exists "$a" || continue
+  python3 - "$src/docs/async.md" "$a" > "$tmp/example-$a.c" <<'PYEOF'
+import sys
+doc, lib = open(sys.argv[1]).read(), sys.argv[2]
+sec = doc[doc.index("## " + lib + "\n"):]
+block = sec[sec.index("```c\n") + 5:]
+sys.stdout.write(block[:block.index("```")])
+PYEOF
+  cc -Wall -Wextra -Werror "$tmp/example-$a.c" -o "$tmp/example-$a" \
+     $(pkg-config --cflags --libs dlock "$a") -Wl,-rpath,"$(pkg-config --variable=libdir dlock)"
+  DLOCK_URL="redis://127.0.0.1:$port" timeout 20 "$tmp/example-$a" > "$tmp/example-$a.out"
+  grep -q '^holding, fencing token [0-9]' "$tmp/example-$a.out"
+  grep -q '^released: ' "$tmp/example-$a.out"
+done
 [ "$(redis-cli -p "$port" exists hello-async)" = 0 ]   # released
 DLOCK_URL="redis://127.0.0.1:$port" "$tmp/quickstart" | grep -q '^holding the lock, fencing token [0-9]'
 [ "$(redis-cli -p "$port" exists order:voucher:42)" = 0 ]   # released
