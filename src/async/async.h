@@ -45,6 +45,9 @@ void dl_aloop_init(dl_aloop *lp, const dlock_async_adapter *ad);
 /* Slot's socket is fd (-1: none), wanted for events. Told to the adapter
  * at the next dl_aloop_sync, but events 0 at once (the fd may be closed). */
 void dl_aloop_want(dl_aloop *lp, int slot, int fd, int events);
+/* Room for n timers: arming fails for want of memory only beyond it (the
+ * client reserves one per handle and one per connection). */
+int dl_aloop_reserve(dl_aloop *lp, size_t n);
 /* Arms t at `at` (re-arms if armed). DLOCK_OK or DLOCK_ENOMEM. */
 int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at);
 void dl_atimer_stop(dl_aloop *lp, dl_atimer *t);
@@ -148,6 +151,7 @@ struct dlock_async_client {
     dl_apipe cmd;              /* slot 0: scripts */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     struct dlock_async_lock *locks; /* every live handle */
+    size_t nlocks;
     struct dl_asettle *settle; /* acquires to give back (outcome unknown) */
     int depth;                 /* inside dlock_async_process / a callback */
     int freeing;               /* dlock_async_client_free under way (or the

@@ -446,7 +446,7 @@ static void leave(dl_aclient *c) {
 
 static int begin(dlock_async_lock *l, dlock_async_fn cb, void *ud, int type, dl_err *err) {
     if (!cb) return dl_seterr(err, DLOCK_EINVAL, "NULL callback");
-    if (l->c->freeing) return dl_seterr(err, DLOCK_EINVAL, "the client is being freed");
+    if (l->c->freeing) return dl_seterr(err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (l->op.type)
         return dl_seterr(err, DLOCK_EINVAL, "an operation of this handle is pending");
     memset(&l->op.timer, 0, sizeof l->op.timer);
@@ -559,7 +559,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     dl_err err = {0};
     int rc = DLOCK_OK;
     if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "dlock_async_lock_new: NULL out");
-    else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed");
+    else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
     if (!rc && kind != DLOCK_KIND_PLAIN)
         rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async API has only DLOCK_KIND_PLAIN locks yet");
@@ -567,7 +567,9 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
         return rc;
     }
-    dlock_async_lock *l = calloc(1, sizeof *l);
+    dlock_async_lock *l = NULL;
+    /* its timer's place in the heap, so that arming it cannot fail */
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + 1 + DLOCK_ASYNC_SLOTS)) l = calloc(1, sizeof *l);
     if (l) {
         l->c = c;
         l->refs = 1;
@@ -591,6 +593,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     l->next = c->locks;
     if (c->locks) c->locks->prev = l;
     c->locks = l;
+    c->nlocks++;
     *out = l;
     return DLOCK_OK;
 }
@@ -606,6 +609,7 @@ static void lock_free(dlock_async_lock *l) {
     else if (c->locks == l) c->locks = l->next;
     if (l->next) l->next->prev = l->prev;
     l->prev = l->next = NULL;
+    c->nlocks--;
     unref(l);
 }
 

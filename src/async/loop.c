@@ -71,6 +71,17 @@ void dl_atimer_stop(dl_aloop *lp, dl_atimer *t) {
     sift_up(lp, i);
 }
 
+int dl_aloop_reserve(dl_aloop *lp, size_t n) {
+    if (n <= lp->cap) return DLOCK_OK;
+    size_t cap = lp->cap ? lp->cap : 16;
+    while (cap < n) cap *= 2;
+    dl_atimer **h = realloc(lp->heap, cap * sizeof *h);
+    if (!h) return DLOCK_ENOMEM;
+    lp->heap = h;
+    lp->cap = cap;
+    return DLOCK_OK;
+}
+
 int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at) {
     if (t->idx) {
         t->at = at;
@@ -78,13 +89,7 @@ int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at) {
         sift_up(lp, t->idx - 1);
         return DLOCK_OK;
     }
-    if (lp->n == lp->cap) {
-        size_t cap = lp->cap ? lp->cap * 2 : 16;
-        dl_atimer **h = realloc(lp->heap, cap * sizeof *h);
-        if (!h) return DLOCK_ENOMEM;
-        lp->heap = h;
-        lp->cap = cap;
-    }
+    if (lp->n == lp->cap && dl_aloop_reserve(lp, lp->cap + 1)) return DLOCK_ENOMEM;
     t->at = at;
     lp->heap[lp->n] = t;
     t->idx = ++lp->n;

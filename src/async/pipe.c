@@ -8,6 +8,7 @@
  * later request. The connection is transport/conn.c's: its bounded reader
  * (DL_REPLY_MAX_ELEMENTS) and its handshake (AUTH, SELECT), driven without
  * waiting. */
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -172,7 +173,10 @@ void dl_apipe_io(dl_apipe *p, int events) {
     dl_conn *conn = p->conn;
     if (!conn) return;
     if (conn->connecting) {
-        if (!(events & (DLOCK_ASYNC_WRITE | DLOCK_ASYNC_READ))) return;
+        /* an event of the socket this fd number had before (a bare loop's
+         * poll result) must not pass for the end of the connect */
+        struct pollfd pf = {.fd = conn->fd, .events = POLLOUT};
+        if (!(events & (DLOCK_ASYNC_WRITE | DLOCK_ASYNC_READ)) || poll(&pf, 1, 0) <= 0) return;
         rc = dl_conn_connected(conn, &err);
         if (!rc && !conn->handshake) {
             p->ready = 1;
