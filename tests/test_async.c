@@ -740,22 +740,37 @@ static void t_restart(th_server *s) {
     START(dlock_async_extend(h, 1000, on_done, &up)); /* reconnects: the server is empty */
     WAIT_DONE(up, 3000);
     ASSERT_CODE(up.code, DLOCK_ELOST);
+    /* the restarted server's script cache has the acquire script again, so
+     * that the thawed server below runs it (rather than answer NOSCRIPT) */
+    dlock_async_lock *warm = alock(c, "warm");
+    res wr1 = {0}, wr2 = {0};
+    hold(warm, 1000, &wr1);
+    START(dlock_async_release(warm, on_done, &wr2));
+    WAIT_DONE(wr2, 3000);
     th_server_pause(s);
     int64_t t1 = th_now_ms();
     res hung2 = {0};
-    START(dlock_async_acquire(w[3], 5000, 1000, on_done, &hung2));
+    START(dlock_async_acquire(w[3], 5000, 30000, on_done, &hung2));
     WAIT_DONE(hung2, 5000);
     th_server_unpause(s);
+    /* the thawed server runs the attempt it had read (from a connection
+     * closed meanwhile): the lock is taken for 30 s by an acquire that was
+     * reported failed; the next connection gives it back first */
+    redisContext *raw = th_redis(s);
+    RUN_UNTIL(th_cmd_int(raw, "EXISTS rs") == 1, 2000);
+    ASSERT_GT(th_cmd_int(raw, "PTTL rs"), 20000);
     ASSERT_CODE(hung2.code, DLOCK_EIO);
     th_log("hung server: %s after %lld ms", dlock_async_lock_errmsg(w[3]),
            (long long)(hung2.at - t1));
     ASSERT_GE(hung2.at - t1, 1900);
     ASSERT_LT(hung2.at - t1, 3500);
-    /* the server came back empty: the client works again */
+    /* the client works again, and the 30 s hold of the acquire reported
+     * failed was given back first on the new connection (else: EBUSY) */
     res again = {0};
     START(dlock_async_acquire(w[1], DLOCK_NOWAIT, 5000, on_done, &again));
     WAIT_DONE(again, 3000);
     ASSERT_MSG(again.code == DLOCK_OK, "after restart: %s", dlock_async_lock_errmsg(w[1]));
+    redisFree(raw);
     res rel = {0};
     START(dlock_async_release(w[1], on_done, &rel));
     WAIT_DONE(rel, 3000);

@@ -88,7 +88,8 @@ struct dl_apipe {
     int (*push)(dl_apipe *p, redisReply *r);
     /* the connection closed after a failure, its requests ended (NULL: none) */
     void (*down)(dl_apipe *p, const dl_err *err);
-    /* the connection is open and its handshake answered (NULL: none) */
+    /* a new connection was opened: queues what must go before the request
+     * that opened it (NULL: none) */
     void (*up)(dl_apipe *p);
 };
 
@@ -166,8 +167,8 @@ struct dlock_async_client {
 /* Every pending operation of c ends with DLOCK_ECANCELED, every handle is
  * freed, the acquires to give back are dropped (client free). */
 void dl_alock_free_all(dl_aclient *c);
-/* The command connection is up: sends the releases owed for acquires whose
- * outcome a failure left unknown (the pipe's up). */
+/* A new command connection: queues the releases owed for acquires whose
+ * outcome a failure left unknown, first (the pipe's up). */
 void dl_alock_pipe_up(dl_apipe *p);
 
 #endif

@@ -85,7 +85,7 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
             p->ready = 1;
             dl_apipe_update(p);
             if (p->up) p->up(p);
-            return p->conn ? DLOCK_OK : dl_seterr(err, DLOCK_EIO, "connection lost");
+            return DLOCK_OK;
         }
     }
     if (rc) return rc;
@@ -95,7 +95,9 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
     if (!conn->connecting && !conn->handshake) p->ready = 1;
     arm(p);
     dl_apipe_update(p);
-    if (p->ready && p->up) p->up(p);
+    /* what must go first on a new connection is queued before the request
+     * that opened it (the handshake goes before both) */
+    if (p->up) p->up(p);
     return DLOCK_OK;
 }
 
@@ -143,7 +145,6 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
         if (!p->conn->handshake) {
             p->ready = 1;
             arm(p);
-            if (p->up) p->up(p);
         }
         return DLOCK_OK;
     }
@@ -181,8 +182,6 @@ void dl_apipe_io(dl_apipe *p, int events) {
         if (!rc && !conn->handshake) {
             p->ready = 1;
             arm(p);
-            if (p->up) p->up(p);
-            if (p->conn != conn) return;
         }
     }
     if (!rc && conn->olen) rc = dl_conn_write_some(conn, &err);
