@@ -27,18 +27,22 @@
  * reply that does not come by then closes the connection.
  *
  * Waiting. All waiters of a client share ONE subscribed connection with a
- * table from channel to waiters. An async waiter takes its place in the
- * same waiter registry as a blocking one (the plain lock's keys, scripts and
- * layouts are the blocking API's: async and blocking clients exclude each
- * other on one name, and a release by either wakes a waiter of either). A
- * waiter tries again when its channel says so, when the holder's lease runs
- * out (PTTL), and at least every 2 s (the backstop of docs/design.md).
+ * table from channel to waiters. The keys, scripts and layouts are the
+ * blocking API's, so async and blocking clients exclude each other on one
+ * name, and a release by either wakes a waiter of either: a plain waiter
+ * takes its place in the plain lock's waiter registry and is woken alone
+ * on its own channel; a reentrant waiter listens on Redisson's unlock
+ * channel. A waiter tries again when its channel says so, when the
+ * holder's lease runs out (PTTL), and at least every 2 s (the backstop of
+ * docs/design.md).
  *
  * Owner. An async hold's owner is its handle: the plain lock takes a fresh
- * random token for each acquire, as the blocking plain lock does. (The
- * blocking API's reentrant kinds use "<client id>:<thread id>"; on one loop
- * thread that would make every handle re-enter every other, so the async
- * kinds with an owner field will use the handle; none is offered yet.)
+ * random token for each acquire, as the blocking plain lock does; the
+ * reentrant lock's owner field (Redisson's layout) is a random token of
+ * the handle, made with it, where the blocking API writes
+ * "<client id>:<thread id>" (on one loop thread that would make every
+ * handle re-enter every other). So two handles of one client exclude each
+ * other, and a handle re-enters only its own hold.
  *
  * Failures. A connection lost, a server that stops answering or a reply
  * that is not RESP ends every operation pending on that connection, each
@@ -51,7 +55,8 @@
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), every kind but DLOCK_KIND_PLAIN, and DLOCK_WATCHDOG leases.
+ * PostgreSQL), the kinds but DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT, and
+ * DLOCK_WATCHDOG leases.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -149,8 +154,10 @@ DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd
  * no socket is ready (0: now), or -1 when nothing is timed. */
 DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);
 
-/* Creates a handle for the lock name of kind on c (DLOCK_KIND_PLAIN only:
- * the others DLOCK_ENOTSUP). Nothing is sent. name_len: bytes or
+/* Creates a handle for the lock name of kind on c (DLOCK_KIND_PLAIN or
+ * DLOCK_KIND_REENTRANT: the others DLOCK_ENOTSUP). A reentrant handle's
+ * owner is a random token made here (see "Owner"). Nothing is sent.
+ * name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name),
  * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM; the message of a failure
  * is dlock_async_errmsg(c). */
@@ -158,8 +165,9 @@ DLOCK_EXPORT int dlock_async_lock_new(dlock_async_client *c, const char *name, s
                                       dlock_kind kind, dlock_async_lock **out);
 
 /* Completes the handle's pending operation with DLOCK_ECANCELED (its
- * callback runs before this returns), releases a hold it has (best effort,
- * no callback), and frees the handle. NULL is a no-op. */
+ * callback runs before this returns), releases the holds it has (every
+ * hold of a reentrant handle; best effort, no callback), and frees the
+ * handle. NULL is a no-op. */
 DLOCK_EXPORT void dlock_async_lock_free(dlock_async_lock *l);
 
 /* The handle's last failure message ("" if none). */
@@ -173,15 +181,20 @@ DLOCK_EXPORT const char *dlock_async_lock_errmsg(const dlock_async_lock *l);
  * (dlock_async_cancel, dlock_async_lock_free, dlock_async_client_free), or
  * a failure; on any code but DLOCK_OK nothing is held (an acquire whose
  * outcome a failure left unknown is given back, see "Failures" above).
+ * A reentrant handle that holds re-enters (hold count + 1, a new fencing
+ * token, the lease raised, never shortened); a plain one that holds is
+ * DLOCK_EINVAL.
  * Returns DLOCK_OK (started), DLOCK_EINVAL (NULL l or cb, a bad wait or
- * lease, l holds already, or has an operation pending), DLOCK_ENOTSUP
+ * lease, a plain l holds already, or l has an operation pending), DLOCK_ENOTSUP
  * (DLOCK_WATCHDOG), DLOCK_ENOMEM, or a failure to open the connection
  * (DLOCK_EIO...); the message is dlock_async_lock_errmsg(l). */
 DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms,
                                      dlock_async_fn cb, void *udata);
 
-/* Starts releasing l's hold (owner-checked, as dlock_release: never someone
- * else's lock; the first waiter registered is woken). The callback gets
+/* Starts releasing one of l's holds (owner-checked, as dlock_release: never
+ * someone else's lock; the last hold of the lock wakes the plain lock's
+ * first registered waiter, or publishes the reentrant lock's unlock
+ * message). The callback gets
  * DLOCK_OK, DLOCK_ELOST (the lease had run out or the lock was taken over),
  * DLOCK_ECANCELED, or a failure (DLOCK_EIO...: the outcome may be unknown;
  * as with dlock_release, the handle still counts as holding, so that a

@@ -476,6 +476,15 @@ static void counter_next(worker *w) {
     START(dlock_async_acquire(w->l, DLOCK_WAIT_FOREVER, 10000, counter_got, w));
 }
 
+/* the blocking side's deliberately non-atomic increment: GET, a pause, SET */
+static void slow_increment(redisContext *rc) {
+    char *v = th_cmd_str(rc, "GET counter");
+    long long n = v ? atoll(v) : 0;
+    free(v);
+    usleep(1000);
+    th_cmd_ok(rc, "SET counter %lld", n + 1);
+}
+
 static void *counter_thread(void *arg) {
     const th_server *s = arg;
     dlock_client *c = th_client(s, 0);
@@ -483,11 +492,7 @@ static void *counter_thread(void *arg) {
     redisContext *rc = th_redis(s);
     for (int i = 0; i < ROUNDS; i++) {
         ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, 10000, NULL));
-        char *v = th_cmd_str(rc, "GET counter");
-        long long n = v ? atoll(v) : 0;
-        free(v);
-        usleep(1000);
-        th_cmd_ok(rc, "SET counter %lld", n + 1);
+        slow_increment(rc);
         ASSERT_LOK(l, dlock_release(l));
     }
     redisFree(rc);
@@ -780,6 +785,191 @@ static void t_restart(th_server *s) {
     client_free(c);
 }
 
+/* ---- reentrant ---- */
+
+typedef struct rblocker {
+    const th_server *s;
+    int rounds;
+    int64_t hold_ms;           /* rounds 0: hold once this long */
+    atomic_int go;
+    int64_t released_at;
+} rblocker;
+
+/* a blocking reentrant holder: each round takes the lock twice (a
+ * re-entry), does the counter's GET ... SET, and releases twice */
+static void *reentrant_thread(void *arg) {
+    rblocker *b = arg;
+    dlock_client *c = th_client(b->s, 0);
+    dlock_lock *l = th_lock(c, "rcount", DLOCK_KIND_REENTRANT);
+    redisContext *rc = th_redis(b->s);
+    for (int i = 0; i < (b->rounds ? b->rounds : 1); i++) {
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, 10000, NULL));
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, 10000, NULL));
+        atomic_store(&b->go, 1);
+        if (b->rounds) {
+            slow_increment(rc);
+        } else {
+            th_sleep_ms(b->hold_ms);
+            b->released_at = th_now_ms();
+        }
+        ASSERT_LOK(l, dlock_release(l));
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+typedef struct rworker {
+    dlock_async_lock *l;
+    int done, step;
+    long long seen;
+} rworker;
+static rworker rworkers[4];
+
+static void rw_step(dlock_async_lock *l, int code, uint64_t f, void *ud);
+
+static void rw_write(void *arg) {
+    rworker *w = arg;
+    th_cmd_ok(counter_rc, "SET counter %lld", w->seen + 1);
+    async_in_cs--;
+    START(dlock_async_release(w->l, rw_step, w));
+}
+
+/* acquire, re-enter, GET, (a loop turn) SET, release, release */
+static void rw_step(dlock_async_lock *l, int code, uint64_t f, void *ud) {
+    (void)f;
+    rworker *w = ud;
+    ASSERT_MSG(code == DLOCK_OK, "step %d: %s", w->step, dlock_async_lock_errmsg(l));
+    switch (w->step++) {
+    case 0: /* held once: re-enter */
+        START(dlock_async_acquire(l, DLOCK_NOWAIT, 10000, rw_step, w));
+        break;
+    case 1: { /* held twice */
+        ASSERT_EQ(async_in_cs, 0);
+        async_in_cs++;
+        char *v = th_cmd_str(counter_rc, "GET counter");
+        w->seen = v ? atoll(v) : 0;
+        free(v);
+        after(1, rw_write, w);
+        break;
+    }
+    case 2: /* released once: still held */
+        START(dlock_async_release(l, rw_step, w));
+        break;
+    default: /* released */
+        w->step = 0;
+        if (++w->done < ROUNDS) START(dlock_async_acquire(l, DLOCK_WAIT_FOREVER, 10000, rw_step, w));
+    }
+}
+
+static void t_reentrant(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = client(s);
+    dlock_async_lock *a = NULL, *b = alock(c, "re");
+    ASSERT_OK(dlock_async_lock_new(c, "re", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &a));
+    dlock_async_lock_free(b);
+    ASSERT_OK(dlock_async_lock_new(c, "re", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &b));
+    res r[3];
+    memset(r, 0, sizeof r);
+    uint64_t last = 0;
+    for (int i = 0; i < 3; i++) { /* a hold and two re-entries, each fenced */
+        hold(a, 5000, &r[i]);
+        ASSERT_U64_GT(r[i].fence, last);
+        last = r[i].fence;
+    }
+    ASSERT_EQ(th_cmd_int(rc, "HLEN re"), 1);
+    /* the owner is the handle: another handle of the same client waits */
+    res rb = {0};
+    START(dlock_async_acquire(b, DLOCK_NOWAIT, 5000, on_done, &rb));
+    WAIT_DONE(rb, 3000);
+    ASSERT_CODE(rb.code, DLOCK_EBUSY);
+    memset(&rb, 0, sizeof rb);
+    START(dlock_async_acquire(b, DLOCK_WAIT_FOREVER, 5000, on_done, &rb));
+    for (int i = 0; i < 3; i++) {
+        res rel = {0};
+        START(dlock_async_release(a, on_done, &rel));
+        WAIT_DONE(rel, 3000);
+        ASSERT_CODE(rel.code, DLOCK_OK);
+        /* still held after the first two; after the last, b may hold it */
+        if (i < 2) ASSERT_EQ(th_cmd_int(rc, "EXISTS re"), 1);
+        if (i < 2) ASSERT_GT(dlock_async_lock_valid_ms(a), 0);
+    }
+    ASSERT_EQ(dlock_async_lock_valid_ms(a), 0);
+    WAIT_DONE(rb, 1000); /* woken by the unlock message */
+    ASSERT_CODE(rb.code, DLOCK_OK);
+    ASSERT_CODE(dlock_async_release(a, on_done, &rb), DLOCK_ENOTHELD);
+    /* freed holding twice: both holds given back */
+    res rb2 = {0};
+    hold(b, 5000, &rb2);
+    dlock_async_lock_free(b);
+    RUN_UNTIL(th_cmd_int(rc, "EXISTS re") == 0, 2000);
+
+    /* blocking reentrant holder -> async reentrant waiter, by the message */
+    rblocker bh = {.s = s, .hold_ms = 300};
+    pthread_t th;
+    pthread_create(&th, NULL, reentrant_thread, &bh);
+    while (!atomic_load(&bh.go)) th_sleep_ms(1);
+    dlock_async_lock *w = NULL;
+    ASSERT_OK(dlock_async_lock_new(c, "rcount", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &w));
+    res wr = {0};
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 5000, on_done, &wr));
+    WAIT_DONE(wr, 5000);
+    pthread_join(th, NULL);
+    ASSERT_CODE(wr.code, DLOCK_OK);
+    th_log("blocking -> async reentrant handoff: %lld ms", (long long)(wr.at - bh.released_at));
+    ASSERT_LT(wr.at - bh.released_at, 500);
+    res wrel = {0};
+    START(dlock_async_release(w, on_done, &wrel));
+    WAIT_DONE(wrel, 3000);
+
+    /* a cancelled reentrant waiter */
+    res h1 = {0}, cw = {0};
+    hold(w, 5000, &h1);
+    dlock_async_lock *cx = NULL;
+    ASSERT_OK(dlock_async_lock_new(c, "rcount", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &cx));
+    START(dlock_async_acquire(cx, DLOCK_WAIT_FOREVER, 5000, on_done, &cw));
+    run_for(50);
+    ASSERT_OK(dlock_async_cancel(cx));
+    ASSERT_EQ(cw.calls, 1);
+    ASSERT_CODE(cw.code, DLOCK_ECANCELED);
+    memset(&wrel, 0, sizeof wrel);
+    START(dlock_async_release(w, on_done, &wrel));
+    WAIT_DONE(wrel, 3000);
+    ASSERT_CODE(wrel.code, DLOCK_OK);
+    run_for(50);
+    ASSERT_EQ(cw.calls, 1);
+
+    /* exact counter: async reentrant handles and blocking reentrant threads */
+    counter_rc = rc;
+    th_cmd_ok(rc, "SET counter 0");
+    rblocker bt[2] = {{.s = s, .rounds = ROUNDS}, {.s = s, .rounds = ROUNDS}};
+    pthread_t bth[2];
+    for (int i = 0; i < 2; i++) pthread_create(&bth[i], NULL, reentrant_thread, &bt[i]);
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(dlock_async_lock_new(c, "rcount", DLOCK_CSTR, DLOCK_KIND_REENTRANT,
+                                       &rworkers[i].l));
+        START(dlock_async_acquire(rworkers[i].l, DLOCK_WAIT_FOREVER, 10000, rw_step, &rworkers[i]));
+    }
+    int64_t dl = th_now_ms() + 60000;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < 4; i++) all &= rworkers[i].done == ROUNDS;
+        if (all) break;
+        ASSERT_LT(th_now_ms(), dl);
+        loop_once();
+    }
+    for (int i = 0; i < 2; i++) pthread_join(bth[i], NULL);
+    char *v = th_cmd_str(rc, "GET counter");
+    th_log("reentrant counter %s, want %d", v, 6 * ROUNDS);
+    ASSERT_EQ(atoll(v), 6 * ROUNDS);
+    free(v);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS rcount"), 0);
+    redisFree(rc);
+    client_free(c);
+}
+
 /* ---- bad input ---- */
 
 /* A try-once acquire by a new client of url: its code. The message must
@@ -825,7 +1015,8 @@ static void t_badinput(th_server *s) {
     memset(big, 'n', sizeof big - 1);
     ASSERT_CODE(dlock_async_lock_new(c, big, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l),
                 DLOCK_ENAMETOOLONG);
-    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &l), DLOCK_ENOTSUP);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_FAIR, &l), DLOCK_ENOTSUP);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, (dlock_kind)99, &l), DLOCK_ENOTSUP);
     l = alock(c, "bad");
     res r = {0};
     ASSERT_CODE(dlock_async_acquire(NULL, 0, 1000, on_done, &r), DLOCK_EINVAL);
@@ -924,6 +1115,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(what, "cancel")) t_cancel(s);
     else if (!strcmp(what, "restart")) t_restart(s);
     else if (!strcmp(what, "badinput")) t_badinput(s);
+    else if (!strcmp(what, "reentrant")) t_reentrant(s);
     else th_fail(__FILE__, __LINE__, "unknown case %s", what);
 #ifdef DLOCK_TEST_HAVE_UV
     if (loop_kind == LOOP_UV) {

@@ -7,8 +7,8 @@
  *            failure ending every request once
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
- *   lock.c   the plain lock's operations (acquire with its wait, release,
- *            extend, cancel), on the blocking plain lock's scripts
+ *   lock.c   the plain and reentrant locks' operations (acquire with its
+ *            wait, release, extend, cancel), on the blocking locks' scripts
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file

@@ -1,25 +1,30 @@
-/* The plain lock from an event loop: the blocking plain lock's keys,
- * scripts and waiter registry (lock_plain.c), so that async and blocking
- * clients exclude each other on one name and wake each other's waiters.
+/* The plain and reentrant locks from an event loop, on the blocking locks'
+ * keys and scripts (lock_plain.c, lock_reentrant.c), so that async and
+ * blocking clients exclude each other on one name and wake each other's
+ * waiters.
  *
- * An acquire that may wait joins the client's subscription table on its
- * own channel (redisson_lock__channel:{N}:<token>) and attempts at once,
+ * A plain acquire that may wait joins the client's subscription table on
+ * its own channel (redisson_lock__channel:{N}:<token>) and attempts at once,
  * in parallel; each failed waiting attempt registers the token in
- * dlock_waiters:{N}. As in wait.c, a release between an attempt and the
- * subscription must not be missed: an attempt sent before the channel was
- * confirmed is followed, once it is, by another. The waiter then attempts
- * again at a message on its channel, when the holder's lease runs out
- * (the attempt's PTTL + 1 ms), and at least every DL_WAIT_RECHECK_MS; the
- * attempt at the deadline is a try-once, as the blocking wait's. A waiter
- * that gives up (deadline, cancel, failure) runs the abandon script, which
- * passes on a wake it may have been sent.
+ * dlock_waiters:{N}. A reentrant one joins Redisson's unlock channel
+ * (redisson_lock__channel:{N}), shared by every waiter of the name; its
+ * owner field is the handle's own token. As in wait.c, a release between an
+ * attempt and the subscription must not be missed: an attempt sent before
+ * the channel was confirmed is followed, once it is, by another. The waiter
+ * then attempts again at a message on its channel, when the holder's lease
+ * runs out (the attempt's PTTL + 1 ms), and at least every
+ * DL_WAIT_RECHECK_MS; the attempt at the deadline is a try-once, as the
+ * blocking wait's. A plain waiter that gives up (deadline, cancel, failure)
+ * runs the abandon script, which passes on a wake it may have been sent.
  *
  * Each operation ends once: its handle's op.gen counts operations, and a
  * reply for an operation that ended already (cancelled, failed) is an
  * orphan: an acquire it won is given back, a registration it made is
  * abandoned. An acquire whose reply was lost with the connection may have
  * won: its token is kept (the client's settle list) and given back by the
- * owner-checked release once the command connection is up again. */
+ * owner-checked release once the command connection is up again (a
+ * reentrant one expecting the count it would have made: a lower count means
+ * it never ran, and the release changes nothing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,10 +55,16 @@ typedef struct aop {
 struct dlock_async_lock {
     dl_aclient *c;
     dlock_async_lock *prev, *next; /* the client's handles */
+    int reentrant;             /* DLOCK_KIND_REENTRANT, else plain */
+    /* waiters: the plain lock's registry, the reentrant lock's unlock
+     * channel (its release's KEYS[2]); prefix: the plain waiters' channel
+     * prefix; chan: the channel a waiter subscribes to (plain: prefix +
+     * its token; reentrant: the unlock channel) */
     char *name, *fence_key, *waiters, *prefix, *chan;
     size_t name_len, fence_key_len, waiters_len, prefix_len, chan_len;
+    char owner[DLOCK_TOKEN_LEN + 1]; /* reentrant: the handle's owner field */
     int refs;                  /* 1 for the handle, 1 per request out */
-    int holds;
+    int64_t holds;             /* the hold count (plain: 0 or 1) */
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t expires_at;
     aop op;
@@ -71,6 +82,7 @@ typedef struct lreq {
     int after_sub;             /* sent once the waiter's channel was confirmed */
     int by_text;               /* sent as EVAL (after NOSCRIPT) */
     int64_t lease_ms, t0;
+    int64_t held;              /* the handle's holds when it was sent */
     char token[DLOCK_TOKEN_LEN + 1];
 } lreq;
 
@@ -81,9 +93,11 @@ typedef struct dl_asettle {
     dl_areq q;
     struct dl_asettle *next;
     dl_aclient *c;
-    int what;                  /* R_GIVEBACK, R_ABANDON */
+    int what;                  /* R_GIVEBACK, R_ABANDON (plain only) */
+    int reentrant;             /* a give back of one reentrant hold */
     int by_text;
     char token[DLOCK_TOKEN_LEN + 1];
+    char expect[24];           /* reentrant: the count it expects to find */
     size_t name_len, waiters_len, prefix_len;
     char *name, *waiters, *prefix; /* in buf */
     char buf[];
@@ -110,11 +124,13 @@ static int fail(dlock_async_lock *l, const dl_err *err) {
 
 /* ---- requests without an owner to answer ---- */
 
-static oreq *oreq_new(dlock_async_lock *l, int what, const char *token) {
+static oreq *oreq_new(dlock_async_lock *l, int what, const char *token, int64_t expect) {
     oreq *o = calloc(1, sizeof *o + l->name_len + l->waiters_len + l->prefix_len + 3);
     if (!o) return NULL;
     o->c = l->c;
     o->what = what;
+    o->reentrant = l->reentrant;
+    dl_fmt_ll(o->expect, expect);
     memcpy(o->token, token, DLOCK_TOKEN_LEN);
     o->name = o->buf;
     memcpy(o->name, l->name, l->name_len);
@@ -123,7 +139,7 @@ static oreq *oreq_new(dlock_async_lock *l, int what, const char *token) {
     memcpy(o->waiters, l->waiters, l->waiters_len);
     o->waiters_len = l->waiters_len;
     o->prefix = o->waiters + l->waiters_len + 1;
-    memcpy(o->prefix, l->prefix, l->prefix_len);
+    if (l->prefix) memcpy(o->prefix, l->prefix, l->prefix_len);
     o->prefix_len = l->prefix_len;
     return o;
 }
@@ -136,6 +152,12 @@ static int oreq_send(oreq *o) {
     const char *args[2] = {o->token, o->prefix};
     size_t arglens[2] = {DLOCK_TOKEN_LEN, o->prefix_len};
     o->q.done = oreq_done;
+    if (o->reentrant) { /* KEYS lock, channel; ARGV lease ('0': unchanged), owner, expected */
+        const char *rargs[3] = {"0", o->token, o->expect};
+        size_t rlens[3] = {1, DLOCK_TOKEN_LEN, strlen(o->expect)};
+        return dl_apipe_eval(&o->c->cmd, &o->q, &dl_script_reentrant_release, o->by_text, 2,
+                             keys, keylens, 3, rargs, rlens, &err);
+    }
     return dl_apipe_eval(&o->c->cmd, &o->q,
                          o->what == R_GIVEBACK ? &dl_script_plain_release : &dl_script_plain_abandon,
                          o->by_text, 2, keys, keylens, 2, args, arglens, &err);
@@ -149,10 +171,12 @@ static void settle_later(oreq *o) {
 
 /* Sends a give back or an abandon for l's token now, or, for a give back
  * that cannot go now, once the connection is up again. Nothing while the
- * client is being freed. */
-static void owe(dlock_async_lock *l, int what, const char *token) {
-    if (l->c->freeing) return;
-    oreq *o = oreq_new(l, what, token);
+ * client is being freed. A reentrant give back takes one hold of a count
+ * expected at `expect` (one found lower was given back already, or never
+ * taken: the script leaves it); reentrant waiters have nothing to abandon. */
+static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect) {
+    if (l->c->freeing || (l->reentrant && what == R_ABANDON)) return;
+    oreq *o = oreq_new(l, what, token, expect);
     if (!o) return; /* the lease runs out; the registry entry expires */
     /* on the connection there is, never a new one of its own: after a
      * failure the server may be down, and the next operation's connect
@@ -205,7 +229,7 @@ static void finish(dlock_async_lock *l, int code, uint64_t fence, const dl_err *
     dl_asubs_leave(&c->subs, &op->w);
     /* an attempt still out is settled when its reply comes (an orphan) */
     if (op->type == OP_ACQUIRE && code && op->registered && !op->inflight)
-        owe(l, R_ABANDON, op->token);
+        owe(l, R_ABANDON, op->token, 0);
     op->type = OP_NONE;
     op->gen++;
     op->inflight = NULL;
@@ -237,6 +261,7 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     rq->reg = registered;
     rq->by_text = by_text;
     rq->lease_ms = lease_ms;
+    rq->held = l->holds;
     rq->after_sub = dl_asubs_subscribed(&l->op.w);
     memcpy(rq->token, token, DLOCK_TOKEN_LEN);
     char lease[24];
@@ -247,7 +272,26 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     size_t arglens[4] = {DLOCK_TOKEN_LEN};
     int nkeys = 1, nargs = 2;
     dl_script *s;
-    if (what == R_ATTEMPT) { /* KEYS lock, fence, waiters; ARGV token, lease, recheck, reg */
+    char expect[24];
+    if (l->reentrant && what == R_ATTEMPT) { /* KEYS lock, fence; ARGV lease, owner */
+        s = &dl_script_reentrant_acquire;
+        keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
+        nkeys = 2;
+        args[0] = lease, arglens[0] = ll;
+        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
+    } else if (l->reentrant && what == R_RELEASE) { /* KEYS lock, channel; ARGV lease, owner, count */
+        s = &dl_script_reentrant_release;
+        keys[1] = l->waiters, keylens[1] = l->waiters_len;
+        nkeys = 2;
+        args[0] = lease, arglens[0] = ll; /* 0: the expiry stays as it is */
+        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
+        args[2] = expect, arglens[2] = dl_fmt_ll(expect, l->holds);
+        nargs = 3;
+    } else if (l->reentrant) { /* extend: KEYS lock; ARGV owner, lease */
+        s = &dl_script_reentrant_extend;
+        args[0] = rq->token, arglens[0] = DLOCK_TOKEN_LEN;
+        args[1] = lease, arglens[1] = ll;
+    } else if (what == R_ATTEMPT) { /* KEYS lock, fence, waiters; ARGV token, lease, recheck, reg */
         s = &dl_script_plain_acquire;
         keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
         keys[2] = l->waiters, keylens[2] = l->waiters_len;
@@ -317,7 +361,7 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     op->inflight = NULL;
     if (rq->recheck) op->registered = 1;
     if (!r) { /* lost with the connection: it may have won */
-        owe(l, R_GIVEBACK, rq->token);
+        owe(l, R_GIVEBACK, rq->token, rq->held + 1);
         finish(l, err->code, 0, err);
         return;
     }
@@ -325,22 +369,26 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     if (r->type == REDIS_REPLY_ERROR) {
         /* DL_FENCE_ERR: the script took the lock but has no token for it */
         if (r->str && !strncmp(r->str, DL_FENCE_ERR, sizeof DL_FENCE_ERR - 1))
-            owe(l, R_GIVEBACK, rq->token);
+            owe(l, R_GIVEBACK, rq->token, rq->held + 1);
         int code = dl_reply_error(r, "acquire", &e);
         finish(l, code, 0, &e);
         return;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
         dl_reply_int(r->element[1], &b)) {
-        owe(l, R_GIVEBACK, rq->token);
+        owe(l, R_GIVEBACK, rq->token, rq->held + 1);
         dl_seterr(&e, DLOCK_EPROTO, "acquire: unexpected reply from the script");
         finish(l, DLOCK_EPROTO, 0, &e);
         return;
     }
     if (a == 1) {
-        l->holds = 1;
+        long long n = 1;
+        if (l->reentrant && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1)) n = l->holds + 1;
+        /* a re-entry raises the lease, never shortens it (the script's RAISE_TTL) */
+        int64_t until = rq->t0 + op->lease_ms;
+        if (!l->holds || until > l->expires_at) l->expires_at = until;
+        l->holds = n;
         memcpy(l->token, rq->token, sizeof l->token);
-        l->expires_at = rq->t0 + op->lease_ms;
         finish(l, DLOCK_OK, (uint64_t)b, NULL);
         return;
     }
@@ -377,13 +425,19 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
 
 /* An attempt whose acquire ended already (cancelled, failed, freed). */
 static void orphan_attempt(dlock_async_lock *l, lreq *rq, redisReply *r) {
-    long long a = 0;
+    long long a = 0, n = 0;
     int won = !r || r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY ||
               r->elements < 2 || dl_reply_int(r->element[0], &a) || a == 1;
+    /* the count it made, when the reply says (a re-entry's: above the holds) */
+    if (won && r && r->type == REDIS_REPLY_ARRAY && r->elements > 2 &&
+        !dl_reply_int(r->element[2], &n) && n > rq->held) {
+        owe(l, R_GIVEBACK, rq->token, n);
+        return;
+    }
     /* registered by it or before it: the abandon also passes on a wake
      * this waiter may have been sent meanwhile */
-    if (won) owe(l, R_GIVEBACK, rq->token);
-    else if (rq->recheck || rq->reg) owe(l, R_ABANDON, rq->token);
+    if (won) owe(l, R_GIVEBACK, rq->token, rq->held + 1);
+    else if (rq->recheck || rq->reg) owe(l, R_ABANDON, rq->token, 0);
 }
 
 static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
@@ -418,7 +472,10 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
         int rc;
         if (!r) rc = (e = *err).code;
         else rc = dl_reply_expect_int(r, rq->what == R_RELEASE ? "release" : "extend", &v, &e);
-        if (!rc && v != 1) {
+        if (!rc && l->reentrant && rq->what == R_RELEASE && v == 0) {
+            l->holds = l->holds > 1 ? l->holds - 1 : 0; /* still held: one hold less */
+            finish(l, DLOCK_OK, 0, NULL);
+        } else if (!rc && v != 1) {
             l->holds = 0;
             finish_msg(l, DLOCK_ELOST, "lock '%s' was no longer held: its lease ran out or it "
                                        "was taken over");
@@ -470,12 +527,15 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
         return fail(l, &(dl_err){DLOCK_ENOTSUP, "DLOCK_WATCHDOG leases are not supported by "
                                                 "the async API yet: give a lease > 0"});
     if (lease_ms < 0) return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
-    if (l->holds && !l->op.type)
+    if (l->holds && !l->reentrant && !l->op.type)
         return fail(l, &(dl_err){DLOCK_EINVAL, "the handle holds the lock already (plain "
                                                "locks are not reentrant)"});
     int rc = begin(l, cb, udata, OP_ACQUIRE, &err);
     if (rc) return fail(l, &err);
-    rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
+    /* the plain lock's owner is a fresh token per acquire, the reentrant
+     * lock's the handle's */
+    if (l->reentrant) memcpy(l->op.token, l->owner, sizeof l->owner);
+    else rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
     if (rc) {
         l->op.type = OP_NONE;
         return fail(l, &err);
@@ -485,7 +545,7 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     op->waiting = wait_ms != 0;
     op->deadline = dl_deadline(wait_ms);
     op->nottl = NOTTL_MIN_MS;
-    memcpy(l->chan + l->prefix_len, op->token, DLOCK_TOKEN_LEN);
+    if (!l->reentrant) memcpy(l->chan + l->prefix_len, op->token, DLOCK_TOKEN_LEN);
     memset(&op->w, 0, sizeof op->w);
     op->w.wake = on_wake;
     op->w.lost = on_lost;
@@ -561,8 +621,9 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "dlock_async_lock_new: NULL out");
     else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
-    if (!rc && kind != DLOCK_KIND_PLAIN)
-        rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async API has only DLOCK_KIND_PLAIN locks yet");
+    if (!rc && kind != DLOCK_KIND_PLAIN && kind != DLOCK_KIND_REENTRANT)
+        rc = dl_seterr(&err, DLOCK_ENOTSUP,
+                       "the async API has only plain and reentrant locks yet");
     if (rc) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
         return rc;
@@ -573,11 +634,25 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     if (l) {
         l->c = c;
         l->refs = 1;
+        l->reentrant = kind == DLOCK_KIND_REENTRANT;
         l->name = malloc(name_len + 1);
         l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
-        l->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &l->waiters_len);
-        l->prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &l->prefix_len);
-        if (l->prefix) l->chan = malloc(l->prefix_len + DLOCK_TOKEN_LEN + 1);
+        if (l->reentrant) { /* Redisson's unlock channel, the waiters' too */
+            l->waiters =
+                dl_derive_key("redisson_lock__channel:", name, name_len, "", &l->waiters_len);
+            l->prefix = calloc(1, 1);
+            l->chan = l->waiters ? malloc(l->waiters_len + 1) : NULL;
+        } else {
+            l->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &l->waiters_len);
+            l->prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &l->prefix_len);
+            if (l->prefix) l->chan = malloc(l->prefix_len + DLOCK_TOKEN_LEN + 1);
+        }
+    }
+    dl_err rerr;
+    if (l && l->reentrant && dl_random_hex(l->owner, DLOCK_TOKEN_LEN / 2, &rerr)) {
+        unref(l);
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", rerr.msg);
+        return rerr.code;
     }
     if (!l || !l->name || !l->fence_key || !l->waiters || !l->prefix || !l->chan) {
         if (l) unref(l);
@@ -587,9 +662,14 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     memcpy(l->name, name, name_len);
     l->name[name_len] = '\0';
     l->name_len = name_len;
-    memcpy(l->chan, l->prefix, l->prefix_len);
-    l->chan_len = l->prefix_len + DLOCK_TOKEN_LEN;
-    l->chan[l->chan_len] = '\0';
+    if (l->reentrant) {
+        memcpy(l->chan, l->waiters, l->waiters_len + 1);
+        l->chan_len = l->waiters_len;
+    } else {
+        memcpy(l->chan, l->prefix, l->prefix_len);
+        l->chan_len = l->prefix_len + DLOCK_TOKEN_LEN;
+        l->chan[l->chan_len] = '\0';
+    }
     l->next = c->locks;
     if (c->locks) c->locks->prev = l;
     c->locks = l;
@@ -603,7 +683,8 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
 static void lock_free(dlock_async_lock *l) {
     dl_aclient *c = l->c;
     if (l->op.type) finish_msg(l, DLOCK_ECANCELED, "the handle of lock '%s' was freed");
-    if (l->holds) owe(l, R_GIVEBACK, l->token);
+    /* every hold, in order: a reentrant count expected from holds down to 1 */
+    for (int64_t h = l->holds; h > 0; h--) owe(l, R_GIVEBACK, l->token, h);
     l->holds = 0;
     if (l->prev) l->prev->next = l->next;
     else if (c->locks == l) c->locks = l->next;
