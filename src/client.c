@@ -8,7 +8,6 @@
 
 #include "kinds.h"
 
-
 void dlock_options_init(dlock_options *opts) {
     if (opts) memset(opts, 0, sizeof *opts);
 }
