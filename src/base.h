@@ -76,6 +76,9 @@ typedef struct dl_endpoint {
     char *sni;       /* TLS server name to send and verify; NULL: the host */
 } dl_endpoint;
 
+/* A client's URL when neither its options nor $DLOCK_URL give one. */
+#define DL_DEFAULT_URL "redis://127.0.0.1:6379"
+
 int dl_url_parse(const char *url, dl_endpoint *ep, dl_err *err);
 /* [s, s+n) percent-decoded into out (outlen bytes with the NUL): 0, or -1
  * for a bad escape, a NUL (escaped or not) or a result that does not fit. */

@@ -8,8 +8,6 @@
 
 #include "kinds.h"
 
-#define DL_DEFAULT_URL "redis://127.0.0.1:6379"
-
 void dlock_options_init(dlock_options *opts) {
     if (opts) memset(opts, 0, sizeof *opts);
 }

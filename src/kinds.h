@@ -8,7 +8,18 @@
 
 #include "services.h"
 
-extern dl_script dl_script_plain_release;   /* lock_plain.c: KEYS lock, channel; ARGV token */
+/* lock_plain.c: KEYS lock, fence, waiters; ARGV token, lease, recheck, registered */
+extern dl_script dl_script_plain_acquire;
+/* lock_plain.c: KEYS lock, waiters; ARGV token, waiter channel prefix */
+extern dl_script dl_script_plain_abandon;
+extern dl_script dl_script_plain_release;
+/* lock_reentrant.c: KEYS lock, fence; ARGV lease, owner -> {1, fence, n} | {0, pttl} */
+extern dl_script dl_script_reentrant_acquire;
+/* lock_reentrant.c: KEYS lock, channel; ARGV lease, owner, expected count
+ * -> -1 not held | 0 still held | 1 released */
+extern dl_script dl_script_reentrant_release;
+/* lock_reentrant.c: KEYS lock; ARGV owner, lease -> 1 | 0 */
+extern dl_script dl_script_reentrant_extend;   /* lock_plain.c: KEYS lock, channel; ARGV token */
 extern dl_script dl_script_plain_extend;    /* lock_plain.c: KEYS lock; ARGV token, lease */
 extern dl_script dl_script_force_unlock;    /* query.c */
 

@@ -36,7 +36,7 @@
  * an attempt of this call registered it (it may still be registered: a win
  * removes it)[, the holder record (holder.c), written when acquired].
  * -> {1, fence} acquired | {0, ms to wait at most (pttl, capped when waiting)} */
-static dl_script acquire_script = DL_SCRIPT("plain_acquire",
+dl_script dl_script_plain_acquire = DL_SCRIPT("plain_acquire",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
     "if KEYS[4] then redis.call('set', KEYS[4], ARGV[5], 'PX', ARGV[2]) end "
@@ -63,7 +63,7 @@ dl_script dl_script_plain_release = DL_SCRIPT("plain_release",
 /* A waiter gives up. KEYS: lock, waiters. ARGV: token, channel prefix.
  * Not registered any more while the lock is free: it was woken and must pass
  * the wake on. -> 1 passed on | 0 */
-static dl_script abandon_script = DL_SCRIPT("plain_abandon",
+dl_script dl_script_plain_abandon = DL_SCRIPT("plain_abandon",
     "if redis.call('zrem', KEYS[2], ARGV[1]) == 0 and redis.call('exists', KEYS[1]) == 0 then "
     DL_LUA_WAKE_ONE("KEYS[2]", "ARGV[2]") "return 1 end return 0");
 
@@ -148,7 +148,7 @@ static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     call->args[1] = call->num, call->arglens[1] = ll;
     switch (op) {
     case DL_OP_ACQUIRE: /* KEYS lock, fence, waiters; ARGV token, lease, recheck */
-        call->script = &acquire_script;
+        call->script = &dl_script_plain_acquire;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
         call->keys[2] = d->waiters, call->keylens[2] = d->waiters_len;
         call->nkeys = 3;
@@ -211,8 +211,8 @@ static void plain_abandon(dlock_lock *l, dl_conn *conn) {
     size_t arglens[2] = {l->token_len, d->prefix_len};
     redisReply *r = NULL;
     dl_err ignored = {0};
-    dl_eval(conn, dl_cmd_deadline(l->h.c), &abandon_script, 2, keys, keylens, 2, args, arglens, &r,
-            &ignored);
+    dl_eval(conn, dl_cmd_deadline(l->h.c), &dl_script_plain_abandon, 2, keys, keylens, 2, args,
+            arglens, &r, &ignored);
     if (r) freeReplyObject(r);
 }
 

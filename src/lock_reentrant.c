@@ -7,7 +7,7 @@
 
 /* KEYS: lock, fence counter. ARGV: lease ms, owner field.
  * -> {1, fence, holds} acquired or re-entered | {0, pttl} */
-static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
+dl_script dl_script_reentrant_acquire = DL_SCRIPT("reentrant_acquire",
     "if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
     "local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
     "if n == 1 then redis.call('pexpire', KEYS[1], ARGV[1]) else "
@@ -20,7 +20,7 @@ static dl_script acquire_script = DL_SCRIPT("reentrant_acquire",
  * expected before this release ('' or missing: not known; a count below it
  * means this release was counted already: a copy of its request).
  * -> -1 not held | 0 still held (count > 0) | 1 released */
-static dl_script release_script = DL_SCRIPT("reentrant_release",
+dl_script dl_script_reentrant_release = DL_SCRIPT("reentrant_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[2]) "
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[3] and ARGV[3] ~= '' and tonumber(v) < tonumber(ARGV[3]) then return 0 end "
@@ -29,7 +29,7 @@ static dl_script release_script = DL_SCRIPT("reentrant_release",
     "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1");
 
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
-static dl_script extend_script = DL_SCRIPT("reentrant_extend",
+dl_script dl_script_reentrant_extend = DL_SCRIPT("reentrant_extend",
     "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then "
     DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]") "return 1 end return 0");
 
@@ -55,13 +55,13 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
     call->nargs = 2;
     switch (op) {
     case DL_OP_ACQUIRE: /* KEYS lock, fence; ARGV lease, owner */
-        call->script = &acquire_script;
+        call->script = &dl_script_reentrant_acquire;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
         break;
     case DL_OP_RELEASE: /* KEYS lock, channel; ARGV lease, owner, expected count */
-        call->script = &release_script;
+        call->script = &dl_script_reentrant_release;
         call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
         call->args[0] = call->num, call->arglens[0] = ll;
         call->args[1] = l->token, call->arglens[1] = l->token_len;
@@ -69,7 +69,7 @@ static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *cal
         call->nargs = 3;
         break;
     default: /* extend: KEYS lock; ARGV owner, lease */
-        call->script = &extend_script;
+        call->script = &dl_script_reentrant_extend;
         call->nkeys = 1;
         call->args[0] = l->token, call->arglens[0] = l->token_len;
         call->args[1] = call->num, call->arglens[1] = ll;

@@ -114,8 +114,7 @@ static char *dup_or_null(const char *s, int *oom) {
     return d;
 }
 
-/* Applies the options' credentials to one endpoint. */
-static int apply_credentials(dl_endpoint *ep, const dlock_options *o, dl_err *err) {
+int dl_apply_credentials(dl_endpoint *ep, const dlock_options *o, dl_err *err) {
     int oom = 0;
     const char *pw = o->password;
     if (!pw && !ep->password) pw = getenv("DLOCK_PASSWORD");
@@ -209,7 +208,7 @@ int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_e
         master.password = t.password;
         t.password = NULL;
         rc = dl_sentinel_new(&t, &c->sentinel, err);
-        if (!rc) rc = apply_credentials(&master, o, err);
+        if (!rc) rc = dl_apply_credentials(&master, o, err);
         if (!rc) {
             c->nodes = calloc(1, sizeof *c->nodes);
             if (!c->nodes || !(c->nodes[0] = dl_node_new(&master, c)))
@@ -229,7 +228,7 @@ int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_e
         c->nodes = calloc(c->mode == DL_MODE_CLUSTER ? DL_MAX_NODES : t.neps, sizeof *c->nodes);
         if (!c->nodes) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         for (size_t i = 0; !rc && i < t.neps; i++) {
-            rc = apply_credentials(&t.eps[i], o, err);
+            rc = dl_apply_credentials(&t.eps[i], o, err);
             if (!rc && !(c->nodes[i] = dl_node_new(&t.eps[i], c)))
                 rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
             if (!rc) c->nnodes++;
@@ -253,7 +252,7 @@ int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_e
             return dl_seterr(err, DLOCK_EINVAL, "fence_url is for redlock:// clients");
         dl_endpoint ep;
         rc = dl_url_parse(o->fence_url, &ep, err);
-        if (!rc) rc = apply_credentials(&ep, o, err);
+        if (!rc) rc = dl_apply_credentials(&ep, o, err);
         if (!rc && !(c->fence_node = dl_node_new(&ep, c)))
             rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         dl_endpoint_clear(&ep);

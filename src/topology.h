@@ -369,6 +369,10 @@ void dl_topo_note_reply(dlock_client *c, const redisReply *r);
  * dl_topology_clear frees what it set up (at dlock_client_free, or after a
  * failed open). */
 int dl_redis_open(dlock_client *c, const char *url, const dlock_options *o, dl_err *err);
+/* Applies o's password ($DLOCK_PASSWORD when neither o nor the URL has one)
+ * and username to ep: DLOCK_OK, DLOCK_EINVAL (a user without a password),
+ * DLOCK_ENOMEM. */
+int dl_apply_credentials(dl_endpoint *ep, const dlock_options *o, dl_err *err);
 void dl_topology_clear(dlock_client *c);
 int dl_redis_ping(dlock_client *c, int64_t *rtt_us, dl_err *err);
 

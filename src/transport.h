@@ -99,6 +99,10 @@ int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err);
 int dl_conn_connected(dl_conn *c, dl_err *err);
 /* Queues one command (binary-safe argv). */
 int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err);
+/* Writes what the socket takes of the queued output now, never waiting
+ * (an event loop's connection): DLOCK_OK with c->olen the bytes still
+ * queued, or DLOCK_EIO (c broken). */
+int dl_conn_write_some(dl_conn *c, dl_err *err);
 /* Writes all queued output before deadline. */
 int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err);
 /* Reads the next reply before deadline. An error reply is returned as a

@@ -87,6 +87,16 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
         return dl_seterr(err, DLOCK_EIO,
                          "the server sent a reply nobody asked for: connection out of step");
     }
+    for (;;) {
+        int rc = dl_conn_write_some(c, err);
+        if (rc || !c->olen) return rc;
+        rc = wait_fd(c, POLLOUT, deadline, "writing to the server", err);
+        if (rc) return rc;
+    }
+}
+
+int dl_conn_write_some(dl_conn *c, dl_err *err) {
+    if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
     size_t off = 0;
     while (off < c->olen) {
         long n = c->ops->write(c, c->obuf + off, c->olen - off);
@@ -95,16 +105,13 @@ int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err) {
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int rc = wait_fd(c, POLLOUT, deadline, "writing to the server", err);
-            if (rc) return rc;
-            continue;
-        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         c->broken = 1;
         return dl_seterr(err, DLOCK_EIO, "write to server failed: %s",
                          n < 0 ? strerror(errno) : "connection closed");
     }
-    c->olen = 0;
+    if (off) memmove(c->obuf, c->obuf + off, c->olen - off);
+    c->olen -= off;
     return DLOCK_OK;
 }
 

@@ -1,0 +1,174 @@
+/* The asynchronous client (include/dlock_async.h), private to src/async/:
+ *
+ *   loop.c   the binding to the event loop: the adapter's fd slots and its
+ *            one timer, over a heap of the client's timers
+ *   pipe.c   a non-blocking RESP connection with its pipeline: requests
+ *            queued, replies matched in order, a deadline per request,
+ *            failure ending every request once
+ *   subs.c   the subscription service: one subscribed connection per
+ *            client, a channel -> waiters table, messages dispatched
+ *   lock.c   the plain and reentrant locks' operations (acquire with its
+ *            wait, release, extend, cancel), on the blocking locks' scripts
+ *   client.c the public client: options, URL, process, free
+ *
+ * Callers never call up this list (scripts/check-loops): a lower file
+ * reaches a higher one only through the function pointers it was given
+ * (a request's done, a waiter's wake, a timer's fn). */
+#ifndef DLOCK_ASYNC_PRIV_H
+#define DLOCK_ASYNC_PRIV_H
+
+#include "dlock_async.h"
+#include "kinds.h"
+
+typedef struct dlock_async_client dl_aclient;
+
+/* ---- loop.c ---- */
+typedef struct dl_atimer dl_atimer;
+struct dl_atimer {
+    int64_t at;                /* dl_now_ms when due */
+    size_t idx;                /* place in the heap + 1; 0: not armed */
+    void (*fn)(dl_atimer *t);  /* runs from dl_aloop_run, disarmed first */
+    void *arg;
+};
+
+typedef struct dl_aloop {
+    dlock_async_adapter ad;
+    int has_ad;
+    int fd[DLOCK_ASYNC_SLOTS], ev[DLOCK_ASYNC_SLOTS];       /* wanted (fd -1: none) */
+    int told_fd[DLOCK_ASYNC_SLOTS], told_ev[DLOCK_ASYNC_SLOTS]; /* the adapter's */
+    int64_t told_at;           /* the adapter's timer (dl_now_ms), -1 disarmed */
+    dl_atimer **heap;
+    size_t n, cap;
+} dl_aloop;
+
+void dl_aloop_init(dl_aloop *lp, const dlock_async_adapter *ad);
+/* Slot's socket is fd (-1: none), wanted for events. Told to the adapter
+ * at the next dl_aloop_sync, but events 0 at once (the fd may be closed). */
+void dl_aloop_want(dl_aloop *lp, int slot, int fd, int events);
+/* Room for n timers: arming fails for want of memory only beyond it (the
+ * client reserves one per handle and one per connection). */
+int dl_aloop_reserve(dl_aloop *lp, size_t n);
+/* Arms t at `at` (re-arms if armed). DLOCK_OK or DLOCK_ENOMEM. */
+int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at);
+void dl_atimer_stop(dl_aloop *lp, dl_atimer *t);
+/* Runs each timer due now, once (one armed again while running waits for
+ * the next call when it is due later). */
+void dl_aloop_run(dl_aloop *lp);
+/* The earliest armed time, or -1. */
+int64_t dl_aloop_next(const dl_aloop *lp);
+/* Tells the adapter what changed (fds, the timer). */
+void dl_aloop_sync(dl_aloop *lp);
+/* Every slot told events 0, the timer disarmed, the adapter cleaned up,
+ * the heap freed. */
+void dl_aloop_close(dl_aloop *lp);
+
+/* ---- pipe.c ---- */
+typedef struct dl_areq dl_areq;
+/* A request's end: r its reply (freed by the pipe after), or NULL with err
+ * set when the connection failed before it came. Runs once. */
+typedef void (*dl_areq_fn)(dl_areq *q, redisReply *r, const dl_err *err);
+struct dl_areq {
+    dl_areq *next;
+    dl_areq_fn done;
+    int64_t deadline;
+};
+
+typedef struct dl_apipe dl_apipe;
+struct dl_apipe {
+    dl_aclient *cl;
+    int slot;                  /* the loop's fd slot */
+    dl_conn *conn;             /* NULL: closed (opened by the next request) */
+    int ready;                 /* connected, handshake answered */
+    int64_t connect_deadline;
+    dl_areq *head, *tail;      /* requests waiting for their replies, in order */
+    size_t pending;
+    dl_atimer timer;           /* the head request's deadline (connect too) */
+    /* a reply no request waits for (a pub/sub message): 1 taken, 0 not
+     * (the connection is then out of step). NULL: none expected. */
+    int (*push)(dl_apipe *p, redisReply *r);
+    /* the connection closed after a failure, its requests ended (NULL: none) */
+    void (*down)(dl_apipe *p, const dl_err *err);
+    /* a new connection was opened: queues what must go before the request
+     * that opened it (NULL: none) */
+    void (*up)(dl_apipe *p);
+};
+
+void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot);
+/* Opens the connection if closed. DLOCK_OK, or the failure (nothing
+ * changed). */
+int dl_apipe_open(dl_apipe *p, dl_err *err);
+/* Queues argv as q's request (q->done set by the caller), opening the
+ * connection if needed; q's deadline is set. Flushed by the loop. */
+int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
+                     dl_err *err);
+/* Queues script s (EVALSHA, or EVAL by_text) as q's request. */
+int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
+                  const char **keys, const size_t *keylens, int nargs, const char **args,
+                  const size_t *arglens, dl_err *err);
+/* Reads and writes what p's socket allows (events: DLOCK_ASYNC_*), ending
+ * requests whose replies came; on a failure, closes and ends every request
+ * with it. */
+void dl_apipe_io(dl_apipe *p, int events);
+/* Closes the connection, ending each request with err (code and message). */
+void dl_apipe_fail(dl_apipe *p, const dl_err *err);
+/* Tells the loop what p's socket waits for. */
+void dl_apipe_update(dl_apipe *p);
+
+/* ---- subs.c ---- */
+typedef struct dl_awaiter dl_awaiter;
+struct dl_awaiter {
+    dl_awaiter *next;          /* on its channel */
+    struct dl_achan *chan;     /* NULL: not in the table */
+    /* its channel said something (a message), or became subscribed
+     * (confirmed: subscribed 1). Never for a waiter that left. */
+    void (*wake)(dl_awaiter *w, int confirmed);
+    /* the subscribed connection failed: the waiter is out of the table */
+    void (*lost)(dl_awaiter *w, const dl_err *err);
+};
+
+typedef struct dl_asubs {
+    dl_apipe pipe;
+    struct dl_achan **buckets;
+    size_t nbuckets, nchans;
+} dl_asubs;
+
+void dl_asubs_init(dl_asubs *s, dl_aclient *cl);
+/* w (not in the table) waits on channel: SUBSCRIBE goes out when it is the
+ * channel's first waiter, and w->wake(w, 1) runs once it is confirmed; a
+ * channel confirmed already is not told again (dl_asubs_subscribed). */
+int dl_asubs_join(dl_asubs *s, dl_awaiter *w, const char *channel, size_t len, dl_err *err);
+/* 1 when w's channel is confirmed subscribed. */
+int dl_asubs_subscribed(const dl_awaiter *w);
+/* w leaves (no-op when not in): UNSUBSCRIBE when it was the last. */
+void dl_asubs_leave(dl_asubs *s, dl_awaiter *w);
+/* Frees the table (every waiter left first). */
+void dl_asubs_free(dl_asubs *s);
+
+/* ---- client.c: the client ---- */
+struct dlock_async_client {
+    dl_endpoint ep;
+    int64_t connect_timeout_ms, command_timeout_ms;
+    dl_aloop loop;
+    dl_apipe cmd;              /* slot 0: scripts */
+    dl_asubs subs;             /* slot 1: the subscribed connection */
+    struct dlock_async_lock *locks; /* every live handle */
+    size_t nlocks;
+    struct dl_asettle *settle; /* acquires to give back (outcome unknown) */
+    int depth;                 /* inside dlock_async_process / a callback */
+    int freeing;               /* dlock_async_client_free under way (or the
+                                * client is unusable): operations refused */
+    int doomed;                /* freed from a callback: when the call that
+                                * ran it returns */
+    void (*destroy)(dl_aclient *c); /* frees a doomed client (client.c) */
+    char errmsg[DL_ERRMSG_MAX];
+};
+
+/* ---- lock.c ---- */
+/* Every pending operation of c ends with DLOCK_ECANCELED, every handle is
+ * freed, the acquires to give back are dropped (client free). */
+void dl_alock_free_all(dl_aclient *c);
+/* A new command connection: queues the releases owed for acquires whose
+ * outcome a failure left unknown, first (the pipe's up). */
+void dl_alock_pipe_up(dl_apipe *p);
+
+#endif

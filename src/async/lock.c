@@ -1,0 +1,724 @@
+/* The plain and reentrant locks from an event loop, on the blocking locks'
+ * keys and scripts (lock_plain.c, lock_reentrant.c), so that async and
+ * blocking clients exclude each other on one name and wake each other's
+ * waiters.
+ *
+ * A plain acquire that may wait joins the client's subscription table on
+ * its own channel (redisson_lock__channel:{N}:<token>) and attempts at once,
+ * in parallel; each failed waiting attempt registers the token in
+ * dlock_waiters:{N}. A reentrant one joins Redisson's unlock channel
+ * (redisson_lock__channel:{N}), shared by every waiter of the name; its
+ * owner field is the handle's own token. As in wait.c, a release between an
+ * attempt and the subscription must not be missed: an attempt sent before
+ * the channel was confirmed is followed, once it is, by another. The waiter
+ * then attempts again at a message on its channel, when the holder's lease
+ * runs out (the attempt's PTTL + 1 ms), and at least every
+ * DL_WAIT_RECHECK_MS; the attempt at the deadline is a try-once, as the
+ * blocking wait's. A plain waiter that gives up (deadline, cancel, failure)
+ * runs the abandon script, which passes on a wake it may have been sent.
+ *
+ * Each operation ends once: its handle's op.gen counts operations, and a
+ * reply for an operation that ended already (cancelled, failed) is an
+ * orphan: an acquire it won is given back, a registration it made is
+ * abandoned. An acquire whose reply was lost with the connection may have
+ * won: its token is kept (the client's settle list) and given back by the
+ * owner-checked release once the command connection is up again (a
+ * reentrant one expecting the count it would have made: a lower count means
+ * it never ran, and the release changes nothing). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "async.h"
+
+#define NOTTL_MIN_MS 10
+#define NOTTL_MAX_MS 1000
+
+enum { OP_NONE = 0, OP_ACQUIRE, OP_RELEASE, OP_EXTEND };
+enum { R_ATTEMPT = 1, R_RELEASE, R_EXTEND, R_GIVEBACK, R_ABANDON };
+
+typedef struct aop {
+    int type;                  /* OP_*, OP_NONE: none pending */
+    unsigned gen;              /* counts operations: a request of an earlier one is an orphan */
+    dlock_async_fn cb;
+    void *ud;
+    int64_t lease_ms, deadline;
+    int waiting;               /* an acquire with wait_ms != 0 */
+    char token[DLOCK_TOKEN_LEN + 1];
+    dl_awaiter w;              /* in the subscription table while waiting */
+    dl_atimer timer;           /* the next attempt */
+    struct lreq *inflight;     /* the attempt whose reply is awaited */
+    int woken;                 /* a message came while an attempt was out */
+    int registered;            /* an attempt of this acquire registered it */
+    int64_t nottl;             /* backoff for a key without expiry */
+} aop;
+
+struct dlock_async_lock {
+    dl_aclient *c;
+    dlock_async_lock *prev, *next; /* the client's handles */
+    int reentrant;             /* DLOCK_KIND_REENTRANT, else plain */
+    /* waiters: the plain lock's registry, the reentrant lock's unlock
+     * channel (its release's KEYS[2]); prefix: the plain waiters' channel
+     * prefix; chan: the channel a waiter subscribes to (plain: prefix +
+     * its token; reentrant: the unlock channel) */
+    char *name, *fence_key, *waiters, *prefix, *chan;
+    size_t name_len, fence_key_len, waiters_len, prefix_len, chan_len;
+    char owner[DLOCK_TOKEN_LEN + 1]; /* reentrant: the handle's owner field */
+    int refs;                  /* 1 for the handle, 1 per request out */
+    int64_t holds;             /* the hold count (plain: 0 or 1) */
+    char token[DLOCK_TOKEN_LEN + 1];
+    int64_t expires_at;
+    aop op;
+    char errmsg[DL_ERRMSG_MAX];
+};
+
+/* A request of a live handle's operation. */
+typedef struct lreq {
+    dl_areq q;
+    dlock_async_lock *l;
+    unsigned gen;
+    int what;                  /* R_ATTEMPT, R_RELEASE, R_EXTEND */
+    int recheck;               /* an attempt that registers (waiting) */
+    int reg;                   /* sent with "registered by an earlier attempt" */
+    int after_sub;             /* sent once the waiter's channel was confirmed */
+    int by_text;               /* sent as EVAL (after NOSCRIPT) */
+    int64_t lease_ms, t0;
+    int64_t held;              /* the handle's holds when it was sent */
+    char token[DLOCK_TOKEN_LEN + 1];
+} lreq;
+
+/* A request that owes nobody an answer (give back, abandon): it carries
+ * copies of its keys, so it outlives its handle. Also the client's settle
+ * list entry, before it is sent. */
+typedef struct dl_asettle {
+    dl_areq q;
+    struct dl_asettle *next;
+    dl_aclient *c;
+    int what;                  /* R_GIVEBACK, R_ABANDON (plain only) */
+    int reentrant;             /* a give back of one reentrant hold */
+    int by_text;
+    char token[DLOCK_TOKEN_LEN + 1];
+    char expect[24];           /* reentrant: the count it expects to find */
+    size_t name_len, waiters_len, prefix_len;
+    char *name, *waiters, *prefix; /* in buf */
+    char buf[];
+} oreq;
+
+static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err);
+static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err);
+static void attempt(dlock_async_lock *l);
+
+static void unref(dlock_async_lock *l) {
+    if (--l->refs > 0) return;
+    free(l->name);
+    free(l->fence_key);
+    free(l->waiters);
+    free(l->prefix);
+    free(l->chan);
+    free(l);
+}
+
+static int fail(dlock_async_lock *l, const dl_err *err) {
+    snprintf(l->errmsg, sizeof l->errmsg, "%s", err->msg);
+    return err->code;
+}
+
+/* ---- requests without an owner to answer ---- */
+
+static oreq *oreq_new(dlock_async_lock *l, int what, const char *token, int64_t expect) {
+    oreq *o = calloc(1, sizeof *o + l->name_len + l->waiters_len + l->prefix_len + 3);
+    if (!o) return NULL;
+    o->c = l->c;
+    o->what = what;
+    o->reentrant = l->reentrant;
+    dl_fmt_ll(o->expect, expect);
+    memcpy(o->token, token, DLOCK_TOKEN_LEN);
+    o->name = o->buf;
+    memcpy(o->name, l->name, l->name_len);
+    o->name_len = l->name_len;
+    o->waiters = o->name + l->name_len + 1;
+    memcpy(o->waiters, l->waiters, l->waiters_len);
+    o->waiters_len = l->waiters_len;
+    o->prefix = o->waiters + l->waiters_len + 1;
+    if (l->prefix) memcpy(o->prefix, l->prefix, l->prefix_len);
+    o->prefix_len = l->prefix_len;
+    return o;
+}
+
+/* Sends o; DLOCK_OK or the failure (o not sent, still the caller's). */
+static int oreq_send(oreq *o) {
+    dl_err err;
+    const char *keys[2] = {o->name, o->waiters};
+    size_t keylens[2] = {o->name_len, o->waiters_len};
+    const char *args[2] = {o->token, o->prefix};
+    size_t arglens[2] = {DLOCK_TOKEN_LEN, o->prefix_len};
+    o->q.done = oreq_done;
+    if (o->reentrant) { /* KEYS lock, channel; ARGV lease ('0': unchanged), owner, expected */
+        const char *rargs[3] = {"0", o->token, o->expect};
+        size_t rlens[3] = {1, DLOCK_TOKEN_LEN, strlen(o->expect)};
+        return dl_apipe_eval(&o->c->cmd, &o->q, &dl_script_reentrant_release, o->by_text, 2,
+                             keys, keylens, 3, rargs, rlens, &err);
+    }
+    return dl_apipe_eval(&o->c->cmd, &o->q,
+                         o->what == R_GIVEBACK ? &dl_script_plain_release : &dl_script_plain_abandon,
+                         o->by_text, 2, keys, keylens, 2, args, arglens, &err);
+}
+
+/* Keeps o to send once the command connection is up again. */
+static void settle_later(oreq *o) {
+    o->next = o->c->settle;
+    o->c->settle = o;
+}
+
+/* Sends a give back or an abandon for l's token now, or, for a give back
+ * that cannot go now, once the connection is up again. Nothing while the
+ * client is being freed. A reentrant give back takes one hold of a count
+ * expected at `expect` (one found lower was given back already, or never
+ * taken: the script leaves it); reentrant waiters have nothing to abandon. */
+static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect) {
+    if (l->c->freeing || (l->reentrant && what == R_ABANDON)) return;
+    oreq *o = oreq_new(l, what, token, expect);
+    if (!o) return; /* the lease runs out; the registry entry expires */
+    /* on the connection there is, never a new one of its own: after a
+     * failure the server may be down, and the next operation's connect
+     * would find this one's refused */
+    if (l->c->cmd.conn && !oreq_send(o)) return;
+    if (what == R_GIVEBACK) settle_later(o);
+    else free(o);
+}
+
+static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
+    (void)err;
+    oreq *o = (oreq *)q;
+    if (r && dl_is_noscript(r) && !o->by_text) {
+        o->by_text = 1;
+        if (!oreq_send(o)) return;
+    }
+    /* a give back whose reply was lost may not have run: again later */
+    if (!r && o->what == R_GIVEBACK && !o->c->freeing) {
+        settle_later(o);
+        return;
+    }
+    free(o);
+}
+
+void dl_alock_pipe_up(dl_apipe *p) {
+    dl_aclient *c = p->cl;
+    oreq *list = c->settle;
+    c->settle = NULL;
+    while (list) {
+        oreq *o = list;
+        list = o->next;
+        o->next = NULL;
+        o->by_text = 0;
+        if (oreq_send(o)) settle_later(o);
+    }
+}
+
+/* ---- ending an operation ---- */
+
+/* Ends l's operation with code: leaves the table, owes what a waiter that
+ * gives up owes, and runs the callback (last: it may free l). */
+static void finish(dlock_async_lock *l, int code, uint64_t fence, const dl_err *err) {
+    aop *op = &l->op;
+    dl_aclient *c = l->c;
+    dlock_async_fn cb = op->cb;
+    void *ud = op->ud;
+    if (code && err) fail(l, err);
+    if (!code) l->errmsg[0] = '\0';
+    dl_atimer_stop(&c->loop, &op->timer);
+    dl_asubs_leave(&c->subs, &op->w);
+    /* an attempt still out is settled when its reply comes (an orphan) */
+    if (op->type == OP_ACQUIRE && code && op->registered && !op->inflight)
+        owe(l, R_ABANDON, op->token, 0);
+    op->type = OP_NONE;
+    op->gen++;
+    op->inflight = NULL;
+    op->cb = NULL;
+    l->refs++; /* the callback may free the handle */
+    cb(l, code, fence, ud);
+    unref(l);
+}
+
+/* finish with the message fmt, whose one %s is the lock's name */
+static void finish_msg(dlock_async_lock *l, int code, const char *fmt) {
+    dl_err err = {code, ""};
+    char nm[80];
+    snprintf(err.msg, sizeof err.msg, fmt, dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+    finish(l, code, 0, &err);
+}
+
+/* ---- sending ---- */
+
+static int send_req(dlock_async_lock *l, int what, const char *token, int64_t lease_ms,
+                    int recheck, int registered, int by_text, lreq **out, dl_err *err) {
+    lreq *rq = calloc(1, sizeof *rq);
+    if (!rq) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    rq->q.done = lreq_done;
+    rq->l = l;
+    rq->gen = l->op.gen;
+    rq->what = what;
+    rq->recheck = recheck;
+    rq->reg = registered;
+    rq->by_text = by_text;
+    rq->lease_ms = lease_ms;
+    rq->held = l->holds;
+    rq->after_sub = dl_asubs_subscribed(&l->op.w);
+    memcpy(rq->token, token, DLOCK_TOKEN_LEN);
+    char lease[24];
+    size_t ll = dl_fmt_ll(lease, lease_ms);
+    const char *keys[3] = {l->name};
+    size_t keylens[3] = {l->name_len};
+    const char *args[4] = {rq->token};
+    size_t arglens[4] = {DLOCK_TOKEN_LEN};
+    int nkeys = 1, nargs = 2;
+    dl_script *s;
+    char expect[24];
+    if (l->reentrant && what == R_ATTEMPT) { /* KEYS lock, fence; ARGV lease, owner */
+        s = &dl_script_reentrant_acquire;
+        keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
+        nkeys = 2;
+        args[0] = lease, arglens[0] = ll;
+        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
+    } else if (l->reentrant && what == R_RELEASE) { /* KEYS lock, channel; ARGV lease, owner, count */
+        s = &dl_script_reentrant_release;
+        keys[1] = l->waiters, keylens[1] = l->waiters_len;
+        nkeys = 2;
+        args[0] = lease, arglens[0] = ll; /* 0: the expiry stays as it is */
+        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
+        args[2] = expect, arglens[2] = dl_fmt_ll(expect, l->holds);
+        nargs = 3;
+    } else if (l->reentrant) { /* extend: KEYS lock; ARGV owner, lease */
+        s = &dl_script_reentrant_extend;
+        args[0] = rq->token, arglens[0] = DLOCK_TOKEN_LEN;
+        args[1] = lease, arglens[1] = ll;
+    } else if (what == R_ATTEMPT) { /* KEYS lock, fence, waiters; ARGV token, lease, recheck, reg */
+        s = &dl_script_plain_acquire;
+        keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
+        keys[2] = l->waiters, keylens[2] = l->waiters_len;
+        nkeys = 3;
+        args[1] = lease, arglens[1] = ll;
+        args[2] = recheck ? DL_STR(DL_WAIT_RECHECK_MS) : "0";
+        arglens[2] = strlen(args[2]);
+        args[3] = registered ? "1" : "0", arglens[3] = 1;
+        nargs = 4;
+    } else if (what == R_RELEASE) { /* KEYS lock, waiters; ARGV token, prefix */
+        s = &dl_script_plain_release;
+        keys[1] = l->waiters, keylens[1] = l->waiters_len;
+        nkeys = 2;
+        args[1] = l->prefix, arglens[1] = l->prefix_len;
+    } else { /* extend: KEYS lock; ARGV token, lease */
+        s = &dl_script_plain_extend;
+        args[1] = lease, arglens[1] = ll;
+    }
+    rq->t0 = dl_now_ms();
+    int rc = dl_apipe_eval(&l->c->cmd, &rq->q, s, by_text, nkeys, keys, keylens, nargs, args,
+                           arglens, err);
+    if (rc) {
+        free(rq);
+        return rc;
+    }
+    l->refs++;
+    if (out) *out = rq;
+    return DLOCK_OK;
+}
+
+/* The acquire's next attempt: a waiting one registers, the one at the
+ * deadline tries once. */
+static void attempt(dlock_async_lock *l) {
+    aop *op = &l->op;
+    dl_err err;
+    dl_atimer_stop(&l->c->loop, &op->timer);
+    int recheck = op->waiting && dl_now_ms() < op->deadline;
+    op->woken = 0;
+    int rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, recheck, op->registered, 0,
+                      &op->inflight, &err);
+    if (rc) finish(l, rc, 0, &err);
+}
+
+static void on_timer(dl_atimer *t) {
+    dlock_async_lock *l = t->arg;
+    if (l->op.type == OP_ACQUIRE && !l->op.inflight) attempt(l);
+}
+
+static void on_wake(dl_awaiter *w, int confirmed) {
+    (void)confirmed;
+    dlock_async_lock *l = (dlock_async_lock *)((char *)w - offsetof(dlock_async_lock, op.w));
+    if (l->op.type != OP_ACQUIRE) return;
+    if (l->op.inflight) l->op.woken = 1; /* attempt again after its reply */
+    else attempt(l);
+}
+
+static void on_lost(dl_awaiter *w, const dl_err *err) {
+    dlock_async_lock *l = (dlock_async_lock *)((char *)w - offsetof(dlock_async_lock, op.w));
+    if (l->op.type == OP_ACQUIRE) finish(l, err->code, 0, err);
+}
+
+/* An attempt's reply for the acquire under way. */
+static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_err *err) {
+    aop *op = &l->op;
+    dl_aclient *c = l->c;
+    dl_err e;
+    op->inflight = NULL;
+    if (rq->recheck) op->registered = 1;
+    if (!r) { /* lost with the connection: it may have won */
+        owe(l, R_GIVEBACK, rq->token, rq->held + 1);
+        finish(l, err->code, 0, err);
+        return;
+    }
+    long long a = 0, b = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* DL_FENCE_ERR: the script took the lock but has no token for it */
+        if (r->str && !strncmp(r->str, DL_FENCE_ERR, sizeof DL_FENCE_ERR - 1))
+            owe(l, R_GIVEBACK, rq->token, rq->held + 1);
+        int code = dl_reply_error(r, "acquire", &e);
+        finish(l, code, 0, &e);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || dl_reply_int(r->element[0], &a) ||
+        dl_reply_int(r->element[1], &b)) {
+        owe(l, R_GIVEBACK, rq->token, rq->held + 1);
+        dl_seterr(&e, DLOCK_EPROTO, "acquire: unexpected reply from the script");
+        finish(l, DLOCK_EPROTO, 0, &e);
+        return;
+    }
+    if (a == 1) {
+        long long n = 1;
+        if (l->reentrant && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1)) n = l->holds + 1;
+        /* a re-entry raises the lease, never shortens it (the script's RAISE_TTL) */
+        int64_t until = rq->t0 + op->lease_ms;
+        if (!l->holds || until > l->expires_at) l->expires_at = until;
+        l->holds = n;
+        memcpy(l->token, rq->token, sizeof l->token);
+        finish(l, DLOCK_OK, (uint64_t)b, NULL);
+        return;
+    }
+    if (!op->waiting) {
+        finish_msg(l, DLOCK_EBUSY, "lock '%s' is held by another owner");
+        return;
+    }
+    int64_t now = dl_now_ms();
+    if (!rq->recheck || now >= op->deadline) {
+        finish_msg(l, DLOCK_ETIMEDOUT, "timed out waiting for lock '%s'");
+        return;
+    }
+    /* subscribed since this attempt went out, or told meanwhile: a
+     * release after it may have been missed, or announced */
+    if ((!rq->after_sub && dl_asubs_subscribed(&op->w)) || op->woken) {
+        attempt(l);
+        return;
+    }
+    int64_t until = op->deadline;
+    if (now + DL_WAIT_RECHECK_MS < until) until = now + DL_WAIT_RECHECK_MS;
+    if (b >= 0) {
+        if (now + b + 1 < until) until = now + b + 1;
+    } else if (b == -1) {
+        if (now + op->nottl < until) until = now + op->nottl;
+        op->nottl = op->nottl * 2 > NOTTL_MAX_MS ? NOTTL_MAX_MS : op->nottl * 2;
+    } else {
+        until = now; /* gone between the script's two steps */
+    }
+    if (dl_atimer_arm(&c->loop, &op->timer, until)) {
+        dl_seterr(&e, DLOCK_ENOMEM, "out of memory arming a timer");
+        finish(l, DLOCK_ENOMEM, 0, &e);
+    }
+}
+
+/* An attempt whose acquire ended already (cancelled, failed, freed). */
+static void orphan_attempt(dlock_async_lock *l, lreq *rq, redisReply *r) {
+    long long a = 0, n = 0;
+    int won = !r || r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY ||
+              r->elements < 2 || dl_reply_int(r->element[0], &a) || a == 1;
+    /* the count it made, when the reply says (a re-entry's: above the holds) */
+    if (won && r && r->type == REDIS_REPLY_ARRAY && r->elements > 2 &&
+        !dl_reply_int(r->element[2], &n) && n > rq->held) {
+        owe(l, R_GIVEBACK, rq->token, n);
+        return;
+    }
+    /* registered by it or before it: the abandon also passes on a wake
+     * this waiter may have been sent meanwhile */
+    if (won) owe(l, R_GIVEBACK, rq->token, rq->held + 1);
+    else if (rq->recheck || rq->reg) owe(l, R_ABANDON, rq->token, 0);
+}
+
+static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
+    lreq *rq = (lreq *)q;
+    dlock_async_lock *l = rq->l;
+    aop *op = &l->op;
+    int live = op->type != OP_NONE && rq->gen == op->gen;
+    dl_err e = {0};
+    if (r && dl_is_noscript(r) && !rq->by_text && !l->c->freeing) {
+        /* the script cache was flushed: the script did not run, send its text */
+        lreq *again = NULL;
+        int rc = send_req(l, rq->what, rq->token, rq->lease_ms, rq->recheck, rq->reg, 1, &again,
+                          &e);
+        if (!rc) {
+            again->gen = rq->gen;
+            again->after_sub = rq->after_sub;
+            if (live && op->inflight == rq) op->inflight = again;
+        } else if (live) {
+            if (op->inflight == rq) op->inflight = NULL;
+            finish(l, rc, 0, &e);
+        }
+        free(rq);
+        unref(l);
+        return;
+    }
+    if (!live) {
+        if (rq->what == R_ATTEMPT) orphan_attempt(l, rq, r);
+    } else if (rq->what == R_ATTEMPT) {
+        attempt_done(l, rq, r, err);
+    } else {
+        long long v = 0;
+        int rc;
+        if (!r) rc = (e = *err).code;
+        else rc = dl_reply_expect_int(r, rq->what == R_RELEASE ? "release" : "extend", &v, &e);
+        if (!rc && l->reentrant && rq->what == R_RELEASE && v == 0) {
+            l->holds = l->holds > 1 ? l->holds - 1 : 0; /* still held: one hold less */
+            finish(l, DLOCK_OK, 0, NULL);
+        } else if (!rc && v != 1) {
+            l->holds = 0;
+            finish_msg(l, DLOCK_ELOST, "lock '%s' was no longer held: its lease ran out or it "
+                                       "was taken over");
+        } else if (!rc) {
+            if (rq->what == R_RELEASE) l->holds = 0;
+            else l->expires_at = rq->t0 + rq->lease_ms;
+            finish(l, DLOCK_OK, 0, NULL);
+        } else {
+            finish(l, rc, 0, &e);
+        }
+    }
+    free(rq);
+    unref(l);
+}
+
+/* ---- the public calls ---- */
+
+/* The end of a call that ran callbacks (depth raised before): the client
+ * freed by one of them goes now, else the loop is told what changed. */
+static void leave(dl_aclient *c) {
+    if (--c->depth > 0) return;
+    if (c->doomed) c->destroy(c);
+    else dl_aloop_sync(&c->loop);
+}
+
+static int begin(dlock_async_lock *l, dlock_async_fn cb, void *ud, int type, dl_err *err) {
+    if (!cb) return dl_seterr(err, DLOCK_EINVAL, "NULL callback");
+    if (l->c->freeing) return dl_seterr(err, DLOCK_EINVAL, "the client is being freed, or could not be created");
+    if (l->op.type)
+        return dl_seterr(err, DLOCK_EINVAL, "an operation of this handle is pending");
+    memset(&l->op.timer, 0, sizeof l->op.timer);
+    l->op.timer.fn = on_timer;
+    l->op.timer.arg = l;
+    l->op.cb = cb;
+    l->op.ud = ud;
+    l->op.type = type;
+    l->op.inflight = NULL;
+    l->op.woken = l->op.registered = 0;
+    return DLOCK_OK;
+}
+
+int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, dlock_async_fn cb,
+                        void *udata) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err;
+    if (wait_ms < DLOCK_WAIT_FOREVER)
+        return fail(l, &(dl_err){DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER"});
+    if (lease_ms == DLOCK_WATCHDOG)
+        return fail(l, &(dl_err){DLOCK_ENOTSUP, "DLOCK_WATCHDOG leases are not supported by "
+                                                "the async API yet: give a lease > 0"});
+    if (lease_ms < 0) return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
+    if (l->holds && !l->reentrant && !l->op.type)
+        return fail(l, &(dl_err){DLOCK_EINVAL, "the handle holds the lock already (plain "
+                                               "locks are not reentrant)"});
+    int rc = begin(l, cb, udata, OP_ACQUIRE, &err);
+    if (rc) return fail(l, &err);
+    /* the plain lock's owner is a fresh token per acquire, the reentrant
+     * lock's the handle's */
+    if (l->reentrant) memcpy(l->op.token, l->owner, sizeof l->owner);
+    else rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
+    if (rc) {
+        l->op.type = OP_NONE;
+        return fail(l, &err);
+    }
+    aop *op = &l->op;
+    op->lease_ms = lease_ms;
+    op->waiting = wait_ms != 0;
+    op->deadline = dl_deadline(wait_ms);
+    op->nottl = NOTTL_MIN_MS;
+    if (!l->reentrant) memcpy(l->chan + l->prefix_len, op->token, DLOCK_TOKEN_LEN);
+    memset(&op->w, 0, sizeof op->w);
+    op->w.wake = on_wake;
+    op->w.lost = on_lost;
+    if (op->waiting) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
+    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, lease_ms, op->waiting, 0, 0, &op->inflight,
+                           &err);
+    if (rc) {
+        dl_asubs_leave(&l->c->subs, &op->w);
+        op->type = OP_NONE;
+        op->gen++;
+        return fail(l, &err);
+    }
+    dl_aloop_sync(&l->c->loop);
+    return DLOCK_OK;
+}
+
+static int start_hold_op(dlock_async_lock *l, int type, int64_t lease_ms, dlock_async_fn cb,
+                         void *udata) {
+    if (!l) return DLOCK_EINVAL;
+    dl_err err;
+    if (type == OP_EXTEND && lease_ms <= 0)
+        return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
+    if (!l->holds && !l->op.type)
+        return fail(l, &(dl_err){DLOCK_ENOTHELD, "the handle does not hold the lock"});
+    int rc = begin(l, cb, udata, type, &err);
+    if (rc) return fail(l, &err);
+    rc = send_req(l, type == OP_RELEASE ? R_RELEASE : R_EXTEND, l->token, lease_ms, 0, 0,
+                           0, NULL, &err);
+    if (rc) {
+        l->op.type = OP_NONE;
+        l->op.gen++;
+        return fail(l, &err);
+    }
+    dl_aloop_sync(&l->c->loop);
+    return DLOCK_OK;
+}
+
+int dlock_async_release(dlock_async_lock *l, dlock_async_fn cb, void *udata) {
+    return start_hold_op(l, OP_RELEASE, 0, cb, udata);
+}
+
+int dlock_async_extend(dlock_async_lock *l, int64_t lease_ms, dlock_async_fn cb, void *udata) {
+    return start_hold_op(l, OP_EXTEND, lease_ms, cb, udata);
+}
+
+int dlock_async_cancel(dlock_async_lock *l) {
+    if (!l) return DLOCK_EINVAL;
+    if (!l->op.type) return DLOCK_ENOTHELD;
+    dl_aclient *c = l->c;
+    c->depth++;
+    if (l->op.type == OP_ACQUIRE) finish_msg(l, DLOCK_ECANCELED, "waiting for lock '%s' was cancelled");
+    else finish_msg(l, DLOCK_ECANCELED, "the operation on lock '%s' was cancelled");
+    leave(c);
+    return DLOCK_OK;
+}
+
+int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
+    if (!l || !l->holds) return 0;
+    int64_t left = l->expires_at - dl_now_ms();
+    return left > 0 ? left : 0;
+}
+
+const char *dlock_async_lock_errmsg(const dlock_async_lock *l) {
+    return l ? l->errmsg : "NULL lock handle";
+}
+
+int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_len, dlock_kind kind,
+                         dlock_async_lock **out) {
+    if (out) *out = NULL;
+    if (!c) return DLOCK_EINVAL;
+    dl_err err = {0};
+    int rc = DLOCK_OK;
+    if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "dlock_async_lock_new: NULL out");
+    else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
+    if (!rc) rc = dl_check_name(name, &name_len, &err);
+    if (!rc && kind != DLOCK_KIND_PLAIN && kind != DLOCK_KIND_REENTRANT)
+        rc = dl_seterr(&err, DLOCK_ENOTSUP,
+                       "the async API has only plain and reentrant locks yet");
+    if (rc) {
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
+        return rc;
+    }
+    dlock_async_lock *l = NULL;
+    /* its timer's place in the heap, so that arming it cannot fail */
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + 1 + DLOCK_ASYNC_SLOTS)) l = calloc(1, sizeof *l);
+    if (l) {
+        l->c = c;
+        l->refs = 1;
+        l->reentrant = kind == DLOCK_KIND_REENTRANT;
+        l->name = malloc(name_len + 1);
+        l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
+        if (l->reentrant) { /* Redisson's unlock channel, the waiters' too */
+            l->waiters =
+                dl_derive_key("redisson_lock__channel:", name, name_len, "", &l->waiters_len);
+            l->prefix = calloc(1, 1);
+            l->chan = l->waiters ? malloc(l->waiters_len + 1) : NULL;
+        } else {
+            l->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &l->waiters_len);
+            l->prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &l->prefix_len);
+            if (l->prefix) l->chan = malloc(l->prefix_len + DLOCK_TOKEN_LEN + 1);
+        }
+    }
+    dl_err rerr;
+    if (l && l->reentrant && dl_random_hex(l->owner, DLOCK_TOKEN_LEN / 2, &rerr)) {
+        unref(l);
+        snprintf(c->errmsg, sizeof c->errmsg, "%s", rerr.msg);
+        return rerr.code;
+    }
+    if (!l || !l->name || !l->fence_key || !l->waiters || !l->prefix || !l->chan) {
+        if (l) unref(l);
+        snprintf(c->errmsg, sizeof c->errmsg, "out of memory");
+        return DLOCK_ENOMEM;
+    }
+    memcpy(l->name, name, name_len);
+    l->name[name_len] = '\0';
+    l->name_len = name_len;
+    if (l->reentrant) {
+        memcpy(l->chan, l->waiters, l->waiters_len + 1);
+        l->chan_len = l->waiters_len;
+    } else {
+        memcpy(l->chan, l->prefix, l->prefix_len);
+        l->chan_len = l->prefix_len + DLOCK_TOKEN_LEN;
+        l->chan[l->chan_len] = '\0';
+    }
+    l->next = c->locks;
+    if (c->locks) c->locks->prev = l;
+    c->locks = l;
+    c->nlocks++;
+    *out = l;
+    return DLOCK_OK;
+}
+
+/* Frees l: its operation cancelled, its hold given back unless the client
+ * is being freed. */
+static void lock_free(dlock_async_lock *l) {
+    dl_aclient *c = l->c;
+    if (l->op.type) finish_msg(l, DLOCK_ECANCELED, "the handle of lock '%s' was freed");
+    /* every hold, in order: a reentrant count expected from holds down to 1 */
+    for (int64_t h = l->holds; h > 0; h--) owe(l, R_GIVEBACK, l->token, h);
+    l->holds = 0;
+    if (l->prev) l->prev->next = l->next;
+    else if (c->locks == l) c->locks = l->next;
+    if (l->next) l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+    c->nlocks--;
+    unref(l);
+}
+
+void dlock_async_lock_free(dlock_async_lock *l) {
+    if (!l) return;
+    dl_aclient *c = l->c;
+    c->depth++;
+    lock_free(l);
+    leave(c);
+}
+
+void dl_alock_free_all(dl_aclient *c) {
+    /* every operation first (a callback may still use other handles, or
+     * free them: look for the next one afresh each time) */
+    for (;;) {
+        dlock_async_lock *l = c->locks;
+        while (l && !l->op.type) l = l->next;
+        if (!l) break;
+        finish_msg(l, DLOCK_ECANCELED, "the client was freed while waiting for lock '%s'");
+    }
+    dl_err err;
+    dl_seterr(&err, DLOCK_ECANCELED, "the client was freed");
+    dl_apipe_fail(&c->cmd, &err);
+    dl_apipe_fail(&c->subs.pipe, &err);
+    while (c->locks) lock_free(c->locks);
+    while (c->settle) {
+        oreq *o = c->settle;
+        c->settle = o->next;
+        free(o);
+    }
+}

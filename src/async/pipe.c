@@ -1,0 +1,223 @@
+/* A non-blocking RESP connection and its pipeline: requests go out as they
+ * are queued (one write for all that queued in one loop turn), their
+ * replies come back in the same order, and RESP has no request ids, so the
+ * n-th reply is the n-th request's. Each request has a deadline (the
+ * command timeout, plus the connect timeout while connecting); the timer
+ * watches the oldest's, and when it passes the connection is closed and
+ * every request ended: a reply that comes late cannot be matched to a
+ * later request. The connection is transport/conn.c's: its bounded reader
+ * (DL_REPLY_MAX_ELEMENTS) and its handshake (AUTH, SELECT), driven without
+ * waiting. */
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "async.h"
+
+static void on_timer(dl_atimer *t);
+
+void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot) {
+    memset(p, 0, sizeof *p);
+    p->cl = cl;
+    p->slot = slot;
+    p->timer.fn = on_timer;
+    p->timer.arg = p;
+}
+
+static void arm(dl_apipe *p) {
+    int64_t at = -1;
+    if (p->conn && !p->ready) at = p->connect_deadline;
+    if (p->head && (at < 0 || p->head->deadline < at)) at = p->head->deadline;
+    if (at < 0) {
+        dl_atimer_stop(&p->cl->loop, &p->timer);
+    } else if (dl_atimer_arm(&p->cl->loop, &p->timer, at)) {
+        /* no room for the timer: without it a request could wait forever */
+        dl_err err;
+        dl_seterr(&err, DLOCK_ENOMEM, "out of memory arming a timer");
+        dl_apipe_fail(p, &err);
+    }
+}
+
+void dl_apipe_update(dl_apipe *p) {
+    if (!p->conn) {
+        dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
+        return;
+    }
+    int ev = DLOCK_ASYNC_READ;
+    if (p->conn->connecting || p->conn->olen) ev |= DLOCK_ASYNC_WRITE;
+    if (p->conn->connecting) ev = DLOCK_ASYNC_WRITE;
+    dl_aloop_want(&p->cl->loop, p->slot, p->conn->fd, ev);
+}
+
+void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
+    if (!p->conn && !p->head) return;
+    dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
+    dl_conn_close(p->conn);
+    p->conn = NULL;
+    p->ready = 0;
+    dl_atimer_stop(&p->cl->loop, &p->timer);
+    dl_areq *q = p->head;
+    p->head = p->tail = NULL;
+    p->pending = 0;
+    /* each request ended once; one that queues a new request opens a new
+     * connection, which these no longer share */
+    while (q) {
+        dl_areq *next = q->next;
+        q->next = NULL;
+        q->done(q, NULL, err);
+        q = next;
+    }
+    if (p->down) p->down(p, err);
+}
+
+int dl_apipe_open(dl_apipe *p, dl_err *err) {
+    if (p->conn) return DLOCK_OK;
+    dl_aclient *c = p->cl;
+    dl_conn *conn = NULL;
+    int rc = dl_conn_open_start(&c->ep, &conn, err);
+    if (rc == DLOCK_ENOTSUP) {
+        /* a name with several addresses: connected the blocking way, each
+         * address in turn (dlock_async.h says so) */
+        rc = dl_conn_open(&c->ep, dl_deadline(c->connect_timeout_ms), &conn, err);
+        if (!rc) {
+            p->conn = conn;
+            p->ready = 1;
+            dl_apipe_update(p);
+            if (p->up) p->up(p);
+            return DLOCK_OK;
+        }
+    }
+    if (rc) return rc;
+    p->conn = conn;
+    p->ready = 0;
+    p->connect_deadline = dl_deadline(c->connect_timeout_ms);
+    if (!conn->connecting && !conn->handshake) p->ready = 1;
+    arm(p);
+    dl_apipe_update(p);
+    /* what must go first on a new connection is queued before the request
+     * that opened it (the handshake goes before both) */
+    if (p->up) p->up(p);
+    return DLOCK_OK;
+}
+
+static int enqueue(dl_apipe *p, dl_areq *q) {
+    int64_t base = p->ready ? dl_now_ms() : p->connect_deadline;
+    q->deadline = base + p->cl->command_timeout_ms;
+    q->next = NULL;
+    if (p->tail) p->tail->next = q;
+    else p->head = q;
+    p->tail = q;
+    p->pending++;
+    arm(p);
+    dl_apipe_update(p);
+    return DLOCK_OK;
+}
+
+int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
+                     dl_err *err) {
+    int rc = dl_apipe_open(p, err);
+    if (!rc) rc = dl_conn_append(p->conn, argc, argv, lens, err);
+    return rc ? rc : enqueue(p, q);
+}
+
+int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
+                  const char **keys, const size_t *keylens, int nargs, const char **args,
+                  const size_t *arglens, dl_err *err) {
+    int rc = dl_apipe_open(p, err);
+    if (!rc) {
+        rc = by_text ? dl_eval_append_text(p->conn, s, nkeys, keys, keylens, nargs, args, arglens,
+                                           err)
+                     : dl_eval_append(p->conn, s, nkeys, keys, keylens, nargs, args, arglens, err);
+    }
+    return rc ? rc : enqueue(p, q);
+}
+
+/* One reply read: the handshake's first, then the head request's, else a
+ * push (pub/sub). 0, or a failure in err. */
+static int take(dl_apipe *p, redisReply *r, dl_err *err) {
+    if (p->conn->handshake > 0) {
+        p->conn->handshake--;
+        int bad = r->type == REDIS_REPLY_ERROR;
+        if (bad) dl_reply_error(r, "AUTH/SELECT", err);
+        freeReplyObject(r);
+        if (bad) return err->code;
+        if (!p->conn->handshake) {
+            p->ready = 1;
+            arm(p);
+        }
+        return DLOCK_OK;
+    }
+    if (p->push && p->push(p, r)) {
+        freeReplyObject(r);
+        return DLOCK_OK;
+    }
+    dl_areq *q = p->head;
+    if (!q) {
+        freeReplyObject(r);
+        return dl_seterr(err, DLOCK_EIO,
+                         "the server sent a reply nobody asked for: connection out of step");
+    }
+    p->head = q->next;
+    if (!p->head) p->tail = NULL;
+    p->pending--;
+    q->next = NULL;
+    arm(p);
+    q->done(q, r, NULL);
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+void dl_apipe_io(dl_apipe *p, int events) {
+    dl_err err = {0};
+    int rc = DLOCK_OK;
+    dl_conn *conn = p->conn;
+    if (!conn) return;
+    if (conn->connecting) {
+        /* an event of the socket this fd number had before (a bare loop's
+         * poll result) must not pass for the end of the connect */
+        struct pollfd pf = {.fd = conn->fd, .events = POLLOUT};
+        if (!(events & (DLOCK_ASYNC_WRITE | DLOCK_ASYNC_READ)) || poll(&pf, 1, 0) <= 0) return;
+        rc = dl_conn_connected(conn, &err);
+        if (!rc && !conn->handshake) {
+            p->ready = 1;
+            arm(p);
+        }
+    }
+    if (!rc && conn->olen) rc = dl_conn_write_some(conn, &err);
+    if (!rc && (events & DLOCK_ASYNC_READ)) {
+        /* every reply there is now; a done may queue requests (written
+         * below) or fail this connection (then it is gone: stop) */
+        for (;;) {
+            redisReply *r = NULL;
+            rc = dl_conn_poll_reply(conn, &r, &err);
+            if (rc || !r) break;
+            rc = take(p, r, &err);
+            if (rc || p->conn != conn) break;
+        }
+    }
+    if (p->conn != conn) return;
+    if (!rc && conn->olen) rc = dl_conn_write_some(conn, &err);
+    if (rc) {
+        dl_apipe_fail(p, &err);
+        return;
+    }
+    dl_apipe_update(p);
+}
+
+static void on_timer(dl_atimer *t) {
+    dl_apipe *p = t->arg;
+    dl_err err;
+    int64_t now = dl_now_ms();
+    if (p->conn && !p->ready && now >= p->connect_deadline) {
+        char where[300];
+        dl_endpoint_describe(&p->cl->ep, where, sizeof where);
+        dl_seterr(&err, DLOCK_EIO, "connect to %s timed out", where);
+        dl_apipe_fail(p, &err);
+    } else if (p->head && now >= p->head->deadline) {
+        dl_seterr(&err, DLOCK_EIO, "timed out waiting for the server's reply");
+        dl_apipe_fail(p, &err);
+    } else {
+        arm(p);
+    }
+}

@@ -1,0 +1,338 @@
+/* The async API's failures and ends (include/dlock_async.h) on real event
+ * loops (tests/async_loop.c) and real servers. argv[1] is "<case>_<loop>".
+ *
+ *   cancel   cancel and free with operations pending: each callback once,
+ *            nothing left in the waiter registry, a wake passed on; the
+ *            client freed from a callback
+ *   restart  the server killed with operations pending: each ends once
+ *            with an error; a paused server's request ends at its
+ *            deadline, and the acquire it ran when it thawed is given
+ *            back; after the restart the client works again
+ *   badinput distinct codes for bad arguments, URLs, kinds and leases;
+ *            AUTH refused and accepted, an ACL user from the URL; unix:// */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async_loop.h"
+
+/* ---- cancel and free ---- */
+
+static dlock_async_client *freeing;
+
+/* a callback that frees its client */
+static void free_client_cb(dlock_async_lock *l, int code, uint64_t fence, void *ud) {
+    on_done(l, code, fence, ud);
+    forget(freeing);
+    dlock_async_client_free(freeing);
+}
+
+static void t_cancel(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = client(s);
+    dlock_async_lock *h = alock(c, "cx");
+    res hr = {0};
+    hold(h, 20000, &hr);
+    enum { N = 10 };
+    dlock_async_lock *w[N];
+    res wr[N];
+    memset(wr, 0, sizeof wr);
+    for (int i = 0; i < N; i++) {
+        w[i] = alock(c, "cx");
+        START(dlock_async_acquire(w[i], i % 2 ? 20000 : DLOCK_WAIT_FOREVER, 20000, on_done,
+                                  &wr[i]));
+    }
+    /* cancel one at once (its attempt is still out), the others once registered */
+    ASSERT_OK(dlock_async_cancel(w[0]));
+    ASSERT_EQ(wr[0].calls, 1);
+    ASSERT_CODE(wr[0].code, DLOCK_ECANCELED);
+    ASSERT(strstr(dlock_async_lock_errmsg(w[0]), "cancelled"));
+    ASSERT_CODE(dlock_async_cancel(w[0]), DLOCK_ENOTHELD);
+    RUN_UNTIL(th_cmd_int(rc, "ZCARD dlock_waiters:{cx}") == N - 1, 5000);
+    for (int i = 1; i < N / 2; i++) ASSERT_OK(dlock_async_cancel(w[i]));
+    run_for(200);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD dlock_waiters:{cx}"), N - N / 2);
+    /* a freed handle's wait ends once too */
+    dlock_async_lock_free(w[N / 2]);
+    ASSERT_EQ(wr[N / 2].calls, 1);
+    ASSERT_CODE(wr[N / 2].code, DLOCK_ECANCELED);
+
+    /* a blocking waiter behind them; the async waiters are cancelled by
+     * the client's free, the holder's lease stays: the blocking waiter
+     * gets the lock at its end, or when the holder's key goes */
+    res rel = {0};
+    START(dlock_async_release(h, on_done, &rel)); /* pending at the free */
+    forget(c);
+    dlock_async_client_free(c);
+    for (int i = 0; i < 3; i++) loop_once();
+    for (int i = 0; i < N; i++) {
+        ASSERT_EQ(wr[i].calls, 1);
+        ASSERT_CODE(wr[i].code, DLOCK_ECANCELED);
+    }
+    ASSERT_EQ(rel.calls, 1);
+    ASSERT_CODE(rel.code, DLOCK_ECANCELED);
+    ASSERT_EQ(hr.calls, 1);
+    /* what the server has left: the registry expires 6 s after the last
+     * attempt at most; entries of dead waiters are skipped by a release */
+    ASSERT_LE(th_cmd_int(rc, "ZCARD dlock_waiters:{cx}"), N);
+
+    /* a woken waiter that is cancelled passes the wake on: a blocking
+     * waiter behind it gets the lock at the release, not at the backstop */
+    th_cmd_ok(rc, "DEL cx dlock_waiters:{cx}");
+    c = client(s);
+    dlock_async_lock *h2 = alock(c, "cy"), *w2 = alock(c, "cy");
+    res h2r = {0}, w2r = {0}, r2 = {0};
+    START(dlock_async_acquire(h2, DLOCK_NOWAIT, 20000, on_done, &h2r));
+    WAIT_DONE(h2r, 3000);
+    START(dlock_async_acquire(w2, DLOCK_WAIT_FOREVER, 20000, on_done, &w2r));
+    RUN_UNTIL(th_cmd_int(rc, "ZCARD dlock_waiters:{cy}") == 1, 3000);
+    blocker b = {.s = s, .name = "cy", .hold_ms = 0};
+    pthread_t th;
+    pthread_create(&th, NULL, blocking_holder, &b);
+    RUN_UNTIL(th_cmd_int(rc, "ZCARD dlock_waiters:{cy}") == 2, 3000);
+    /* the release and the cancel in one turn: the wake is in flight */
+    START(dlock_async_release(h2, on_done, &r2));
+    WAIT_DONE(r2, 3000);
+    ASSERT_OK(dlock_async_cancel(w2));
+    ASSERT_CODE(w2r.code, DLOCK_ECANCELED);
+    int64_t t0 = th_now_ms();
+    while (!atomic_load(&b.go)) loop_once();
+    pthread_join(th, NULL);
+    th_log("wake passed on in %lld ms", (long long)(b.acquired_at - t0));
+    ASSERT_LT(b.acquired_at - t0, 1000);
+    client_free(c);
+
+    /* the client freed from a callback (a release's, then a cancel's),
+     * with operations pending: each ends once */
+    for (int how = 0; how < 2; how++) {
+        c = client(s);
+        freeing = c;
+        dlock_async_lock *fh = alock(c, "cz"), *fw[3];
+        res fhr = {0}, fwr[3], frel = {0};
+        memset(fwr, 0, sizeof fwr);
+        hold(fh, 20000, &fhr);
+        for (int i = 0; i < 3; i++) {
+            fw[i] = alock(c, "cz");
+            START(dlock_async_acquire(fw[i], DLOCK_WAIT_FOREVER, 20000,
+                                      how == 1 && i == 0 ? free_client_cb : on_done, &fwr[i]));
+        }
+        RUN_UNTIL(th_cmd_int(rc, "ZCARD dlock_waiters:{cz}") == 3, 3000);
+        if (how == 0) {
+            START(dlock_async_release(fh, free_client_cb, &frel));
+            RUN_UNTIL(frel.calls == 1, 3000);
+            ASSERT_CODE(frel.code, DLOCK_OK);
+        } else {
+            ASSERT_OK(dlock_async_cancel(fw[0]));
+        }
+        for (int i = 0; i < 3; i++) {
+            ASSERT_EQ(fwr[i].calls, 1);
+            ASSERT_CODE(fwr[i].code, DLOCK_ECANCELED);
+        }
+        for (int i = 0; i < 3; i++) loop_once(); /* the adapter's handles close */
+        th_cmd_ok(rc, "DEL cz dlock_waiters:{cz}");
+    }
+    redisFree(rc);
+}
+
+/* ---- restart ---- */
+
+static void t_restart(th_server *s) {
+    dlock_async_client *c = client(s);
+    dlock_async_lock *h = alock(c, "rs"), *w[5];
+    res hr = {0}, wr[5], ex = {0};
+    memset(wr, 0, sizeof wr);
+    hold(h, 60000, &hr);
+    for (int i = 0; i < 5; i++) {
+        w[i] = alock(c, "rs");
+        START(dlock_async_acquire(w[i], i < 3 ? DLOCK_WAIT_FOREVER : 30000, 5000, on_done,
+                                  &wr[i]));
+    }
+    run_for(200);
+    START(dlock_async_extend(h, 60000, on_done, &ex));
+    th_server_halt(s, SIGKILL);
+    RUN_UNTIL(ex.calls + calls(wr, 5) == 6, 5000);
+    run_for(300);
+    for (int i = 0; i < 5; i++) {
+        ASSERT_EQ(wr[i].calls, 1);
+        ASSERT_MSG(wr[i].code == DLOCK_EIO, "waiter %d: %s (%s)", i, dlock_strerror(wr[i].code),
+                   dlock_async_lock_errmsg(w[i]));
+    }
+    ASSERT_EQ(ex.calls, 1);
+    ASSERT_CODE(ex.code, DLOCK_EIO);
+    th_log("waiter's message: %s", dlock_async_lock_errmsg(w[0]));
+    /* while it is down: a new operation fails clearly, at once or by callback */
+    res down = {0};
+    int rc = dlock_async_acquire(w[0], DLOCK_NOWAIT, 1000, on_done, &down);
+    if (rc == DLOCK_OK) {
+        WAIT_DONE(down, 3000);
+        rc = down.code;
+    }
+    ASSERT_CODE(rc, DLOCK_EIO);
+    th_server_resume(s);
+    /* a server that stops answering: the request's deadline (the command
+     * timeout, 2 s here) ends it, by the client's own timer */
+    res up = {0};
+    START(dlock_async_extend(h, 1000, on_done, &up)); /* reconnects: the server is empty */
+    WAIT_DONE(up, 3000);
+    ASSERT_CODE(up.code, DLOCK_ELOST);
+    /* the restarted server's script cache has the acquire script again, so
+     * that the thawed server below runs it (rather than answer NOSCRIPT) */
+    dlock_async_lock *warm = alock(c, "warm");
+    res wr1 = {0}, wr2 = {0};
+    hold(warm, 1000, &wr1);
+    START(dlock_async_release(warm, on_done, &wr2));
+    WAIT_DONE(wr2, 3000);
+    th_server_pause(s);
+    int64_t t1 = th_now_ms();
+    res hung2 = {0};
+    START(dlock_async_acquire(w[3], 5000, 30000, on_done, &hung2));
+    WAIT_DONE(hung2, 5000);
+    th_server_unpause(s);
+    /* the thawed server runs the attempt it had read (from a connection
+     * closed meanwhile): the lock is taken for 30 s by an acquire that was
+     * reported failed; the next connection gives it back first */
+    redisContext *raw = th_redis(s);
+    RUN_UNTIL(th_cmd_int(raw, "EXISTS rs") == 1, 2000);
+    ASSERT_GT(th_cmd_int(raw, "PTTL rs"), 20000);
+    ASSERT_CODE(hung2.code, DLOCK_EIO);
+    th_log("hung server: %s after %lld ms", dlock_async_lock_errmsg(w[3]),
+           (long long)(hung2.at - t1));
+    ASSERT_GE(hung2.at - t1, 1900);
+    ASSERT_LT(hung2.at - t1, 3500);
+    /* the client works again, and the 30 s hold of the acquire reported
+     * failed was given back first on the new connection (else: EBUSY) */
+    res again = {0};
+    START(dlock_async_acquire(w[1], DLOCK_NOWAIT, 5000, on_done, &again));
+    WAIT_DONE(again, 3000);
+    ASSERT_MSG(again.code == DLOCK_OK, "after restart: %s", dlock_async_lock_errmsg(w[1]));
+    redisFree(raw);
+    res rel = {0};
+    START(dlock_async_release(w[1], on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_OK);
+    ASSERT_EQ(hr.calls, 1);
+    ASSERT_EQ(up.calls + hung2.calls + again.calls + rel.calls, 4);
+    client_free(c);
+}
+
+/* ---- bad input ---- */
+
+/* A try-once acquire by a new client of url: its code. The message must
+ * not contain secret (when not NULL). */
+static int try_url(const char *url, const char *password, const char *secret) {
+    dlock_async_client *c = NULL;
+    ASSERT_OK(client_new(url, password, &c));
+    dlock_async_lock *l = alock(c, "try-url");
+    res r = {0};
+    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    th_log("%s: %s", dlock_strerror(r.code), dlock_async_lock_errmsg(l));
+    ASSERT(!secret || !strstr(dlock_async_lock_errmsg(l), secret));
+    client_free(c);
+    return r.code;
+}
+
+static void t_badinput(th_server *s) {
+    dlock_async_client *c = NULL;
+    ASSERT_CODE(dlock_async_client_new(NULL, NULL, NULL), DLOCK_EINVAL);
+    ASSERT_CODE(client_new("redis://127.0.0.1:notaport", NULL, &c), DLOCK_EINVAL);
+    ASSERT(*dlock_async_errmsg(c));
+    client_free(c);
+    const char *unsupported[] = {"rediss://127.0.0.1:6379", "redis-sentinel://127.0.0.1:1/m",
+                                 "redis-cluster://127.0.0.1:1", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+                                 "zk://127.0.0.1:2181"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
+        c = NULL;
+        ASSERT_CODE(client_new(unsupported[i], NULL, &c), DLOCK_ENOTSUP);
+        th_log("%s: %s", unsupported[i], dlock_async_errmsg(c));
+        /* an unusable client refuses its operations */
+        dlock_async_lock *l = NULL;
+        ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);
+        client_free(c);
+    }
+    c = client(s);
+    dlock_async_lock *l = NULL;
+    ASSERT_CODE(dlock_async_lock_new(NULL, "x", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_PLAIN, NULL), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_lock_new(c, "", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_lock_new(c, NULL, 3, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);
+    static char big[DLOCK_NAME_MAX + 2];
+    memset(big, 'n', sizeof big - 1);
+    ASSERT_CODE(dlock_async_lock_new(c, big, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l),
+                DLOCK_ENAMETOOLONG);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_FAIR, &l), DLOCK_ENOTSUP);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, (dlock_kind)99, &l), DLOCK_ENOTSUP);
+    l = alock(c, "bad");
+    res r = {0};
+    ASSERT_CODE(dlock_async_acquire(NULL, 0, 1000, on_done, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_acquire(l, 0, 1000, NULL, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_acquire(l, -2, 1000, on_done, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_acquire(l, 0, -5, on_done, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_acquire(l, 0, DLOCK_WATCHDOG, on_done, &r), DLOCK_ENOTSUP);
+    ASSERT(strstr(dlock_async_lock_errmsg(l), "WATCHDOG"));
+    ASSERT_CODE(dlock_async_release(NULL, on_done, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_release(l, on_done, &r), DLOCK_ENOTHELD);
+    ASSERT_CODE(dlock_async_extend(l, 1000, on_done, &r), DLOCK_ENOTHELD);
+    ASSERT_CODE(dlock_async_cancel(NULL), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_cancel(l), DLOCK_ENOTHELD);
+    START(dlock_async_acquire(l, 0, 1000, on_done, &r));
+    /* one operation per handle at a time */
+    ASSERT_CODE(dlock_async_acquire(l, 0, 1000, on_done, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_release(l, on_done, &r), DLOCK_EINVAL);
+    WAIT_DONE(r, 3000);
+    ASSERT_CODE(r.code, DLOCK_OK);
+    ASSERT_EQ(r.calls, 1);
+    ASSERT_CODE(dlock_async_acquire(l, 0, 1000, on_done, &r), DLOCK_EINVAL); /* holds */
+    ASSERT_CODE(dlock_async_extend(l, 0, on_done, &r), DLOCK_EINVAL);
+    dlock_async_lock_free(l); /* releases its hold */
+    redisContext *rc = th_redis(s);
+    RUN_UNTIL(th_cmd_int(rc, "EXISTS bad") == 0, 3000);
+    dlock_async_lock_free(NULL);
+    dlock_async_client_free(NULL);
+    dlock_async_process(NULL, -1, 0);
+    ASSERT_EQ(dlock_async_timeout(NULL), -1);
+    client_free(c);
+
+    /* nothing listens: the callback tells */
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    ASSERT_OK(client_new(url, NULL, &c));
+    l = alock(c, "x");
+    memset(&r, 0, sizeof r);
+    int code = dlock_async_acquire(l, 0, 1000, on_done, &r);
+    if (!code) {
+        WAIT_DONE(r, 3000);
+        code = r.code;
+    }
+    ASSERT_CODE(code, DLOCK_EIO);
+    th_log("refused: %s", dlock_async_lock_errmsg(l));
+    client_free(c);
+
+    /* an ACL user and password from the URL */
+    redisContext *arc = th_redis(s);
+    th_cmd_ok(arc, "ACL SETUSER alice on >al1ce ~* &* +@all");
+    char aurl[96];
+    snprintf(aurl, sizeof aurl, "redis://alice:al1ce@127.0.0.1:%d", th_server_port(s));
+    ASSERT_CODE(try_url(aurl, NULL, NULL), DLOCK_OK);
+    snprintf(aurl, sizeof aurl, "redis://alice:nope@127.0.0.1:%d", th_server_port(s));
+    ASSERT_CODE(try_url(aurl, NULL, NULL), DLOCK_EAUTH);
+    redisFree(arc);
+
+    /* AUTH: refused (never naming the password), then accepted; and a
+     * unix socket */
+    th_server_opts so = {.requirepass = "s3cret"};
+    th_server *ps = th_server_start(&so);
+    ASSERT_CODE(try_url(th_server_url(ps), "wrong", "wrong"), DLOCK_EAUTH);
+    ASSERT_CODE(try_url(th_server_unix_url(ps), "s3cret", NULL), DLOCK_OK);
+    th_server_stop(ps);
+    redisFree(rc);
+}
+
+int main(int argc, char **argv) {
+    static const async_case cases[] = {
+        {"cancel", t_cancel}, {"restart", t_restart}, {"badinput", t_badinput}, {NULL, NULL},
+    };
+    return async_main(argc, argv, "async_faults", cases);
+}
