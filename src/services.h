@@ -132,10 +132,41 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
             const size_t *keylens, int nargs, const char **args, const size_t *arglens,
             redisReply **out, dl_err *err);
-/* Queues an EVALSHA (no fallback; the caller re-sends by dl_eval on NOSCRIPT). */
-int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                   const size_t *keylens, int nargs, const char **args,
-                   const size_t *arglens, dl_err *err);
+
+/* One script call as it goes on the wire, for the callers that queue their
+ * requests themselves (a pipeline, a fan-out). */
+typedef struct dl_eval_req {
+    dl_script *s;
+    const char *pre;           /* a command sent right before it (ASKING,
+                                * PING), its reply read and dropped; or NULL */
+    int with_prev;             /* reads what the request before it wrote (a
+                                * holder record after its lock's script): sent
+                                * again whenever that one is */
+    int nkeys, nargs;
+    const char *const *keys;
+    const size_t *keylens;
+    const char *const *args;
+    const size_t *arglens;
+} dl_eval_req;
+
+/* Queues q (its pre first) by SHA (EVALSHA), or by its text (EVAL). */
+int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err);
+/* The NOSCRIPT fallback, for every caller: *r is the reply to q, sent by
+ * SHA unless *by_text. When the server's script cache lacks the script
+ * (NOSCRIPT: SCRIPT FLUSH, a restart, a failover), frees *r, sets it NULL
+ * and *by_text, and queues q by its text, which loads it: the reply to that
+ * (the caller flushes) takes r's place. Otherwise *r stands. DLOCK_OK, or
+ * the failure to queue (*r NULL then too). */
+int dl_eval_fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
+                     dl_err *err);
+/* Reads the replies to the n requests queued and flushed on c by SHA
+ * (dl_eval_queue) into out[i]: those that came back NOSCRIPT, and the
+ * with_prev requests behind them, go again by text in one write
+ * (dl_eval_fallback), their replies read into their place. On a failure the
+ * replies read until then stay in out (NULL for the others; the caller
+ * frees them all). */
+int dl_eval_read_all(dl_conn *c, int64_t deadline, const dl_eval_req *q, size_t n,
+                     redisReply **out, dl_err *err);
 int dl_is_noscript(const redisReply *r);
 /* dl_eval on a pooled connection with the command deadline: the usual case. */
 int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
@@ -163,10 +194,6 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
  * from a connection closed meanwhile; a command cut short never runs). */
 void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
                      const size_t *keylens, int nargs, const char **args, const size_t *arglens);
-/* Queues EVAL (by text) of s. */
-int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                        const size_t *keylens, int nargs, const char **args,
-                        const size_t *arglens, dl_err *err);
 /* The script call of one operation, described rather than run, so that the
  * same call can go to one server or to every RedLock node. */
 enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
