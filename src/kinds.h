@@ -216,7 +216,7 @@ struct dl_kind_ops {
     int reentrant;
     /* l->h.channel is this waiter's own (no one else listens on it, and no
      * release publishes on it once the waiter stopped waiting): its
-     * subscription may linger after an acquire (dl_node_put_linger) */
+     * subscription may linger after an acquire (dl_sub_linger) */
     int own_channel;
     /* sets up l->h.channel (and l->kind_state) when the handle is created */
     int (*init)(dlock_lock *l, dl_err *err);
