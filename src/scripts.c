@@ -120,7 +120,7 @@ static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys,
     return rc;
 }
 
-int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
+static inline int queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
     if (q->pre) {
         const char *pre = q->pre;
         size_t len = strlen(pre);
@@ -131,23 +131,32 @@ int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
                        q->arglens, err);
 }
 
+int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
+    return queue(c, q, by_text, err);
+}
+
 /* *r's request goes again by text: *r freed and NULL. */
 static int resend(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r, dl_err *err) {
     freeReplyObject(*r);
     *r = NULL;
     *by_text = 1;
-    return dl_eval_queue(c, q, 1, err);
+    return queue(c, q, 1, err);
 }
 
-int dl_eval_fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
-                     dl_err *err) {
+static int fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
+                    dl_err *err) {
     if (*by_text || !dl_is_noscript(*r)) return DLOCK_OK;
     return resend(c, q, by_text, r, err);
 }
 
+int dl_eval_fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
+                     dl_err *err) {
+    return fallback(c, q, by_text, r, err);
+}
+
 /* q's reply, its pre's read and dropped first. */
-static int read_one(dl_conn *c, int64_t deadline, const dl_eval_req *q, redisReply **out,
-                    dl_err *err) {
+static inline int read_one(dl_conn *c, int64_t deadline, const dl_eval_req *q, redisReply **out,
+                           dl_err *err) {
     if (q->pre) {
         redisReply *ok = NULL;
         int rc = dl_conn_read(c, deadline, &ok, err);
@@ -159,21 +168,25 @@ static int read_one(dl_conn *c, int64_t deadline, const dl_eval_req *q, redisRep
 
 int dl_eval_read_all(dl_conn *c, int64_t deadline, const dl_eval_req *q, size_t n,
                      redisReply **out, dl_err *err) {
-    int rc = DLOCK_OK, again = 0, by_text = 0, prev_again = 0;
-    for (size_t i = 0; i < n; i++) out[i] = NULL;
-    for (size_t i = 0; i < n && !rc; i++) {
+    int rc = DLOCK_OK, again = 0, prev_again = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        out[i] = NULL;
         rc = read_one(c, deadline, &q[i], &out[i], err);
         if (rc) break;
         /* the with_prev request read the state of a run that did not happen */
-        by_text = 0;
+        int by_text = 0;
         rc = q[i].with_prev && prev_again ? resend(c, &q[i], &by_text, &out[i], err)
-                                          : dl_eval_fallback(c, &q[i], &by_text, &out[i], err);
+                                          : fallback(c, &q[i], &by_text, &out[i], err);
+        if (rc) break;
         prev_again = by_text;
         again |= by_text;
     }
-    if (!rc && again) {
+    if (rc) {
+        for (i++; i < n; i++) out[i] = NULL;
+    } else if (again) {
         rc = dl_conn_flush(c, deadline, err);
-        for (size_t i = 0; i < n && !rc; i++)
+        for (i = 0; i < n && !rc; i++)
             if (!out[i]) rc = read_one(c, deadline, &q[i], &out[i], err);
     }
     if (rc) c->broken = 1; /* replies unread, or requests queued and not sent */
@@ -189,8 +202,9 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
     *out = NULL;
     dl_call *post = c->post;
     c->post = NULL;
-    dl_eval_req q[2] = {{.s = s, .pre = pre, .nkeys = nkeys, .nargs = nargs, .keys = keys,
-                         .keylens = keylens, .args = args, .arglens = arglens}};
+    dl_eval_req q[2];
+    q[0] = (dl_eval_req){.s = s, .pre = pre, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                         .keylens = keylens, .args = args, .arglens = arglens};
     size_t n = 1;
     if (post)
         q[n++] = (dl_eval_req){.s = post->script, .with_prev = 1, .nkeys = post->nkeys,
@@ -198,20 +212,19 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
                                .keylens = post->keylens, .args = post->args,
                                .arglens = post->arglens};
     int rc = DLOCK_OK;
-    for (size_t i = 0; i < n && !rc; i++) rc = dl_eval_queue(c, &q[i], 0, err);
+    for (size_t i = 0; i < n && !rc; i++) rc = queue(c, &q[i], 0, err);
     if (!rc) rc = dl_conn_flush(c, deadline, err);
     if (rc) return rc;
     redisReply *r[2];
-    dl_err rerr = {0};
-    rc = dl_eval_read_all(c, deadline, q, n, r, &rerr);
+    rc = dl_eval_read_all(c, deadline, q, n, r, err);
     if (post && r[1]) freeReplyObject(r[1]);
     /* the main reply stands whatever becomes of the post's: a record lost
-     * costs the record, never the call (the connection is dropped) */
+     * costs the record, never the call (the connection is dropped; err,
+     * which tells the post's failure, is not read on success) */
     if (r[0]) {
         *out = r[0];
         return DLOCK_OK;
     }
-    *err = rerr;
     return rc;
 }
 
