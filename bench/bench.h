@@ -53,6 +53,17 @@ int bench_write_full(int fd, const void *buf, size_t len);
  * channel subscribed a while, so a subscribed channel alone is no waiter).
  * -1 on a connection error. */
 long long bench_lock_waiters(redisContext *rc, const char *name);
+/* The contention scenarios' critical section, a read-modify-write that
+ * only the lock protects: GET counter, then SET it to the value + 1, on rc.
+ * 0, or -1 when a command failed. */
+int bench_counter_step(redisContext *rc, const char *counter);
+/* GET key as an integer: 0 when it is missing, -1 on a failure. */
+long long bench_get_int(redisContext *rc, const char *key);
+/* Forks with two pipes between parent and child (output flushed first).
+ * In the child (*pid 0) fds[0] reads what the parent writes and fds[1]
+ * writes what it reads; in the parent fds[0] writes to the child and fds[1]
+ * reads from it. 0, or -1 (reported; nothing left open). */
+int bench_fork_piped(pid_t *pid, int fds[2]);
 int bench_in_list(const char *list, const char *name);
 
 /* ---- time ---- */
@@ -158,6 +169,10 @@ char *bench_peer_line(bench_peer *p, int timeout_ms);
 int bench_peer_clock(bench_peer *p, const char *what);
 /* Sends "quit", waits up to 3 s, then SIGKILL; frees the buffer. */
 void bench_peer_stop(bench_peer *p);
+/* Parses a worker's "ok <a> <b> <v> <v> ..." line (l may be NULL: -1):
+ * the v (microseconds) go to out as ns when out is not NULL. 0, or -1 when
+ * l is no such line. */
+int bench_peer_parse_ok(char *l, long long *a, long long *b, bench_samples *out);
 
 /* ---- in-process series in alternating rounds (rounds.c) ---- */
 typedef struct bench_rounds_spec {

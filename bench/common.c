@@ -326,3 +326,52 @@ long long bench_lock_waiters(redisContext *rc, const char *name) {
     }
     return n;
 }
+
+int bench_counter_step(redisContext *rc, const char *counter) {
+    long long v = 0;
+    redisReply *r = redisCommand(rc, "GET %s", counter);
+    int ok = r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING);
+    if (ok && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    if (r) freeReplyObject(r);
+    if (ok) {
+        r = redisCommand(rc, "SET %s %lld", counter, v + 1);
+        ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+    }
+    return ok ? 0 : -1;
+}
+
+long long bench_get_int(redisContext *rc, const char *key) {
+    redisReply *r = redisCommand(rc, "GET %s", key);
+    long long v = -1;
+    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    else if (r && r->type == REDIS_REPLY_NIL) v = 0;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+int bench_fork_piped(pid_t *pid, int fds[2]) {
+    int a2b[2], b2a[2];
+    if (pipe(a2b)) return -1;
+    if (pipe(b2a)) {
+        close(a2b[0]), close(a2b[1]);
+        return -1;
+    }
+    fflush(NULL);
+    *pid = fork();
+    if (*pid < 0) {
+        perror("dlock_bench: fork");
+        close(a2b[0]), close(a2b[1]), close(b2a[0]), close(b2a[1]);
+        return -1;
+    }
+    if (*pid == 0) {
+        close(a2b[1]);
+        close(b2a[0]);
+        fds[0] = a2b[0], fds[1] = b2a[1];
+    } else {
+        close(a2b[0]);
+        close(b2a[1]);
+        fds[0] = a2b[1], fds[1] = b2a[0];
+    }
+    return 0;
+}

@@ -90,16 +90,7 @@ static int worker_op(void *state, int64_t *wait_ns) {
     }
     *wait_ns = bench_now_ns() - t0;
     /* the critical section: a read-modify-write that only the lock protects */
-    long long v = 0;
-    redisReply *r = redisCommand(w->rc, "GET %s", w->counter);
-    int ok = r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING);
-    if (ok && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
-    if (r) freeReplyObject(r);
-    if (ok) {
-        r = redisCommand(w->rc, "SET %s %lld", w->counter, v + 1);
-        ok = r && r->type == REDIS_REPLY_STATUS;
-        if (r) freeReplyObject(r);
-    }
+    int ok = bench_counter_step(w->rc, w->counter) == 0;
     if (!ok) fprintf(stderr, "dlock_bench: contention counter: %s\n", w->rc->errstr);
     rc = dlock_release(w->l);
     if (rc) {
@@ -108,15 +99,6 @@ static int worker_op(void *state, int64_t *wait_ns) {
         return -1;
     }
     return ok ? 0 : -1;
-}
-
-static long long redis_int(redisContext *rc, const char *cmd, const char *key) {
-    redisReply *r = redisCommand(rc, "%s %s", cmd, key);
-    long long v = -1;
-    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
-    else if (r && r->type == REDIS_REPLY_NIL) v = 0;
-    if (r) freeReplyObject(r);
-    return v;
 }
 
 int bench_contention(bench_ctx *ctx) {
@@ -165,7 +147,7 @@ int bench_contention(bench_ctx *ctx) {
                 if (fin[i] > last) last = fin[i];
             }
             rate[s][round] = (double)sum * 1e9 / (double)(last - start);
-            long long got = redis_int(rc, "GET", counter);
+            long long got = bench_get_int(rc, counter);
             if (got != sum) {
                 printf("   FAIL %s round %d: counter %lld != %lld acquisitions "
                        "(the lock did not exclude)\n",

@@ -206,32 +206,15 @@ typedef struct waiter {
 } waiter;
 
 static int start_waiter(const bench_ctx *ctx, int s, waiter *w) {
-    int a2b[2], b2a[2];
+    int fds[2];
+    pid_t pid;
     w->pid = -1;
     w->wfd = w->rfd = -1;
-    if (pipe(a2b)) return -1;
-    if (pipe(b2a)) {
-        close(a2b[0]);
-        close(a2b[1]);
-        return -1;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("dlock_bench: fork");
-        close(a2b[0]), close(a2b[1]), close(b2a[0]), close(b2a[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(a2b[1]);
-        close(b2a[0]);
-        _exit(waiter_main(ctx, s, a2b[0], b2a[1]));
-    }
-    close(a2b[0]);
-    close(b2a[1]);
+    if (bench_fork_piped(&pid, fds)) return -1;
+    if (pid == 0) _exit(waiter_main(ctx, s, fds[0], fds[1]));
     w->pid = pid;
-    w->wfd = a2b[1];
-    w->rfd = b2a[0];
+    w->wfd = fds[0];
+    w->rfd = fds[1];
     return 0;
 }
 

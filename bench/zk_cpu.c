@@ -6,7 +6,7 @@
  * SERIES is one of
  *   dlock          dlock_acquire(DLOCK_NOWAIT) + dlock_release on one handle
  *   floor          the C client's synchronous API: create (ephemeral
- *                  sequential), get-children, delete, as bench/backends.c's
+ *                  sequential), get-children, delete, as bench/backends_floor.c's
  *                  zk-floor (its parent made once, persistent), with the
  *                  client's default host resolution (before every poll)
  *   floor-resolve  the same, the host list resolved at most once a second
@@ -86,7 +86,7 @@ static int floor_series(const char *url, int resolve_ms, int pairs, int64_t *cpu
         return -1;
     }
     snprintf(hosts, sizeof hosts, "%.*s", (int)hl, p + 3);
-    /* bench/backends.c's layout: hex("bench:backends:floor") */
+    /* bench/backends_floor.c's layout: hex("bench:backends:floor") */
     snprintf(parent, sizeof parent, "%s/dlock/floor/62656e63683a6261636b656e64733a666c6f6f72",
              p + 3 + hl);
     snprintf(prefix, sizeof prefix, "%s/write-0123456789abcdef0123456789abcdef-", parent);

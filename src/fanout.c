@@ -23,6 +23,8 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
     int pending[DL_FANOUT_MAX] = {0};
     int by_text[DL_FANOUT_MAX] = {0};
     size_t answered = 0, npending = 0;
+    const dl_eval_req q = {.s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                           .keylens = keylens, .args = args, .arglens = arglens};
     if (n > DL_FANOUT_MAX) n = DL_FANOUT_MAX;
     for (size_t i = 0; i < n; i++) {
         replies[i] = NULL;
@@ -31,7 +33,7 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
         dl_err err;
         /* a connection still connecting sends its request (behind its AUTH
          * and SELECT) once connected */
-        if (dl_eval_append(conns[i], s, nkeys, keys, keylens, nargs, args, arglens, &err) ||
+        if (dl_eval_queue(conns[i], &q, 0, &err) ||
             (!conns[i]->connecting && dl_conn_flush(conns[i], deadline, &err))) {
             conns[i]->broken = 1;
             continue;
@@ -67,18 +69,14 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
                 i--; /* more may have arrived */
                 continue;
             }
-            if (dl_is_noscript(r) && !by_text[i]) {
-                freeReplyObject(r);
-                by_text[i] = 1;
-                if (dl_eval_append_text(conns[i], s, nkeys, keys, keylens, nargs, args, arglens,
-                                        &err) ||
-                    dl_conn_flush(conns[i], deadline, &err)) {
-                    conns[i]->broken = 1;
-                    pending[i] = 0;
-                    npending--;
-                }
+            if (dl_eval_fallback(conns[i], &q, &by_text[i], &r, &err) ||
+                (!r && dl_conn_flush(conns[i], deadline, &err))) {
+                conns[i]->broken = 1;
+                pending[i] = 0;
+                npending--;
                 continue;
             }
+            if (!r) continue; /* sent again by text: its reply is the next */
             replies[i] = r;
             pending[i] = 0;
             npending--;
@@ -122,7 +120,9 @@ void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
                      const size_t *keylens, int nargs, const char **args, const size_t *arglens) {
     dl_err err;
     c->olen = 0; /* the request before went out whole */
-    if (dl_eval_append_text(c, s, nkeys, keys, keylens, nargs, args, arglens, &err)) return;
+    const dl_eval_req q = {.s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                           .keylens = keylens, .args = args, .arglens = arglens};
+    if (dl_eval_queue(c, &q, 1, &err)) return;
     size_t off = 0;
     while (off < c->olen) {
         long k = c->ops->write(c, c->obuf + off, c->olen - off);

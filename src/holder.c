@@ -200,45 +200,46 @@ dl_call *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms) {
     return p;
 }
 
-int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks, const size_t *locklens,
+void dl_who_renewal_clear(dl_who_renewal *w) {
+    if (w->owned)
+        for (size_t i = 0; i < w->n; i++) free(w->owned[i]);
+    free(w->owned);
+    free(w->keys);
+    free(w->keylens);
+    free(w->args);
+    free(w->arglens);
+    memset(w, 0, sizeof *w);
+}
+
+int dl_who_renewal_make(dl_who_renewal *w, const char *const *locks, const size_t *locklens,
                         const char *const *owners, const size_t *ownerlens, size_t n,
                         int64_t lease_ms, dl_err *err) {
-    const char **keys = calloc(2 * n, sizeof *keys);
-    size_t *keylens = calloc(2 * n, sizeof *keylens);
-    const char **args = calloc(3 + n, sizeof *args);
-    size_t *arglens = calloc(3 + n, sizeof *arglens);
-    char **owned = calloc(n, sizeof *owned);
-    int rc = DLOCK_OK;
-    if (!keys || !keylens || !args || !arglens || !owned) {
-        rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        goto done;
-    }
-    char lease[24];
-    args[0] = "", arglens[0] = 0;
-    args[1] = "w", arglens[1] = 1;
-    args[2] = lease, arglens[2] = dl_fmt_ll(lease, lease_ms);
+    memset(w, 0, sizeof *w);
+    w->n = n;
+    w->keys = calloc(2 * n, sizeof *w->keys);
+    w->keylens = calloc(2 * n, sizeof *w->keylens);
+    w->args = calloc(3 + n, sizeof *w->args);
+    w->arglens = calloc(3 + n, sizeof *w->arglens);
+    w->owned = calloc(n, sizeof *w->owned);
+    if (!w->keys || !w->keylens || !w->args || !w->arglens || !w->owned) goto oom;
+    w->args[0] = "", w->arglens[0] = 0;
+    w->args[1] = "w", w->arglens[1] = 1;
+    w->args[2] = w->lease, w->arglens[2] = dl_fmt_ll(w->lease, lease_ms);
     for (size_t i = 0; i < n; i++) {
         size_t kl = 0;
-        owned[i] = record_key(locks[i], locklens[i], owners[i], ownerlens[i], &kl);
-        if (!owned[i]) {
-            rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-            goto done;
-        }
-        keys[2 * i] = locks[i], keylens[2 * i] = locklens[i];
-        keys[2 * i + 1] = owned[i], keylens[2 * i + 1] = kl;
-        args[3 + i] = owners[i], arglens[3 + i] = ownerlens[i];
+        w->owned[i] = record_key(locks[i], locklens[i], owners[i], ownerlens[i], &kl);
+        if (!w->owned[i]) goto oom;
+        w->keys[2 * i] = locks[i], w->keylens[2 * i] = locklens[i];
+        w->keys[2 * i + 1] = w->owned[i], w->keylens[2 * i + 1] = kl;
+        w->args[3 + i] = owners[i], w->arglens[3 + i] = ownerlens[i];
     }
-    rc = (by_text ? dl_eval_append_text : dl_eval_append)(conn, &who_script, (int)(2 * n), keys,
-                                                          keylens, (int)(3 + n), args, arglens, err);
-done:
-    if (owned)
-        for (size_t i = 0; i < n; i++) free(owned[i]);
-    free(owned);
-    free(keys);
-    free(keylens);
-    free(args);
-    free(arglens);
-    return rc;
+    w->q = (dl_eval_req){.s = &who_script, .nkeys = (int)(2 * n), .nargs = (int)(3 + n),
+                         .keys = w->keys, .keylens = w->keylens, .args = w->args,
+                         .arglens = w->arglens};
+    return DLOCK_OK;
+oom:
+    dl_who_renewal_clear(w);
+    return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
 }
 
 int dlock_inspect_holder(dlock_client *c, const char *name, size_t name_len, const char *owner,

@@ -238,7 +238,7 @@ struct dl_kind_ops {
     int reentrant;
     /* l->h.channel is this waiter's own (no one else listens on it, and no
      * release publishes on it once the waiter stopped waiting): its
-     * subscription may linger after an acquire (dl_node_put_linger) */
+     * subscription may linger after an acquire (dl_sub_linger) */
     int own_channel;
     /* sets up l->h.channel (and l->kind_state) when the handle is created */
     int (*init)(dlock_lock *l, dl_err *err);
@@ -300,12 +300,22 @@ dl_call *dl_who_post(dlock_lock *l, char mode, int64_t lease_ms);
  * memory: no record then). */
 int dl_who_inline(dlock_lock *l, const char **key, size_t *key_len, const char **value,
                   size_t *value_len);
-/* Queues on conn (EVALSHA, or EVAL when by_text) the renewal of the
- * identity keys of n holds (lock key and owner each) to lease_ms, for those
- * still held; one reply. */
-int dl_who_renew_append(dl_conn *conn, int by_text, const char *const *locks,
-                        const size_t *locklens, const char *const *owners,
-                        const size_t *ownerlens, size_t n, int64_t lease_ms, dl_err *err);
+/* The renewal of the identity keys of n holds (lock key and owner each) to
+ * lease_ms, for those still held, as one script call (q; one reply) to
+ * queue behind the holds' own renewal. q points into w (w stays where it
+ * is while q is used); dl_who_renewal_clear frees what q points to. */
+typedef struct dl_who_renewal {
+    dl_eval_req q;
+    char lease[24];
+    size_t n;
+    const char **keys, **args;
+    size_t *keylens, *arglens;
+    char **owned;              /* the identity keys */
+} dl_who_renewal;
+int dl_who_renewal_make(dl_who_renewal *w, const char *const *locks, const size_t *locklens,
+                        const char *const *owners, const size_t *ownerlens, size_t n,
+                        int64_t lease_ms, dl_err *err);
+void dl_who_renewal_clear(dl_who_renewal *w);
 
 int dl_call_attempt(dlock_lock *l, dl_conn *conn, int64_t lease_ms, int64_t wait_ms, dl_outcome *t,
                     dl_err *err);

@@ -1,7 +1,7 @@
 /* A server's pool of connections, shared by threads: idle connections kept
- * up to the client's max_idle, subscribed ones left lingering on their
- * channel for the next waiter, and a connect after failures only after a
- * bounded exponential backoff. A Sentinel-watched node asks the sentinels
+ * up to the client's max_idle (the pub/sub service's lingering
+ * subscriptions counted: dl_kept_ops), and a connect after failures only
+ * after a bounded exponential backoff. A Sentinel-watched node asks the sentinels
  * for its master's address and checks the role of what it connects to. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,8 @@
 int64_t dl_cmd_deadline(const dlock_client *c) { return dl_deadline(c->command_timeout_ms); }
 
 /* Reads up to the confirmation of an UNSUBSCRIBE sent without waiting
- * (dl_unsubscribe_async): 1 when the connection is back to normal. */
+ * (dl_unsubscribe_async, or a lingering subscription given back to the
+ * pool): 1 when the connection is back to normal. */
 static int drain(dl_conn *conn, int64_t deadline) {
     dl_err err;
     for (;;) {
@@ -36,45 +37,24 @@ static int drain(dl_conn *conn, int64_t deadline) {
     }
 }
 
-/* Back in the pool for less than DL_FRESH_MS: taken without a check. */
-static int fresh(const dl_conn *conn) { return dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS; }
+int dl_idle_alive(dl_conn *conn) {
+    return dl_now_ms() - conn->idle_since_ms < DL_FRESH_MS || !dl_conn_stale(conn);
+}
 
-/* Takes the first idle connection of n that is lingering (linger 1) or not
- * (linger 0), and when lingering on channel if channel is not NULL. */
-static dl_conn *take_first(dl_node *n, int linger, const char *channel, size_t channel_len) {
+/* An idle connection of n: its own, else a lingering subscription the
+ * pub/sub service gives back (UNSUBSCRIBE sent: draining); NULL if none. */
+static dl_conn *take_idle(dl_node *n, int64_t deadline) {
     pthread_mutex_lock(&n->mu);
-    dl_conn *conn = NULL;
-    for (dl_conn **pp = &n->idle; *pp; pp = &(*pp)->next) {
-        dl_conn *x = *pp;
-        if (!x->linger != !linger) continue;
-        if (channel && (x->linger_len != channel_len || memcmp(x->linger, channel, channel_len)))
-            continue;
-        *pp = x->next;
-        x->next = NULL;
+    dl_conn *conn = n->idle;
+    if (conn) {
+        n->idle = conn->next;
+        conn->next = NULL;
         n->nidle--;
-        conn = x;
-        break;
     }
+    const dl_kept_ops *kept = n->kept_ops;
     pthread_mutex_unlock(&n->mu);
+    if (!conn && kept) conn = kept->reclaim(n, deadline);
     return conn;
-}
-
-/* An idle connection of n, one that is not lingering if there is one (a
- * lingering one costs an UNSUBSCRIBE before other use). */
-static dl_conn *take_idle(dl_node *n) {
-    dl_conn *conn = take_first(n, 0, NULL, 0);
-    return conn ? conn : take_first(n, 1, NULL, 0);
-}
-
-/* Queues the UNSUBSCRIBE a lingering connection owes, and sends it when
- * flush (its confirmation is then read by drain); unflushed, it goes out
- * with the caller's next command (a SUBSCRIBE, which reads past it). */
-static int unlinger(dl_conn *conn, int flush, int64_t deadline) {
-    int ok = dl_send_unsubscribe(conn, conn->linger, conn->linger_len, flush, deadline);
-    free(conn->linger);
-    conn->linger = NULL;
-    conn->linger_len = 0;
-    return ok;
 }
 
 /* Puts conn on n's idle list, or closes it when the list is full or it
@@ -83,20 +63,20 @@ static int unlinger(dl_conn *conn, int flush, int64_t deadline) {
 static void pool_push(dl_node *n, dl_conn *conn) {
     conn->idle_since_ms = dl_now_ms();
     pthread_mutex_lock(&n->mu);
-    if (n->nidle < n->max_idle && conn->node_gen == n->gen) {
+    if (n->nidle + n->nkept < n->max_idle && conn->node_gen == n->gen) {
         conn->next = n->idle;
         n->idle = conn;
         n->nidle++;
         conn = NULL;
     }
     pthread_mutex_unlock(&n->mu);
-    dl_conn_close(conn); /* a lingering one: closing unsubscribes too */
+    dl_conn_close(conn);
 }
 
 int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe) {
     pthread_mutex_lock(&n->mu);
     int64_t now = dl_now_ms();
-    int in = n->next_attempt_ms > now && n->nidle == 0;
+    int in = n->next_attempt_ms > now && n->nidle + n->nkept == 0;
     /* the last connect failed at next_attempt_ms - backoff_ms */
     *may_probe = in && now - (n->next_attempt_ms - n->backoff_ms) >= probe_ms;
     pthread_mutex_unlock(&n->mu);
@@ -107,16 +87,10 @@ static int node_get(dl_node *n, int64_t deadline, int backoff, dl_conn **out, dl
 
 int dl_node_take_idle(dl_node *n, int64_t deadline, dl_conn **out) {
     for (;;) {
-        dl_conn *conn = take_idle(n);
+        dl_conn *conn = take_idle(n, deadline);
         if (!conn) return 0;
-        /* checked outside the mutex: draining reads from the network. A
-         * connection back in the pool for less than DL_FRESH_MS is taken as
-         * is: a server does not close and restart that fast, and a failure
-         * would be reported anyway (never retried blindly). A lingering
-         * subscription is ended first (its messages are dropped) */
-        int ok = conn->linger ? unlinger(conn, 1, deadline) && drain(conn, deadline)
-                              : (!conn->draining || drain(conn, deadline)) &&
-                                    (fresh(conn) || !dl_conn_stale(conn));
+        /* checked outside the mutex: draining reads from the network */
+        int ok = (!conn->draining || drain(conn, deadline)) && dl_idle_alive(conn);
         if (ok) {
             *out = conn;
             return 1;
@@ -215,59 +189,6 @@ void dl_node_put(dl_conn *conn) {
     pool_push(n, conn);
 }
 
-void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len) {
-    if (!sub) return;
-    dl_node *n = sub->node;
-    char *copy = NULL;
-    if (n && !sub->broken && sub->subscribed && !sub->olen && !sub->draining && !sub->linger)
-        copy = malloc(channel_len + 1);
-    if (!copy) {
-        dl_unsubscribe_async(sub, channel, channel_len);
-        return;
-    }
-    memcpy(copy, channel, channel_len);
-    copy[channel_len] = '\0';
-    sub->linger = copy;
-    sub->linger_len = channel_len;
-    pool_push(n, sub);
-}
-
-dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len) {
-    dl_conn *conn = take_first(n, 1, channel, channel_len);
-    if (!conn) return NULL;
-    /* idle for a while: it may have died (a pending message, which nobody
-     * sends on a channel whose waiter stopped waiting, looks the same) */
-    if (!fresh(conn) && dl_conn_stale(conn)) {
-        dl_conn_close(conn);
-        return NULL;
-    }
-    free(conn->linger);
-    conn->linger = NULL;
-    conn->linger_len = 0;
-    return conn;
-}
-
-int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
-                    dl_conn **out, int *subscribed, dl_err *err) {
-    *subscribed = 0;
-    dl_conn *conn = dl_node_take_linger(n, channel, channel_len);
-    if (conn) {
-        *subscribed = 1;
-        *out = conn;
-        return DLOCK_OK;
-    }
-    /* another channel's: its UNSUBSCRIBE goes out with the caller's SUBSCRIBE */
-    conn = take_first(n, 1, NULL, 0);
-    if (conn) {
-        if ((fresh(conn) || !dl_conn_stale(conn)) && unlinger(conn, 0, 0)) {
-            *out = conn;
-            return DLOCK_OK;
-        }
-        dl_conn_close(conn);
-    }
-    return dl_node_get(n, deadline, out, err);
-}
-
 int dl_sharded(const dl_conn *conn) {
     return conn && conn->node && conn->node->client && conn->node->client->cluster;
 }
@@ -286,6 +207,7 @@ dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c) {
 
 void dl_node_free(dl_node *n) {
     if (!n) return;
+    if (n->kept_ops) n->kept_ops->drop(n);
     while (n->idle) {
         dl_conn *next = n->idle->next;
         dl_conn_close(n->idle);
@@ -296,23 +218,3 @@ void dl_node_free(dl_node *n) {
     free(n);
 }
 
-int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
-                        int64_t deadline) {
-    int sh = dl_sharded(sub);
-    const char *argv[2] = {sh ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", channel};
-    size_t lens[2] = {sh ? 12u : 11u, channel_len};
-    dl_err err;
-    if (dl_conn_append(sub, 2, argv, lens, &err) != DLOCK_OK) return 0;
-    if (!flush) return 1;
-    if (dl_conn_flush(sub, deadline, &err) != DLOCK_OK) return 0;
-    sub->subscribed = 0;
-    sub->draining = 1;
-    return 1;
-}
-
-void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len) {
-    if (!sub) return;
-    if (!sub->broken && sub->subscribed)
-        dl_send_unsubscribe(sub, channel, channel_len, 1, dl_deadline(1000));
-    dl_node_put(sub);
-}

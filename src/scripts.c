@@ -79,9 +79,9 @@ int dl_is_noscript(const redisReply *r) {
 
 
 /* Queues EVALSHA/EVAL of s. */
-static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys, const char **keys,
-                       const size_t *keylens, int nargs, const char **args,
-                       const size_t *arglens, dl_err *err) {
+static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys,
+                       const char *const *keys, const size_t *keylens, int nargs,
+                       const char *const *args, const size_t *arglens, dl_err *err) {
     int argc = 3 + nkeys + nargs;
     const char *sv[40];
     size_t sl[40];
@@ -120,35 +120,76 @@ static int eval_append(dl_conn *c, dl_script *s, int by_text, int nkeys, const c
     return rc;
 }
 
-int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                   const size_t *keylens, int nargs, const char **args, const size_t *arglens,
-                   dl_err *err) {
-    return eval_append(c, s, 0, nkeys, keys, keylens, nargs, args, arglens, err);
+static inline int queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
+    if (q->pre) {
+        const char *pre = q->pre;
+        size_t len = strlen(pre);
+        int rc = dl_conn_append(c, 1, &pre, &len, err);
+        if (rc) return rc;
+    }
+    return eval_append(c, q->s, by_text, q->nkeys, q->keys, q->keylens, q->nargs, q->args,
+                       q->arglens, err);
 }
 
-int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                        const size_t *keylens, int nargs, const char **args,
-                        const size_t *arglens, dl_err *err) {
-    return eval_append(c, s, 1, nkeys, keys, keylens, nargs, args, arglens, err);
+int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err) {
+    return queue(c, q, by_text, err);
 }
 
-/* Reads and drops the reply to c's post script; one that was not in the
- * server's script cache is sent again as EVAL (which loads it) unless
- * no_resend. */
-static int post_read(dl_conn *c, dl_call *p, int no_resend, int64_t deadline,
+/* *r's request goes again by text: *r freed and NULL. */
+static int resend(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r, dl_err *err) {
+    freeReplyObject(*r);
+    *r = NULL;
+    *by_text = 1;
+    return queue(c, q, 1, err);
+}
+
+static int fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
+                    dl_err *err) {
+    if (*by_text || !dl_is_noscript(*r)) return DLOCK_OK;
+    return resend(c, q, by_text, r, err);
+}
+
+int dl_eval_fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
                      dl_err *err) {
-    redisReply *r = NULL;
-    int rc = dl_conn_read(c, deadline, &r, err);
-    if (rc) return rc;
-    int again = !no_resend && dl_is_noscript(r);
-    freeReplyObject(r);
-    if (!again) return DLOCK_OK;
-    rc = eval_append(c, p->script, 1, p->nkeys, p->keys, p->keylens, p->nargs, p->args,
-                     p->arglens, err);
-    if (!rc) rc = dl_conn_flush(c, deadline, err);
-    r = NULL;
-    if (!rc) rc = dl_conn_read(c, deadline, &r, err);
-    if (r) freeReplyObject(r);
+    return fallback(c, q, by_text, r, err);
+}
+
+/* q's reply, its pre's read and dropped first. */
+static inline int read_one(dl_conn *c, int64_t deadline, const dl_eval_req *q, redisReply **out,
+                           dl_err *err) {
+    if (q->pre) {
+        redisReply *ok = NULL;
+        int rc = dl_conn_read(c, deadline, &ok, err);
+        if (ok) freeReplyObject(ok);
+        if (rc) return rc;
+    }
+    return dl_conn_read(c, deadline, out, err);
+}
+
+int dl_eval_read_all(dl_conn *c, int64_t deadline, const dl_eval_req *q, size_t n,
+                     redisReply **out, dl_err *err) {
+    int rc = DLOCK_OK, again = 0, prev_again = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        out[i] = NULL;
+        rc = read_one(c, deadline, &q[i], &out[i], err);
+        if (rc) break;
+        /* the with_prev request read the state of a run that did not happen */
+        int by_text = 0;
+        rc = q[i].with_prev && prev_again ? resend(c, &q[i], &by_text, &out[i], err)
+                                          : fallback(c, &q[i], &by_text, &out[i], err);
+        if (rc) break;
+        prev_again = by_text;
+        again |= by_text;
+    }
+    if (rc) {
+        for (i++; i < n; i++) out[i] = NULL;
+    } else if (again) {
+        rc = dl_conn_flush(c, deadline, err);
+        for (i = 0; i < n && !rc; i++)
+            if (!out[i]) rc = read_one(c, deadline, &q[i], &out[i], err);
+    }
+    if (rc) c->broken = 1; /* replies unread, or requests queued and not sent */
     return rc;
 }
 
@@ -161,45 +202,30 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
     *out = NULL;
     dl_call *post = c->post;
     c->post = NULL;
-    for (int by_text = 0; by_text < 2; by_text++) {
-        int rc = DLOCK_OK;
-        if (pre) {
-            size_t len = strlen(pre);
-            rc = dl_conn_append(c, 1, &pre, &len, err);
-        }
-        if (!rc) rc = eval_append(c, s, by_text, nkeys, keys, keylens, nargs, args, arglens, err);
-        if (!rc && post)
-            rc = eval_append(c, post->script, by_text, post->nkeys, post->keys, post->keylens,
-                             post->nargs, post->args, post->arglens, err);
-        if (!rc) rc = dl_conn_flush(c, deadline, err);
-        if (!rc && pre) {
-            redisReply *ok = NULL;
-            rc = dl_conn_read(c, deadline, &ok, err);
-            if (ok) freeReplyObject(ok);
-        }
-        if (!rc) rc = dl_conn_read(c, deadline, out, err);
-        /* a main script not in the cache is sent again below, the post
-         * script with it: no resend of its own then */
-        /* the main reply stands whatever becomes of the post's: a record
-         * lost costs the record, never the call (the connection is dropped) */
-        if (!rc && post) {
-            dl_err ignored = {0};
-            if (post_read(c, post, by_text || dl_is_noscript(*out), deadline, &ignored))
-                c->broken = 1;
-        }
-        if (rc) {
-            if (*out) freeReplyObject(*out);
-            *out = NULL;
-            return rc;
-        }
-        if (!by_text && dl_is_noscript(*out)) {
-            freeReplyObject(*out);
-            *out = NULL;
-            continue;
-        }
-        break;
+    dl_eval_req q[2];
+    q[0] = (dl_eval_req){.s = s, .pre = pre, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                         .keylens = keylens, .args = args, .arglens = arglens};
+    size_t n = 1;
+    if (post)
+        q[n++] = (dl_eval_req){.s = post->script, .with_prev = 1, .nkeys = post->nkeys,
+                               .nargs = post->nargs, .keys = post->keys,
+                               .keylens = post->keylens, .args = post->args,
+                               .arglens = post->arglens};
+    int rc = DLOCK_OK;
+    for (size_t i = 0; i < n && !rc; i++) rc = queue(c, &q[i], 0, err);
+    if (!rc) rc = dl_conn_flush(c, deadline, err);
+    if (rc) return rc;
+    redisReply *r[2];
+    rc = dl_eval_read_all(c, deadline, q, n, r, err);
+    if (post && r[1]) freeReplyObject(r[1]);
+    /* the main reply stands whatever becomes of the post's: a record lost
+     * costs the record, never the call (the connection is dropped; err,
+     * which tells the post's failure, is not read on success) */
+    if (r[0]) {
+        *out = r[0];
+        return DLOCK_OK;
     }
-    return DLOCK_OK;
+    return rc;
 }
 
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,

@@ -102,6 +102,7 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
     }
     s->last_ms = dl_now_ms();
     dl_conn *stale = NULL;
+    const dl_kept_ops *kept = NULL;
     pthread_mutex_lock(&n->mu);
     if (!n->ep.host || strcmp(n->ep.host, host) != 0 || n->ep.port != port) {
         free(n->ep.host);
@@ -109,8 +110,10 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
         host = NULL;
         n->ep.port = port;
         /* connections to the old master must not be used again: the idle
-         * ones are closed here, those in use when they come back */
+         * ones are closed here (the lingering subscriptions too), those in
+         * use when they come back */
         n->gen++;
+        kept = n->kept_ops;
         stale = n->idle;
         n->idle = NULL;
         n->nidle = 0;
@@ -120,6 +123,7 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
     pthread_mutex_unlock(&n->mu);
     pthread_mutex_unlock(&s->mu);
     free(host);
+    if (kept) kept->drop(n);
     while (stale) {
         dl_conn *next = stale->next;
         dl_conn_close(stale);

@@ -1,7 +1,8 @@
 /* The services layer (docs/design.md, "Layers"): running scripts on one
- * server or several at once, cancelling a wait, and waiting on pub/sub.
- * Included by the layer above (kinds.h) and by scripts.c, fanout.c,
- * cancel.c and sync.c. */
+ * server or several at once, cancelling a wait, the pub/sub service (its
+ * subscribed connections, lingering ones included, and waiting on them),
+ * and the lease-renewal thread. Included by the layer above (kinds.h) and
+ * by scripts.c, fanout.c, cancel.c, pubsub.c, sync.c and renewer.c. */
 #ifndef DLOCK_SERVICES_H
 #define DLOCK_SERVICES_H
 
@@ -132,10 +133,41 @@ int dl_eval_opt(dl_conn *c, int64_t deadline, int opts, dl_script *s, int nkeys,
 int dl_eval(dl_conn *c, int64_t deadline, dl_script *s, int nkeys, const char **keys,
             const size_t *keylens, int nargs, const char **args, const size_t *arglens,
             redisReply **out, dl_err *err);
-/* Queues an EVALSHA (no fallback; the caller re-sends by dl_eval on NOSCRIPT). */
-int dl_eval_append(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                   const size_t *keylens, int nargs, const char **args,
-                   const size_t *arglens, dl_err *err);
+
+/* One script call as it goes on the wire, for the callers that queue their
+ * requests themselves (a pipeline, a fan-out). */
+typedef struct dl_eval_req {
+    dl_script *s;
+    const char *pre;           /* a command sent right before it (ASKING,
+                                * PING), its reply read and dropped; or NULL */
+    int with_prev;             /* reads what the request before it wrote (a
+                                * holder record after its lock's script): sent
+                                * again whenever that one is */
+    int nkeys, nargs;
+    const char *const *keys;
+    const size_t *keylens;
+    const char *const *args;
+    const size_t *arglens;
+} dl_eval_req;
+
+/* Queues q (its pre first) by SHA (EVALSHA), or by its text (EVAL). */
+int dl_eval_queue(dl_conn *c, const dl_eval_req *q, int by_text, dl_err *err);
+/* The NOSCRIPT fallback, for every caller: *r is the reply to q, sent by
+ * SHA unless *by_text. When the server's script cache lacks the script
+ * (NOSCRIPT: SCRIPT FLUSH, a restart, a failover), frees *r, sets it NULL
+ * and *by_text, and queues q by its text, which loads it: the reply to that
+ * (the caller flushes) takes r's place. Otherwise *r stands. DLOCK_OK, or
+ * the failure to queue (*r NULL then too). */
+int dl_eval_fallback(dl_conn *c, const dl_eval_req *q, int *by_text, redisReply **r,
+                     dl_err *err);
+/* Reads the replies to the n requests queued and flushed on c by SHA
+ * (dl_eval_queue) into out[i]: those that came back NOSCRIPT, and the
+ * with_prev requests behind them, go again by text in one write
+ * (dl_eval_fallback), their replies read into their place. On a failure the
+ * replies read until then stay in out (NULL for the others; the caller
+ * frees them all). */
+int dl_eval_read_all(dl_conn *c, int64_t deadline, const dl_eval_req *q, size_t n,
+                     redisReply **out, dl_err *err);
 int dl_is_noscript(const redisReply *r);
 /* dl_eval on a pooled connection with the command deadline: the usual case. */
 int dl_client_eval(dlock_client *c, dl_script *s, int nkeys, const char **keys,
@@ -163,10 +195,6 @@ size_t dl_fanout_eval(dl_conn **conns, size_t n, int64_t deadline, dl_script *s,
  * from a connection closed meanwhile; a command cut short never runs). */
 void dl_fanout_chase(dl_conn *c, dl_script *s, int nkeys, const char **keys,
                      const size_t *keylens, int nargs, const char **args, const size_t *arglens);
-/* Queues EVAL (by text) of s. */
-int dl_eval_append_text(dl_conn *c, dl_script *s, int nkeys, const char **keys,
-                        const size_t *keylens, int nargs, const char **args,
-                        const size_t *arglens, dl_err *err);
 /* The script call of one operation, described rather than run, so that the
  * same call can go to one server or to every RedLock node. */
 enum { DL_OP_ACQUIRE = 1, DL_OP_RELEASE = 2, DL_OP_EXTEND = 3 };
@@ -275,7 +303,7 @@ struct dl_object {
     void *lost_ud;
 };
 
-/* ---- pub/sub waiting for non-lock objects (sync.c) ---- */
+/* ---- the pub/sub service's connections (pubsub.c) ---- */
 /* Sends SUBSCRIBE or UNSUBSCRIBE for channel on sub and reads up to its
  * confirmation (messages before it are dropped: callers try again after
  * subscribing anyway). */
@@ -284,6 +312,47 @@ int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char 
 /* Borrows a connection and subscribes it to channel. */
 int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
                       dl_err *err);
+/* Unsubscribes and returns the connection (closed if that fails). */
+void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
+/* Redis Cluster, a waiter subscribed to channel on *sub: when the channel's
+ * slot has moved to another master (an attempt met MOVED; the old master's
+ * SUNSUBSCRIBE at the move woke the waiter for it), moves the subscription
+ * and the command connection *conn there and sets *moved: the caller
+ * attempts again before it waits. Releases publish on the new master's
+ * shard; a waiter left on the old one heard nothing (a lock waiter until its
+ * re-check, a semaphore waiter until its deadline). */
+int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
+                   dl_conn **sub, int *moved, dl_err *err);
+/* Queues (S)UNSUBSCRIBE from channel on sub, and sends it when flush (sub
+ * is then no longer subscribed, its confirmation still to be read:
+ * draining). 1 done, 0 failed. */
+int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
+                        int64_t deadline);
+/* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
+ * returns the connection to its pool; the next user reads the confirmation
+ * first (dl_node_get). Saves a round trip on the way out of a wait. */
+void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len);
+/* A waiter's subscription outlives its wait: the waiter that holds the lock
+ * returns at once, without writing UNSUBSCRIBE. sub (subscribed to channel
+ * alone) is kept idle, still subscribed, with its node (within the node's
+ * max_idle, idle connections counted); the UNSUBSCRIBE goes out with the
+ * connection's next use, or not at all when the next waiter on its node
+ * wants the same channel (dl_sub_get). A plain dl_node_get takes such a
+ * connection only when its node has no other idle one, and unsubscribes it
+ * first. Falls back to dl_unsubscribe_async when it cannot keep it. */
+void dl_sub_linger(dl_conn *sub, const char *channel, size_t channel_len);
+/* A connection of node n to subscribe to channel with. *subscribed = 1: it
+ * already is (a lingering subscription of an earlier wait on the same
+ * channel; no I/O was done); 0: the caller subscribes it (an UNSUBSCRIBE
+ * from another lingering channel may be queued on it, and goes out with the
+ * SUBSCRIBE). */
+int dl_sub_get(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
+               dl_conn **out, int *subscribed, dl_err *err);
+/* The lingering subscription of node n to channel, if one is kept (no I/O;
+ * NULL if none). */
+dl_conn *dl_sub_take_linger(dl_node *n, const char *channel, size_t channel_len);
+
+/* ---- waiting on pub/sub (sync.c) ---- */
 /* Every wait on Redis tries again at least this often, whatever it was told:
  * the backstop for a change that published nothing (a client that does not
  * publish, a manual INCRBY or DEL) or a wake-up that was lost (a woken waiter
@@ -312,17 +381,6 @@ int dl_sync_wait(dl_object *o, dl_conn *sub, int64_t until, dl_err *err);
  * dl_canceled), or time runs out (*ready = 0). DLOCK_OK, or DLOCK_EIO if
  * poll fails. */
 int dl_sub_poll(dl_conn *sub, dl_cancel *cx, int64_t left, int *ready, dl_err *err);
-/* Unsubscribes and returns the connection (closed if that fails). */
-void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len);
-/* Redis Cluster, a waiter subscribed to channel on *sub: when the channel's
- * slot has moved to another master (an attempt met MOVED; the old master's
- * SUNSUBSCRIBE at the move woke the waiter for it), moves the subscription
- * and the command connection *conn there and sets *moved: the caller
- * attempts again before it waits. Releases publish on the new master's
- * shard; a waiter left on the old one heard nothing (a lock waiter until its
- * re-check, a semaphore waiter until its deadline). */
-int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
-                   dl_conn **sub, int *moved, dl_err *err);
 /* DLOCK_EINVAL unless wait_ms >= 0 or DLOCK_WAIT_FOREVER. */
 int dl_sync_check_wait(int64_t wait_ms, dl_err *err);
 /* dl_reply_error, but an INCRBY/DECRBY overflow is DLOCK_EOVERFLOW. */

@@ -1,8 +1,10 @@
 /* Waiting on pub/sub for objects that are not lock kinds (semaphores, the
  * latch): subscribe first, then try, then sleep until a message (or a time the
  * caller computes, or the deadline, or DL_WAIT_RECHECK_MS at most: the
- * backstop for changes nobody published), and try again. dl_subscribe_cmd
- * also serves the lock waiters in wait.c. */
+ * backstop for changes nobody published), and try again; the one loop that
+ * takes a wait's next message (dl_sub_next) serves the lock waiters in
+ * wait.c too. The subscribed connections are the pub/sub service's
+ * (pubsub.c). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -11,85 +13,6 @@
 #include <strings.h>
 
 #include "services.h"
-
-/* Sends cmd (SUBSCRIBE / UNSUBSCRIBE) for channel and reads up to its
- * confirmation (messages that come first are dropped: the caller retries
- * after subscribing anyway). */
-int dl_subscribe_cmd(dlock_client *c, dl_conn *sub, const char *cmd, const char *channel,
-                   size_t channel_len, dl_err *err) {
-    /* Redis Cluster: sharded pub/sub on the channel's slot owner */
-    if (dl_sharded(sub)) cmd = !strcasecmp(cmd, "SUBSCRIBE") ? "SSUBSCRIBE" : "SUNSUBSCRIBE";
-    const char *argv[2] = {cmd, channel};
-    size_t lens[2] = {strlen(cmd), channel_len};
-    int64_t deadline = dl_cmd_deadline(c);
-    int rc = dl_conn_append(sub, 2, argv, lens, err);
-    if (!rc) rc = dl_conn_flush(sub, deadline, err);
-    if (rc) return rc;
-    sub->subscribed = 1;
-    for (;;) {
-        redisReply *r = NULL;
-        rc = dl_conn_read(sub, deadline, &r, err);
-        if (rc) return rc;
-        int done = r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-                   r->element[0]->type == REDIS_REPLY_STRING && !strcasecmp(r->element[0]->str, cmd);
-        int bad = r->type == REDIS_REPLY_ERROR;
-        if (bad) rc = dl_reply_error(r, cmd, err);
-        if (done && (!strcasecmp(cmd, "UNSUBSCRIBE") || !strcasecmp(cmd, "SUNSUBSCRIBE")) && r->element[2]->type == REDIS_REPLY_INTEGER &&
-            r->element[2]->integer == 0)
-            sub->subscribed = 0;
-        freeReplyObject(r);
-        if (bad) {
-            sub->broken = 1;
-            return rc;
-        }
-        if (done) return DLOCK_OK;
-    }
-}
-
-/* Borrows a connection and subscribes it to channel. */
-int dl_sync_subscribe(dlock_client *c, const char *channel, size_t channel_len, dl_conn **out,
-                      dl_err *err) {
-    dl_conn *sub = NULL;
-    *out = NULL;
-    int rc = dl_pool_get_key(c, channel, channel_len, dl_cmd_deadline(c), &sub, err);
-    if (rc) return rc;
-    rc = dl_subscribe_cmd(c, sub, "SUBSCRIBE", channel, channel_len, err);
-    if (rc) {
-        sub->broken = 1;
-        dl_pool_put(c, sub);
-        return rc;
-    }
-    *out = sub;
-    return DLOCK_OK;
-}
-
-int dl_follow_slot(dlock_client *c, const char *channel, size_t channel_len, dl_conn **conn,
-                   dl_conn **sub, int *moved, dl_err *err) {
-    *moved = 0;
-    if (!*sub || !dl_sharded(*sub)) return DLOCK_OK;
-    dl_node *at = dl_route(c, channel, channel_len);
-    if (!at || at == (*sub)->node) return DLOCK_OK;
-    *moved = 1;
-    (*sub)->broken = 1; /* closed: the old master may have ended it already */
-    dl_pool_put(c, *sub);
-    *sub = NULL;
-    dl_pool_put(c, *conn);
-    *conn = NULL;
-    int rc = dl_node_get(at, dl_cmd_deadline(c), conn, err);
-    if (!rc) rc = dl_sync_subscribe(c, channel, channel_len, sub, err);
-    return rc;
-}
-
-/* Unsubscribes (so the connection can go back to the pool) and returns it.
- * NULL is a no-op. */
-void dl_sync_unsubscribe(dlock_client *c, dl_conn *sub, const char *channel, size_t channel_len) {
-    if (!sub) return;
-    if (!sub->broken && sub->subscribed) {
-        dl_err ignored = {0};
-        dl_subscribe_cmd(c, sub, "UNSUBSCRIBE", channel, channel_len, &ignored);
-    }
-    dl_pool_put(c, sub);
-}
 
 int dl_sub_next(dl_conn *sub, dl_cancel *cx, int64_t until, redisReply **msg, dl_err *err) {
     *msg = NULL;

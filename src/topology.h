@@ -29,9 +29,23 @@ typedef struct dl_backend dl_backend;
 typedef struct dl_sentinel dl_sentinel;
 typedef struct dl_cluster dl_cluster;
 
+typedef struct dl_node dl_node;
+
+/* Idle connections of a node that the pub/sub service keeps for itself
+ * (lingering subscriptions, pubsub.c): the pool counts them (nkept) against
+ * max_idle, takes one back through reclaim when it has no idle connection
+ * of its own (the connection no longer subscribed, its UNSUBSCRIBE's
+ * confirmation owed: draining; NULL if none), and has drop close them all
+ * when the node moves (a Sentinel failover) or is freed. Both take the
+ * node's mu themselves. */
+typedef struct dl_kept_ops {
+    dl_conn *(*reclaim)(dl_node *n, int64_t deadline);
+    void (*drop)(dl_node *n);
+} dl_kept_ops;
+
 /* One server: its address and a pool of idle connections, re-established
  * after failures with a bounded exponential backoff. */
-typedef struct dl_node {
+struct dl_node {
     dl_endpoint ep;            /* guarded by mu when sentinel is set (it moves) */
     dl_sentinel *sentinel;     /* set: the address is the master the sentinels name */
     dlock_client *client;      /* the client it belongs to */
@@ -40,12 +54,15 @@ typedef struct dl_node {
     pthread_mutex_t mu;        /* guards the pool and the backoff state */
     dl_conn *idle;
     int nidle;
+    const dl_kept_ops *kept_ops; /* set by the service that keeps some */
+    struct dl_kept *kept;      /* that service's, opaque here */
+    int nkept;
     int64_t backoff_ms;        /* current reconnect backoff, 0 when healthy */
     unsigned gen;              /* counts the address's moves (Sentinel): a
                                 * connection opened before the last one is
                                 * closed, never pooled (dl_conn.node_gen) */
     int64_t next_attempt_ms;   /* monotonic ms before which no connect is tried */
-} dl_node;
+};
 
 struct dlock_client {
     int mode;                  /* DL_MODE_* */
@@ -139,6 +156,11 @@ int dl_node_get_now(dl_node *n, int64_t deadline, dl_conn **out, dl_err *err);
 /* Takes an idle connection of n that is still good (no connect): 1 and
  * *out set, or 0 when there is none. */
 int dl_node_take_idle(dl_node *n, int64_t deadline, dl_conn **out);
+/* 1 when an idle connection (its idle_since_ms set when it went idle) can
+ * be used: idle for less than 50 ms it is taken as is (a server does not
+ * close and restart that fast, and a failure would be reported anyway,
+ * never retried blindly), else unless it shows EOF or unexpected data. */
+int dl_idle_alive(dl_conn *conn);
 /* Records how a connect to n ended (DLOCK_EIO starts or doubles its
  * reconnect backoff, DLOCK_OK ends it). */
 void dl_node_opened(dl_node *n, int rc);
@@ -147,24 +169,6 @@ void dl_node_opened(dl_node *n, int rc);
 int dl_node_backoff(dl_node *n, int64_t probe_ms, int *may_probe);
 /* Returns a connection to its node: kept if healthy and not subscribed. */
 void dl_node_put(dl_conn *conn);
-/* A waiter's subscription outlives its wait: the waiter that holds the lock
- * returns at once, without writing UNSUBSCRIBE. sub (subscribed to channel
- * alone) goes back to its pool still subscribed; the UNSUBSCRIBE goes out
- * with the connection's next use, or not at all when the next waiter on its
- * node wants the same channel (dl_node_get_sub). A plain dl_node_get takes
- * such a connection last and unsubscribes it first. Falls back to
- * dl_unsubscribe_async when it cannot keep it. */
-void dl_node_put_linger(dl_conn *sub, const char *channel, size_t channel_len);
-/* A connection of the node to subscribe to channel with. *subscribed = 1:
- * it already is (a lingering connection of an earlier wait on the same
- * channel; no I/O was done); 0: the caller subscribes it (an UNSUBSCRIBE
- * from another lingering channel may be queued on it, and goes out with the
- * SUBSCRIBE). */
-int dl_node_get_sub(dl_node *n, const char *channel, size_t channel_len, int64_t deadline,
-                    dl_conn **out, int *subscribed, dl_err *err);
-/* The lingering connection of the node subscribed to channel, if one is idle
- * (no I/O; NULL if none). */
-dl_conn *dl_node_take_linger(dl_node *n, const char *channel, size_t channel_len);
 /* Borrows a connection to the client's main node (single: the server;
  * redlock: the first master, used for queries) before deadline. */
 int dl_pool_get(dlock_client *c, int64_t deadline, dl_conn **out, dl_err *err);
@@ -189,15 +193,6 @@ int dl_follow_redirects(dlock_client *c, dl_node *from, int64_t deadline, dl_red
 int dl_client_command(dlock_client *c, int argc, const char **argv, const size_t *lens,
                       redisReply **out, dl_err *err);
 
-/* Queues (S)UNSUBSCRIBE from channel on sub, and sends it when flush (sub
- * is then no longer subscribed, its confirmation still to be read:
- * draining). 1 done, 0 failed. */
-int dl_send_unsubscribe(dl_conn *sub, const char *channel, size_t channel_len, int flush,
-                        int64_t deadline);
-/* Sends UNSUBSCRIBE from channel without waiting for the confirmation and
- * returns the connection to its pool; the next user reads the confirmation
- * first (dl_node_get). Saves a round trip on the way out of a wait. */
-void dl_unsubscribe_async(dl_conn *sub, const char *channel, size_t channel_len);
 
 /* ---- lock names on a Redis Cluster (cluster.c) ---- */
 /* On a Redis Cluster client: DLOCK_EINVAL when the keys derived from name

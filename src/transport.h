@@ -54,11 +54,8 @@ struct dl_conn {
     long long redirect_acks;
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
-    char *linger;              /* idle in its pool but still subscribed to this
-                                * one channel (a waiter's own channel), the
-                                * UNSUBSCRIBE not sent yet: dl_node_put_linger */
-    size_t linger_len;
-    int64_t idle_since_ms;     /* monotonic ms it was returned to its pool */
+    int64_t idle_since_ms;     /* monotonic ms it was returned to its pool
+                                * (or kept lingering: pubsub.c) */
     struct dl_node *node;      /* the pool it returns to */
     unsigned node_gen;         /* the node's address generation it was opened to */
     dl_conn *next;             /* pool link */

@@ -122,7 +122,7 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
      * owner (a lingering subscription): this first attempt already comes
      * after subscribing */
     if (l->ops->own_channel && wait_ms != 0)
-        sub = dl_node_take_linger(node, l->h.channel, l->h.channel_len);
+        sub = dl_sub_take_linger(node, l->h.channel, l->h.channel_len);
     l->listening = sub != NULL;
     rc = attempt(l, conn, lease_ms, wait_ms, t, err);
     if (rc || t->acquired) goto done;
@@ -135,7 +135,7 @@ static int wait_once(dlock_lock *l, int64_t wait_ms, int64_t deadline, int64_t l
     int tried = sub != NULL; /* the attempt above counts */
     if (!sub) {
         int already = 0;
-        rc = dl_node_get_sub(node, l->h.channel, l->h.channel_len, dl_cmd_deadline(c), &sub,
+        rc = dl_sub_get(node, l->h.channel, l->h.channel_len, dl_cmd_deadline(c), &sub,
                              &already, err);
         if (!rc && !already) rc = subscribe(l, sub, "SUBSCRIBE", err);
     }
@@ -188,7 +188,7 @@ done:
     if (sub && !rc && t->acquired && l->ops->own_channel) {
         /* the caller holds the lock now, not one write later: the
          * subscription lingers until the connection's next use */
-        dl_node_put_linger(sub, l->h.channel, l->h.channel_len);
+        dl_sub_linger(sub, l->h.channel, l->h.channel_len);
     } else {
         /* leave without waiting for the UNSUBSCRIBE confirmation */
         dl_unsubscribe_async(sub, l->h.channel, l->h.channel_len);

@@ -102,10 +102,9 @@ static int batch_who(const wd_snap *snap, size_t m) {
     return 0;
 }
 
-/* Queues the renewal of the holder identity keys of the batch snap[0..m)
- * (those that keep one); *queued: 1 when a call went out (one reply). */
-static int who_append(dl_conn *conn, int by_text, const wd_snap *snap, size_t m, int *queued,
-                      dl_err *err) {
+/* The renewal of the holder identity keys of the batch snap[0..m) (those
+ * that keep one). */
+static int who_make(dl_who_renewal *w, const wd_snap *snap, size_t m, dl_err *err) {
     const char *locks[DL_WD_BATCH], *owners[DL_WD_BATCH];
     size_t locklens[DL_WD_BATCH], ownerlens[DL_WD_BATCH], k = 0;
     for (size_t i = 0; i < m; i++) {
@@ -114,73 +113,80 @@ static int who_append(dl_conn *conn, int by_text, const wd_snap *snap, size_t m,
         owners[k] = snap[i].owner, ownerlens[k] = snap[i].owner_len;
         k++;
     }
-    *queued = k > 0;
-    if (!k) return DLOCK_OK;
-    return dl_who_renew_append(conn, by_text, locks, locklens, owners, ownerlens, k,
-                               snap[0].lease_ms, err);
+    return dl_who_renewal_make(w, locks, locklens, owners, ownerlens, k, snap[0].lease_ms, err);
 }
 
+/* One batch's calls to its node: its renewal (the reply at q[at]), then,
+ * when an item keeps a holder identity key, that key's (has_who). */
+typedef struct wd_batch {
+    size_t first, m, at;
+    char lease[24];
+    int has_who;
+    dl_who_renewal who;
+} wd_batch;
+
 /* Sends the batches to one node and counts its answers in snap[i].yes/no.
- * A batch's holder identity keys are renewed in the same write, after it. */
+ * A batch's holder identity keys are renewed in the same write, after it.
+ * Every call is queued, the whole flushed once, then every reply read (a
+ * script the server's cache lost goes again by text: dl_eval_read_all). */
 static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
     dl_err err = {0};
+    size_t nb = 0;
+    for (size_t first = 0; first < n; first += batch_len(snap, first, n))
+        nb += (size_t)batch_here(node, &snap[first]);
+    if (!nb) return;
     dl_conn *conn = NULL;
-    int any = 0;
-    for (size_t first = 0; first < n && !any; first += batch_len(snap, first, n))
-        any = batch_here(node, &snap[first]);
-    if (!any || dl_node_get(node, deadline, &conn, &err) != DLOCK_OK) return;
-    char lease[24];
-    const char *keys[DL_WD_BATCH], *args[1 + DL_WD_BATCH];
-    size_t keylens[DL_WD_BATCH], arglens[1 + DL_WD_BATCH];
-    int rc = DLOCK_OK, who_noscript = 0, queued = 0;
-    /* queue every batch, flush once, then read every reply */
-    for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
+    wd_batch *b = calloc(nb, sizeof *b);
+    dl_eval_req *q = calloc(2 * nb, sizeof *q);
+    redisReply **r = calloc(2 * nb, sizeof *r);
+    const char **keys = calloc(n, sizeof *keys), **args = calloc(n + nb, sizeof *args);
+    size_t *keylens = calloc(n, sizeof *keylens), *arglens = calloc(n + nb, sizeof *arglens);
+    size_t nq = 0;
+    int rc = DLOCK_OK;
+    if (!b || !q || !r || !keys || !args || !keylens || !arglens ||
+        dl_node_get(node, deadline, &conn, &err) != DLOCK_OK)
+        goto done;
+    /* a batch's keys where its items are in snap, its arguments (the lease,
+     * then the owners) one after the other */
+    for (size_t first = 0, x = 0, a = 0; first < n && !rc; first += batch_len(snap, first, n)) {
         size_t m = batch_len(snap, first, n);
         if (!batch_here(node, &snap[first])) continue;
-        batch_args(snap + first, m, keys, keylens, args, arglens, lease);
-        rc = dl_eval_append(conn, snap[first].renew, (int)m, keys, keylens, (int)(1 + m), args,
-                            arglens, &err);
-        if (!rc) rc = who_append(conn, 0, snap + first, m, &queued, &err);
-    }
-    if (!rc) rc = dl_conn_flush(conn, deadline, &err);
-    for (size_t first = 0; first < n && !rc; first += batch_len(snap, first, n)) {
-        size_t m = batch_len(snap, first, n);
-        if (!batch_here(node, &snap[first])) continue;
-        redisReply *r = NULL;
-        rc = dl_conn_read(conn, deadline, &r, &err);
+        wd_batch *bx = &b[x++];
+        bx->first = first, bx->m = m, bx->at = nq;
+        batch_args(snap + first, m, keys + first, keylens + first, args + a, arglens + a,
+                   bx->lease);
+        q[nq++] = (dl_eval_req){.s = snap[first].renew, .nkeys = (int)m, .nargs = (int)(1 + m),
+                                .keys = keys + first, .keylens = keylens + first,
+                                .args = args + a, .arglens = arglens + a};
+        a += 1 + m;
+        if (!batch_who(snap + first, m)) continue;
+        rc = who_make(&bx->who, snap + first, m, &err);
         if (rc) break;
-        if (batch_who(snap + first, m)) {
-            redisReply *w = NULL;
-            rc = dl_conn_read(conn, deadline, &w, &err);
-            if (!rc && dl_is_noscript(w)) who_noscript = 1;
-            if (w) freeReplyObject(w);
-            if (rc) {
-                freeReplyObject(r);
-                break;
-            }
-        }
-        if (dl_is_noscript(r)) { /* script cache flushed: send the text */
-            freeReplyObject(r);
-            r = NULL;
-            batch_args(snap + first, m, keys, keylens, args, arglens, lease);
-            dl_conn *c2 = NULL;
-            if (dl_node_get(node, deadline, &c2, &err) == DLOCK_OK &&
-                dl_eval(c2, deadline, snap[first].renew, (int)m, keys, keylens, (int)(1 + m),
-                        args, arglens, &r, &err) != DLOCK_OK)
-                r = NULL;
-            dl_node_put(c2);
-            if (!r) continue;
-        }
-        dl_topo_note_reply(node->client, r); /* MOVED: new map */
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == m) {
+        bx->has_who = 1;
+        q[nq] = bx->who.q;
+        q[nq++].with_prev = 1;
+    }
+    for (size_t i = 0; i < nq && !rc; i++) rc = dl_eval_queue(conn, &q[i], 0, &err);
+    if (!rc) rc = dl_conn_flush(conn, deadline, &err);
+    if (rc) {
+        conn->broken = 1; /* requests queued and not sent */
+        goto done;
+    }
+    /* on a failure, the replies read before it count */
+    rc = dl_eval_read_all(conn, deadline, q, nq, r, &err);
+    for (size_t x = 0; x < nb; x++) {
+        redisReply *rr = r[b[x].at];
+        size_t first = b[x].first, m = b[x].m;
+        if (!rr) continue;
+        dl_topo_note_reply(node->client, rr); /* MOVED: new map */
+        if (rr->type == REDIS_REPLY_ARRAY && rr->elements == m) {
             for (size_t i = 0; i < m; i++) {
                 long long v;
-                if (dl_reply_int(r->element[i], &v)) continue;
+                if (dl_reply_int(rr->element[i], &v)) continue;
                 if (v == 1) snap[first + i].yes++;
                 else snap[first + i].no++;
             }
         }
-        freeReplyObject(r);
     }
     /* wait_replicas: a renewal counts once the replicas have it, or a
      * failover to one with the older expiry would end the hold while the
@@ -193,23 +199,22 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
         if (left > cl->wait_replicas_timeout_ms) left = cl->wait_replicas_timeout_ms;
         int wrc = left > 0 ? dl_conn_wait_replicas(cl, conn, left, deadline, &acks, &err) : DLOCK_ETIMEDOUT;
         if (wrc || acks < cl->wait_replicas)
-            for (size_t first = 0; first < n; first += batch_len(snap, first, n))
-                if (batch_here(node, &snap[first]))
-                    for (size_t i = first; i < first + batch_len(snap, first, n); i++)
-                        snap[i].yes = 0;
+            for (size_t x = 0; x < nb; x++)
+                for (size_t i = b[x].first; i < b[x].first + b[x].m; i++) snap[i].yes = 0;
     }
-    /* the identity script was not in the server's cache: its text, which
-     * loads it (the keys go one renewal late at worst, as it is) */
-    for (size_t first = 0; first < n && !rc && who_noscript; first += batch_len(snap, first, n)) {
-        size_t m = batch_len(snap, first, n);
-        if (!batch_here(node, &snap[first])) continue;
-        rc = who_append(conn, 1, snap + first, m, &queued, &err);
-        if (!rc && queued) rc = dl_conn_flush(conn, deadline, &err);
-        redisReply *w = NULL;
-        if (!rc && queued) rc = dl_conn_read(conn, deadline, &w, &err);
-        if (w) freeReplyObject(w);
-    }
-    dl_node_put(conn);
+done:
+    if (conn) dl_node_put(conn);
+    for (size_t i = 0; r && i < nq; i++)
+        if (r[i]) freeReplyObject(r[i]);
+    for (size_t x = 0; b && x < nb; x++)
+        if (b[x].has_who) dl_who_renewal_clear(&b[x].who);
+    free(b);
+    free(q);
+    free(r);
+    free(keys);
+    free(args);
+    free(keylens);
+    free(arglens);
 }
 
 /* Renews on every node of the client; fills snap[i].result. One node: its

@@ -64,6 +64,16 @@ static int on_every_node(const char *key)
     return n;
 }
 
+/* SCRIPT FLUSH on nodes [from, to): their EVALSHA answers NOSCRIPT. */
+static void flush_scripts(int from, int to)
+{
+    for (int i = from; i < to; i++) {
+        redisContext *rc = th_redis(srv[i]);
+        th_cmd_ok(rc, "SCRIPT FLUSH");
+        redisFree(rc);
+    }
+}
+
 /* The hold count of owner field tok of the hash key on node i ("" if none). */
 static long long count_on(int i, const char *key, const char *tok)
 {
@@ -322,6 +332,18 @@ int main(void)
     /* valid for the lease less RedLock's drift, as after an acquire */
     ASSERT_LE(dlock_lock_valid_ms(a), 8000 - (8000 / 100 + 2));
     ASSERT_GT(dlock_lock_valid_ms(a), 7000);
+    ASSERT_LOK(a, dlock_release(a));
+    ASSERT_EQ(on_every_node("rl:a"), 0);
+
+    /* the script cache flushed on a majority, then on every node: each node
+     * that answers NOSCRIPT gets the script's text, in the same fan-out */
+    flush_scripts(0, 3);
+    ASSERT_LOK(a, dlock_acquire(a, DLOCK_NOWAIT, 5000, NULL));
+    ASSERT_EQ(on_every_node("rl:a"), NODES);
+    flush_scripts(0, NODES);
+    ASSERT_LOK(a, dlock_extend(a, 8000));
+    ASSERT_GT(dlock_lock_valid_ms(a), 7000);
+    flush_scripts(2, NODES);
     ASSERT_LOK(a, dlock_release(a));
     ASSERT_EQ(on_every_node("rl:a"), 0);
 

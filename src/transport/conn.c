@@ -16,7 +16,6 @@ void dl_conn_close(dl_conn *c) {
     if (c->ops) c->ops->close(c);
     if (c->reader) redisReaderFree(c->reader);
     free(c->obuf);
-    free(c->linger);
     free(c);
 }
 
