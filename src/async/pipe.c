@@ -126,9 +126,9 @@ int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const size_t *arglens, dl_err *err) {
     int rc = dl_apipe_open(p, err);
     if (!rc) {
-        rc = by_text ? dl_eval_append_text(p->conn, s, nkeys, keys, keylens, nargs, args, arglens,
-                                           err)
-                     : dl_eval_append(p->conn, s, nkeys, keys, keylens, nargs, args, arglens, err);
+        dl_eval_req e = {.s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
+                         .keylens = keylens, .args = args, .arglens = arglens};
+        rc = dl_eval_queue(p->conn, &e, by_text, err);
     }
     return rc ? rc : enqueue(p, q);
 }
