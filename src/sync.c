@@ -17,20 +17,13 @@
 int dl_sub_next(dl_conn *sub, dl_cancel *cx, int64_t until, redisReply **msg, dl_err *err) {
     *msg = NULL;
     for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(sub->reader, &reply) != REDIS_OK) {
-            sub->broken = 1;
-            return dl_seterr(err, DLOCK_EPROTO, "bad pub/sub message from server");
-        }
-        if (reply) {
-            *msg = reply;
-            return DLOCK_OK;
-        }
+        int rc = dl_conn_take(sub, msg, err);
+        if (rc || *msg) return rc;
         if (cx && dl_canceled(cx)) return DLOCK_ECANCELED;
         int64_t left = until - dl_now_ms();
         if (left <= 0) return DLOCK_ETIMEDOUT;
         int ready = 0;
-        int rc = dl_sub_poll(sub, cx, left, &ready, err);
+        rc = dl_sub_poll(sub, cx, left, &ready, err);
         if (rc) return rc;
         if (!ready) continue; /* a cancel is told at the top of the loop */
         /* readable: read what is there (no second poll); a message that

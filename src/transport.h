@@ -102,6 +102,10 @@ int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, 
 int dl_conn_write_some(dl_conn *c, dl_err *err);
 /* Writes all queued output before deadline. */
 int dl_conn_flush(dl_conn *c, int64_t deadline, dl_err *err);
+/* A reply the reader already holds whole into *out (NULL: none yet),
+ * reading nothing. A reply that is not RESP (or too big, or memory run out)
+ * breaks the connection and is the failure. */
+int dl_conn_take(dl_conn *c, redisReply **out, dl_err *err);
 /* Reads the next reply before deadline. An error reply is returned as a
  * reply (type REDIS_REPLY_ERROR), not as a failure. */
 int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err);

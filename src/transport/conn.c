@@ -128,42 +128,53 @@ static int bad_reply(const dl_conn *c, dl_err *err) {
     return dl_seterr(err, DLOCK_EPROTO, "bad reply from server: %s", c->reader->errstr);
 }
 
+int dl_conn_take(dl_conn *c, redisReply **out, dl_err *err) {
+    void *reply = NULL;
+    *out = NULL;
+    if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
+        c->broken = 1;
+        if (c->reader->err == REDIS_ERR_OOM && !c->reply_too_big)
+            return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
+        return bad_reply(c, err);
+    }
+    if (reply) {
+        c->answered = 1;
+        *out = reply;
+    }
+    return DLOCK_OK;
+}
+
+/* One read of what the socket has into the reader: 1 read, 0 nothing there
+ * yet (EAGAIN, EINTR), or a failure (the connection then broken). */
+static int feed_once(dl_conn *c, dl_err *err) {
+    char buf[16384];
+    long n = c->ops->read(c, buf, sizeof buf);
+    if (n > 0) {
+        if (redisReaderFeed(c->reader, buf, (size_t)n) == REDIS_OK) return 1;
+        c->broken = 1;
+        return -dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    c->broken = 1;
+    return -dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
+                      n < 0 ? strerror(errno) : "closed by the server");
+}
+
 int dl_conn_read(dl_conn *c, int64_t deadline, redisReply **out, dl_err *err) {
     *out = NULL;
     if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
     for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
-            c->broken = 1;
-            if (c->reader->err == REDIS_ERR_OOM && !c->reply_too_big)
-                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            return bad_reply(c, err);
-        }
-        if (reply) {
-            c->answered = 1;
-            *out = reply;
-            return DLOCK_OK;
-        }
+        int rc = dl_conn_take(c, out, err);
+        if (rc || *out) return rc;
         /* a reply is rarely there yet right after a request: wait first
          * rather than pay for a read that answers EAGAIN (unless TLS already
          * holds decrypted bytes the socket no longer shows) */
         if (!dl_conn_has_pending(c)) {
-            int rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
+            rc = wait_fd(c, POLLIN, deadline, "waiting for the server's reply", err);
             if (rc) return rc;
         }
-        char buf[16384];
-        long n = c->ops->read(c, buf, sizeof buf);
-        if (n > 0) {
-            if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-                c->broken = 1;
-                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            }
-            continue;
-        }
-        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-        c->broken = 1;
-        return dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
-                         n < 0 ? strerror(errno) : "closed by the server");
+        int got = feed_once(c, err);
+        if (got < 0) return -got;
     }
 }
 
@@ -171,32 +182,11 @@ int dl_conn_poll_reply(dl_conn *c, redisReply **out, dl_err *err) {
     *out = NULL;
     if (c->broken) return dl_seterr(err, DLOCK_EIO, "connection is broken");
     for (;;) {
-        void *reply = NULL;
-        if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
-            c->broken = 1;
-            if (c->reader->err == REDIS_ERR_OOM && !c->reply_too_big)
-                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            return bad_reply(c, err);
-        }
-        if (reply) {
-            c->answered = 1;
-            *out = reply;
-            return DLOCK_OK;
-        }
-        char buf[16384];
-        long n = c->ops->read(c, buf, sizeof buf);
-        if (n > 0) {
-            if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-                c->broken = 1;
-                return dl_seterr(err, DLOCK_ENOMEM, "out of memory reading a reply");
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return DLOCK_OK;
-        c->broken = 1;
-        return dl_seterr(err, DLOCK_EIO, "connection to server lost: %s",
-                         n < 0 ? strerror(errno) : "closed by the server");
+        int rc = dl_conn_take(c, out, err);
+        if (rc || *out) return rc;
+        int got = feed_once(c, err);
+        if (got < 0) return -got;
+        if (!got && errno != EINTR) return DLOCK_OK; /* nothing more there yet */
     }
 }
 
