@@ -388,7 +388,7 @@ static int fair_owner(dlock_lock *l, dl_err *err) {
  * release does not take for dead. */
 static void fair_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     fair_data *d = l->kind_state;
-    memset(call, 0, sizeof *call);
+    dl_call_start(call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     const char *keys[5] = {l->h.name, l->fence_key, d->queue, d->timeouts, d->leases};
     size_t keylens[5] = {l->h.name_len, l->fence_key_len, d->queue_len, d->timeouts_len,

@@ -139,7 +139,7 @@ static int plain_owner(dlock_lock *l, dl_err *err) {
 
 static void plain_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     plain_data *d = l->kind_state;
-    memset(call, 0, sizeof *call);
+    dl_call_start(call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     call->args[0] = l->token, call->arglens[0] = l->token_len;

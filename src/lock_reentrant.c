@@ -48,7 +48,7 @@ static int reentrant_init(dlock_lock *l, dl_err *err) {
 }
 
 static void reentrant_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
-    memset(call, 0, sizeof *call);
+    dl_call_start(call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     call->nkeys = 2;

@@ -298,7 +298,7 @@ static int write_owner(dlock_lock *l, dl_err *err) {
 /* The read side's calls. */
 static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     rw_keys *k = l->kind_state;
-    memset(call, 0, sizeof *call);
+    dl_call_start(call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     build_prefix(l, k);
     call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
@@ -336,7 +336,7 @@ static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
 /* The write side's calls. */
 static void write_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     rw_keys *k = l->kind_state;
-    memset(call, 0, sizeof *call);
+    dl_call_start(call);
     size_t ll = dl_fmt_ll(call->num, lease_ms);
     call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     switch (op) {

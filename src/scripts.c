@@ -205,6 +205,24 @@ static int eval_on(dl_conn *c, const char *pre, int64_t deadline, dl_script *s, 
     dl_eval_req q[2];
     q[0] = (dl_eval_req){.s = s, .pre = pre, .nkeys = nkeys, .nargs = nargs, .keys = keys,
                          .keylens = keylens, .args = args, .arglens = arglens};
+    if (!post) { /* one request: dl_eval_read_all's work for n = 1, shorter */
+        int by_text = 0;
+        int rc = queue(c, &q[0], 0, err);
+        if (!rc) rc = dl_conn_flush(c, deadline, err);
+        if (rc) return rc;
+        rc = read_one(c, deadline, &q[0], out, err);
+        if (!rc) rc = fallback(c, &q[0], &by_text, out, err);
+        if (!rc && by_text) {
+            rc = dl_conn_flush(c, deadline, err);
+            if (!rc) rc = read_one(c, deadline, &q[0], out, err);
+        }
+        if (rc) {
+            if (*out) freeReplyObject(*out);
+            *out = NULL;
+            c->broken = 1; /* a reply unread, or a request queued and not sent */
+        }
+        return rc;
+    }
     size_t n = 1;
     if (post)
         q[n++] = (dl_eval_req){.s = post->script, .with_prev = 1, .nkeys = post->nkeys,

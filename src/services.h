@@ -212,6 +212,15 @@ struct dl_call {
     int binary_release;        /* release answers 1 released / 0 not ours
                                 * (else 1 released, 0 still held, -1 not ours) */
 };
+/* Starts a description: no keys, arguments or options yet (the arrays are
+ * read only up to nkeys and nargs, so they are left as they are: a call is
+ * described twice per acquire and release, and clearing all of it cost
+ * more than the rest of the description). */
+static inline void dl_call_start(dl_call *call) {
+    call->nkeys = call->nargs = 0;
+    call->opts = 0;
+    call->binary_release = 0;
+}
 
 /* wait_replicas: WAIT for c->wait_replicas replicas to have conn's latest
  * write, at most timeout_ms; *acks the count the server answered. The

@@ -193,11 +193,17 @@ static void renew_on(dl_node *node, int64_t deadline, wd_snap *snap, size_t n) {
      * holder counts on the renewed lease; unacknowledged, the items stay
      * unconfirmed (retried soon, lost at their due time) */
     const dlock_client *cl = node->client;
-    if (!rc && cl->wait_replicas > 0) { /* refused on RedLock at open */
+    if (cl->wait_replicas > 0) { /* refused on RedLock at open */
+        /* a read that failed partway leaves no WAIT to ask: the renewals
+         * read before it are unacknowledged too */
         long long acks = 0;
-        int64_t left = deadline - dl_now_ms();
-        if (left > cl->wait_replicas_timeout_ms) left = cl->wait_replicas_timeout_ms;
-        int wrc = left > 0 ? dl_conn_wait_replicas(cl, conn, left, deadline, &acks, &err) : DLOCK_ETIMEDOUT;
+        int wrc = rc;
+        if (!wrc) {
+            int64_t left = deadline - dl_now_ms();
+            if (left > cl->wait_replicas_timeout_ms) left = cl->wait_replicas_timeout_ms;
+            wrc = left > 0 ? dl_conn_wait_replicas(cl, conn, left, deadline, &acks, &err)
+                           : DLOCK_ETIMEDOUT;
+        }
         if (wrc || acks < cl->wait_replicas)
             for (size_t x = 0; x < nb; x++)
                 for (size_t i = b[x].first; i < b[x].first + b[x].m; i++) snap[i].yes = 0;

@@ -109,8 +109,12 @@ int dl_conn_write_some(dl_conn *c, dl_err *err) {
         return dl_seterr(err, DLOCK_EIO, "write to server failed: %s",
                          n < 0 ? strerror(errno) : "connection closed");
     }
-    if (off) memmove(c->obuf, c->obuf + off, c->olen - off);
-    c->olen -= off;
+    if (off == c->olen) {
+        c->olen = 0;
+    } else if (off) {
+        memmove(c->obuf, c->obuf + off, c->olen - off);
+        c->olen -= off;
+    }
     return DLOCK_OK;
 }
 
