@@ -110,7 +110,9 @@ typedef void (*dlock_async_fn)(dlock_async_lock *lock, int code, uint64_t fence,
 
 /* Creates an async client for opts->url (opts may be NULL: $DLOCK_URL, else
  * redis://127.0.0.1:6379; password, username and the two timeouts are read
- * from opts as dlock_client_new does, the other fields are ignored).
+ * from opts as dlock_client_new does; wait_replicas, fence_url and the tls_*
+ * fields, which would change what a hold guarantees, are refused with
+ * DLOCK_ENOTSUP rather than ignored; the other fields are ignored).
  * Nothing is sent yet: the first operation connects. adapter: copied; NULL
  * for the bare interface (dlock_async_fds, dlock_async_timeout).
  * out: receives the client; as with dlock_client_new, *out is set even when
@@ -118,7 +120,7 @@ typedef void (*dlock_async_fn)(dlock_async_lock *lock, int code, uint64_t fence,
  * tells why; free it with dlock_async_client_free.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL out, a bad URL or option),
  * DLOCK_ENOTSUP (rediss://, Sentinel, Cluster, RedLock, another backend's
- * URL), DLOCK_ENOMEM. */
+ * URL, an option above), DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);

@@ -251,6 +251,20 @@ static void t_badinput(th_server *s) {
         ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);
         client_free(c);
     }
+    /* options the async client cannot honour are refused, not ignored */
+    for (int i = 0; i < 3; i++) {
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = th_server_url(s);
+        if (i == 0) o.wait_replicas = 1;
+        if (i == 1) o.fence_url = th_server_url(s);
+        if (i == 2) o.tls_ca_file = "/etc/ssl/certs/ca-certificates.crt";
+        c = NULL;
+        ASSERT_CODE(dlock_async_client_new(&o, NULL, &c), DLOCK_ENOTSUP);
+        th_log("option %d: %s", i, dlock_async_errmsg(c));
+        ASSERT(*dlock_async_errmsg(c));
+        client_free(c);
+    }
     c = client(s);
     dlock_async_lock *l = NULL;
     ASSERT_CODE(dlock_async_lock_new(NULL, "x", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l), DLOCK_EINVAL);

@@ -10,6 +10,17 @@
 static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0)
         return dl_seterr(err, DLOCK_EINVAL, "timeouts must not be negative");
+    /* options that change what a hold guarantees are refused rather than
+     * ignored: an acquire must never return OK unprotected by what was asked */
+    if (o->wait_replicas)
+        return dl_seterr(err, DLOCK_ENOTSUP,
+                         "wait_replicas is not supported by the async API yet");
+    if (o->fence_url)
+        return dl_seterr(err, DLOCK_ENOTSUP, "fence_url (RedLock) is not supported by the "
+                                             "async API");
+    if (o->tls_ca_file || o->tls_ca_dir || o->tls_cert_file || o->tls_key_file ||
+        o->tls_server_name || o->tls_insecure)
+        return dl_seterr(err, DLOCK_ENOTSUP, "TLS is not supported by the async API yet");
     c->connect_timeout_ms =
         o->connect_timeout_ms ? o->connect_timeout_ms : DLOCK_DEFAULT_CONNECT_TIMEOUT_MS;
     c->command_timeout_ms =
