@@ -15,10 +15,10 @@
  *                  channels: one connection with N channels is the design.
  *   async_pairs    uncontended acquire+release pairs on DEPTH distinct plain
  *                  locks, pipelined DEPTH deep on one connection:
- *                    raw     hiredis on one connection, the two scripts of
- *                            bench/pairs.c's raw-fenced series (the work of
- *                            src/lock_plain.c's acquire and release) by
- *                            EVALSHA, a window of DEPTH requests in flight:
+ *                    raw     hiredis on one connection, src/lock_plain.c's
+ *                            acquire and release scripts (copied) by
+ *                            EVALSHA with the async client's keys and
+ *                            arguments, a window of DEPTH requests in flight:
  *                            each reply read queues the slot's next request
  *                            (redisAppendCommand; redisGetReply writes what
  *                            is queued only when no reply is buffered). The
@@ -67,7 +67,7 @@
 /* One poll over every client's sockets, at most max_ms (and each client's
  * timeout), then dlock_async_process for each client's ready sockets, and
  * for each client once with fd -1 (its timers). */
-static void loop_once(dlock_async_client **cs, int n, int max_ms) {
+static int loop_once(dlock_async_client **cs, int n, int max_ms) {
     struct pollfd p[8];
     int owner[8], np = 0;
     int64_t to = max_ms;
@@ -84,7 +84,7 @@ static void loop_once(dlock_async_client **cs, int n, int max_ms) {
         int64_t t = dlock_async_timeout(cs[i]);
         if (t >= 0 && t < to) to = t;
     }
-    poll(p, (nfds_t)np, (int)to);
+    int ready = poll(p, (nfds_t)np, (int)to);
     for (int j = 0; j < np; j++) {
         if (!p[j].revents) continue;
         int ev = ((p[j].revents & (POLLIN | POLLERR | POLLHUP)) ? DLOCK_ASYNC_READ : 0) |
@@ -92,6 +92,13 @@ static void loop_once(dlock_async_client **cs, int n, int max_ms) {
         dlock_async_process(cs[owner[j]], p[j].fd, ev);
     }
     for (int i = 0; i < n; i++) dlock_async_process(cs[i], -1, 0);
+    return ready;
+}
+
+/* Turns of the loop until a turn of 1 ms finds nothing ready (at most 1 s). */
+static void drain(dlock_async_client **cs, int n) {
+    for (int64_t end = bench_now_ns() + 1000000000LL; bench_now_ns() < end;)
+        if (loop_once(cs, n, 1) <= 0) break;
 }
 
 static dlock_async_client *async_new(const bench_ctx *ctx) {
@@ -158,7 +165,13 @@ static int client_list(redisContext *rc, long *subconns, long *maxsub, long *con
     return 0;
 }
 
-int bench_async_waits(bench_ctx *ctx) {
+/* One run: series "async" starts all n acquires at once, "async-batched"
+ * BATCH at a time, each batch's requests out and answered before the next
+ * (so that no connection's output buffer grows with n: the difference
+ * between the two is buffer capacity kept after the burst, not the waits'
+ * state). */
+#define BATCH 100
+static int run_waits(bench_ctx *ctx, const char *series, long batch) {
     const long n = ctx->quick ? 1000 : 10000;
     int failed = 0;
     redisContext *rc = bench_redis_connect(ctx);
@@ -166,13 +179,12 @@ int bench_async_waits(bench_ctx *ctx) {
     dlock_async_lock **hl = calloc((size_t)n, sizeof *hl), **wl = calloc((size_t)n, sizeof *wl);
     op_count hacq = {0}, hrel = {0}, wacq = {0}, wrel = {0};
     if (!rc || !h || !w || !hl || !wl) failed = -1;
-    printf("\n== async_waits: one async client holding %ld waits on %ld names, released in "
-           "turn by another\n", n, n);
+    printf("   -- %s: %ld acquires started %ld at a time\n", series, n, batch);
     char name[64];
     dlock_async_client *both[2] = {h, w};
     /* H takes every lock */
     for (long i = 0; !failed && i < n; i++) {
-        snprintf(name, sizeof name, "bench:async:w:%ld", i);
+        snprintf(name, sizeof name, "bench:async:%s:%ld", series, i);
         if (dlock_async_lock_new(h, name, DLOCK_CSTR, DLOCK_KIND_PLAIN, &hl[i]) ||
             dlock_async_acquire(hl[i], DLOCK_NOWAIT, LEASE_MS, count_cb, &hacq)) {
             fprintf(stderr, "dlock_bench: holder %ld: %s\n", i, dlock_async_errmsg(h));
@@ -191,12 +203,19 @@ int bench_async_waits(bench_ctx *ctx) {
     size_t before = heap_bytes();
     int64_t t0 = bench_now_ns();
     for (long i = 0; !failed && i < n; i++) {
-        snprintf(name, sizeof name, "bench:async:w:%ld", i);
-        if (dlock_async_lock_new(w, name, DLOCK_CSTR, DLOCK_KIND_PLAIN, &wl[i]) ||
-            dlock_async_acquire(wl[i], DLOCK_WAIT_FOREVER, LEASE_MS, count_cb, &wacq)) {
+        snprintf(name, sizeof name, "bench:async:%s:%ld", series, i);
+        if (dlock_async_lock_new(w, name, DLOCK_CSTR, DLOCK_KIND_PLAIN, &wl[i])) {
             fprintf(stderr, "dlock_bench: waiter %ld: %s\n", i, dlock_async_errmsg(w));
             failed = -1;
         }
+    }
+    size_t handles = heap_bytes();
+    for (long i = 0; !failed && i < n; i++) {
+        if (dlock_async_acquire(wl[i], DLOCK_WAIT_FOREVER, LEASE_MS, count_cb, &wacq)) {
+            fprintf(stderr, "dlock_bench: waiter %ld: %s\n", i, dlock_async_errmsg(w));
+            failed = -1;
+        }
+        if ((i + 1) % batch == 0) drain(both, 2);
     }
     long subconns = 0, maxsub = 0, conns = 0;
     int64_t next_check = 0;
@@ -219,6 +238,7 @@ int bench_async_waits(bench_ctx *ctx) {
         failed = -1;
     }
     double per_wait = ((double)after - (double)before) / (double)n;
+    double per_handle = ((double)handles - (double)before) / (double)n;
     /* H releases in turn */
     int64_t t1 = bench_now_ns();
     for (long i = 0; !failed && i < n; i++) {
@@ -239,19 +259,23 @@ int bench_async_waits(bench_ctx *ctx) {
         failed = -1;
     }
     if (!failed) {
-        bench_metric("async_waits", "async", "waits", (double)n, "");
-        bench_metric("async_waits", "async", "served", (double)wacq.ok, "");
-        bench_metric("async_waits", "async", "served_ok", wacq.ok == n, "");
-        bench_metric("async_waits", "async", "bytes_per_wait", per_wait, "B");
-        bench_metric("async_waits", "async", "subscribed_conns", (double)subconns, "");
-        bench_metric("async_waits", "async", "max_channels_per_conn", (double)maxsub, "");
-        bench_metric("async_waits", "async", "server_conns", (double)conns, "");
-        bench_metric("async_waits", "async", "pending_s", (double)t_pending / 1e9, "s");
-        bench_metric("async_waits", "async", "served_per_s",
+        bench_metric("async_waits", series, "waits", (double)n, "");
+        bench_metric("async_waits", series, "served", (double)wacq.ok, "");
+        bench_metric("async_waits", series, "served_ok", wacq.ok == n, "");
+        bench_metric("async_waits", series, "bytes_per_wait", per_wait, "B");
+        bench_metric("async_waits", series, "handle_bytes", per_handle, "B");
+        bench_metric("async_waits", series, "wait_bytes", per_wait - per_handle, "B");
+        bench_metric("async_waits", series, "subscribed_conns", (double)subconns, "");
+        bench_metric("async_waits", series, "max_channels_per_conn", (double)maxsub, "");
+        bench_metric("async_waits", series, "server_conns", (double)conns, "");
+        bench_metric("async_waits", series, "pending_s", (double)t_pending / 1e9, "s");
+        bench_metric("async_waits", series, "served_per_s",
                      (double)n * 1e9 / (double)t_served, "1/s");
         printf("   %ld waits served of %ld; %.0f bytes allocated per pending wait (handle "
                "included; %.1f MB in all)\n",
                wacq.ok, n, per_wait, ((double)after - (double)before) / 1e6);
+        printf("   of which the handle (dlock_async_lock_new) %.0f, the pending acquire %.0f\n",
+               per_handle, per_wait - per_handle);
         printf("   server: %ld connection(s) subscribed, %ld channels on the busiest; %ld "
                "connections in all (this bench's raw one, H's and W's)\n",
                subconns, maxsub, conns);
@@ -274,21 +298,48 @@ int bench_async_waits(bench_ctx *ctx) {
     return failed;
 }
 
+int bench_async_waits(bench_ctx *ctx) {
+    printf("\n== async_waits: one async client holding %d waits on as many names, released in "
+           "turn by another\n", ctx->quick ? 1000 : 10000);
+    if (run_waits(ctx, "async", ctx->quick ? 1000 : 10000)) return -1;
+    return run_waits(ctx, "async-batched", BATCH);
+}
+
 /* ---- async_pairs ---- */
 
-/* bench/pairs.c's raw-fenced scripts: the work of src/lock_plain.c's */
-static const char fenced_acquire_lua[] =
-    "local function fence(k) local f = redis.call('incr', k) "
-    "local t = redis.call('time') "
-    "local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
-    "if now > f then f = now redis.call('set', k, string.format('%d', f)) end "
-    "return f end "
+/* src/lock_plain.c's acquire and release scripts, copied (as bench/pairs.c
+ * copies its scripts; DL_LUA_FENCE and DL_LUA_WAKE_ONE of src/services.h
+ * expanded): the raw series sends the same requests as the async client,
+ * with the same keys and arguments. */
+static const char plain_acquire_lua[] =
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "return {1, fence(KEYS[2])} end "
-    "return {0, redis.call('pttl', KEYS[1])}";
-static const char fenced_release_lua[] =
+    "if ARGV[4] == '1' then redis.call('zrem', KEYS[3], ARGV[1]) end "
+    "if KEYS[4] then redis.call('set', KEYS[4], ARGV[5], 'PX', ARGV[2]) end "
+    "local f = redis.pcall('incr', KEYS[2]) "
+    "if type(f) ~= 'number' then f = nil end "
+    "do local t = redis.pcall('time') "
+    "if t[1] then local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "
+    "if not f or now > f then f = now "
+    "redis.call('set', KEYS[2], string.format('%d', f)) end end end "
+    "if not f then return redis.error_reply('DLOCKFENCE the fencing counter ' .. KEYS[2] .. "
+    "' cannot be counted on') end "
+    "return {1, f} end "
+    "local p = redis.call('pttl', KEYS[1]) "
+    "if ARGV[3] ~= '0' then "
+    "local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES') "
+    "redis.call('zadd', KEYS[3], 'NX', (tonumber(last[2]) or 0) + 1, ARGV[1]) "
+    "redis.call('pexpire', KEYS[3], 3 * tonumber(ARGV[3])) "
+    "if p > tonumber(ARGV[3]) then p = tonumber(ARGV[3]) end end "
+    "return {0, p}";
+static const char plain_release_lua[] =
     "if redis.pcall('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], '0'); return 1 end "
+    "if KEYS[3] then redis.call('del', KEYS[1], KEYS[3]) else redis.call('del', KEYS[1]) end "
+    "while true do local w = redis.call('zpopmin', KEYS[2]) "
+    "if not w[1] then break end "
+    "if redis.call('pubsub', 'numsub', ARGV[2] .. w[1])[2] > 0 then "
+    "redis.call('publish', ARGV[2] .. w[1], '0') break end end "
+    "return 1 end "
+    "if KEYS[3] then redis.call('del', KEYS[3]) end "
     "return 0";
 
 enum { P_RAW, P_ASYNC, P_BLOCKING, P_COUNT };
@@ -307,17 +358,32 @@ typedef struct pairs_state {
     int running, error;
 } pairs_state;
 
+/* slot's request, its keys made once (raw_keys): the least client work */
+static char raw_key[DEPTH][64], raw_fence[DEPTH][96], raw_waiters[DEPTH][96], raw_chan[DEPTH][96];
+
+static void raw_keys(void) {
+    for (int i = 0; i < DEPTH; i++) {
+        snprintf(raw_key[i], sizeof raw_key[i], "bench:async:pr:%d", i);
+        snprintf(raw_fence[i], sizeof raw_fence[i], "redisson_lock_token:{%s}", raw_key[i]);
+        snprintf(raw_waiters[i], sizeof raw_waiters[i], "dlock_waiters:{%s}", raw_key[i]);
+        snprintf(raw_chan[i], sizeof raw_chan[i], "redisson_lock__channel:{%s}:", raw_key[i]);
+    }
+}
+
 static void raw_append(pairs_state *st, int slot, int release, const char *token) {
-    char key[64], tk[96], ch[96];
-    snprintf(key, sizeof key, "bench:async:pr:%d", slot);
+    static char lease[16];
+    if (!lease[0]) snprintf(lease, sizeof lease, "%d", LEASE_MS);
     if (release) {
-        snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}:", key);
-        snprintf(tk, sizeof tk, "dlock_waiters:{%s}", key);
-        redisAppendCommand(st->rc, "EVALSHA %s 2 %s %s %s %s", st->rel_sha, key, tk, token, ch);
+        /* KEYS: lock, waiters. ARGV: token, waiter channel prefix */
+        const char *argv[7] = {"EVALSHA", st->rel_sha, "2", raw_key[slot], raw_waiters[slot],
+                               token, raw_chan[slot]};
+        redisAppendCommandArgv(st->rc, 7, argv, NULL);
     } else {
-        snprintf(tk, sizeof tk, "redisson_lock_token:{%s}", key);
-        redisAppendCommand(st->rc, "EVALSHA %s 2 %s %s %s %d", st->acq_sha, key, tk, token,
-                           LEASE_MS);
+        /* KEYS: lock, fence counter, waiters. ARGV: token, lease, recheck
+         * ('0': try once), registered ('0') */
+        const char *argv[10] = {"EVALSHA", st->acq_sha, "3", raw_key[slot], raw_fence[slot],
+                                raw_waiters[slot], token, lease, "0", "0"};
+        redisAppendCommandArgv(st->rc, 10, argv, NULL);
     }
 }
 
@@ -435,7 +501,7 @@ int bench_async_pairs(bench_ctx *ctx) {
     st.rc = bench_redis_connect(ctx);
     st.ac = async_new(ctx);
     if (!st.rc || !st.ac) failed = -1;
-    const char *texts[2] = {fenced_acquire_lua, fenced_release_lua};
+    const char *texts[2] = {plain_acquire_lua, plain_release_lua};
     char *shas[2] = {st.acq_sha, st.rel_sha};
     for (int i = 0; !failed && i < 2; i++) {
         const char *argv[] = {"SCRIPT", "LOAD", texts[i]};
@@ -448,6 +514,7 @@ int bench_async_pairs(bench_ctx *ctx) {
         freeReplyObject(r);
     }
     char name[64];
+    raw_keys();
     for (int i = 0; !failed && i < DEPTH; i++) {
         snprintf(name, sizeof name, "bench:async:pa:%d", i);
         if (dlock_async_lock_new(st.ac, name, DLOCK_CSTR, DLOCK_KIND_PLAIN, &st.al[i])) failed = -1;

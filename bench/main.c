@@ -99,6 +99,8 @@ static const target targets[] = {
     {"async_waits", "async", "served_ok", NULL, 0, 1, "async: every pending wait served", 1},
     {"async_waits", "async", "bytes_per_wait", NULL, 1, 1024.0,
      "async: client memory per pending wait < 1 KiB"},
+    {"async_waits", "async-batched", "bytes_per_wait", NULL, 1, 1024.0,
+     "async: client memory per pending wait < 1 KiB (started 100 at a time)"},
     {"async_waits", "async", "subscribed_conns", NULL, 1, 1.0,
      "async: one subscribed connection serves every wait"},
     {"async_pairs", "async", "ratio_to_raw", NULL, 0, 0.8,
