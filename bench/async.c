@@ -13,6 +13,8 @@
  *                  subscribed) per wait, handle included; and from CLIENT
  *                  LIST the subscribed connections (sub > 0) and their
  *                  channels: one connection with N channels is the design.
+ *                  Two series: "async" starts the N acquires in one go,
+ *                  "async-batched" BATCH at a time (see run_waits).
  *   async_pairs    uncontended acquire+release pairs on DEPTH distinct plain
  *                  locks, pipelined DEPTH deep on one connection:
  *                    raw     hiredis on one connection, src/lock_plain.c's
@@ -20,7 +22,7 @@
  *                            EVALSHA with the async client's keys and
  *                            arguments, a window of DEPTH requests in flight:
  *                            each reply read queues the slot's next request
- *                            (redisAppendCommand; redisGetReply writes what
+ *                            (redisAppendCommandArgv; redisGetReply writes what
  *                            is queued only when no reply is buffered). The
  *                            least work for the same requests: the floor.
  *                    async   DEPTH handles of one async client, each one
@@ -46,7 +48,6 @@
  *                  settle time. Handoffs alternate the two series. Target:
  *                  async p50 within 1.1x blocking.
  */
-#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -56,6 +57,14 @@
 #include "bench.h"
 #include "dlock.h"
 #include "dlock_async.h"
+
+/* mallinfo2 is glibc's (2.33 on): elsewhere async_waits reports no bytes */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+#include <malloc.h>
+#define HAVE_MALLINFO2 1
+#else
+#define HAVE_MALLINFO2 0
+#endif
 
 #define LEASE_MS 60000
 #define DEPTH 32
@@ -116,9 +125,14 @@ static dlock_async_client *async_new(const bench_ctx *ctx) {
     return c;
 }
 
+/* bytes allocated by the process now (0 without mallinfo2) */
 static size_t heap_bytes(void) {
+#if HAVE_MALLINFO2
     struct mallinfo2 m = mallinfo2();
     return m.uordblks + m.hblkhd;
+#else
+    return 0;
+#endif
 }
 
 /* ---- async_waits ---- */
@@ -262,9 +276,11 @@ static int run_waits(bench_ctx *ctx, const char *series, long batch) {
         bench_metric("async_waits", series, "waits", (double)n, "");
         bench_metric("async_waits", series, "served", (double)wacq.ok, "");
         bench_metric("async_waits", series, "served_ok", wacq.ok == n, "");
-        bench_metric("async_waits", series, "bytes_per_wait", per_wait, "B");
-        bench_metric("async_waits", series, "handle_bytes", per_handle, "B");
-        bench_metric("async_waits", series, "wait_bytes", per_wait - per_handle, "B");
+        if (HAVE_MALLINFO2) {
+            bench_metric("async_waits", series, "bytes_per_wait", per_wait, "B");
+            bench_metric("async_waits", series, "handle_bytes", per_handle, "B");
+            bench_metric("async_waits", series, "wait_bytes", per_wait - per_handle, "B");
+        }
         bench_metric("async_waits", series, "subscribed_conns", (double)subconns, "");
         bench_metric("async_waits", series, "max_channels_per_conn", (double)maxsub, "");
         bench_metric("async_waits", series, "server_conns", (double)conns, "");
