@@ -216,5 +216,9 @@ int bench_memory(bench_ctx *ctx);
 int bench_server_time(bench_ctx *ctx);
 /* issue 9: backends.c */
 int bench_backends(bench_ctx *ctx);
+/* issue 24: async.c, the async API */
+int bench_async_waits(bench_ctx *ctx);
+int bench_async_pairs(bench_ctx *ctx);
+int bench_async_handoff(bench_ctx *ctx);
 
 #endif

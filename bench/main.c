@@ -42,6 +42,9 @@ static const scenario scenarios[] = {
     {"backends", bench_backends, "acquire+release pairs and handoff on every backend vs Redis"},
     {"server_time", bench_server_time, "one call's server time 2 ms after the previous request"},
     {"watchdog", bench_watchdog, "one client holding 10,000 watchdog locks: CPU, commands"},
+    {"async_waits", bench_async_waits, "async API: 10,000 waits on one thread, memory per wait"},
+    {"async_pairs", bench_async_pairs, "async API: pipelined pairs vs raw pipeline and blocking"},
+    {"async_handoff", bench_async_handoff, "async API: handoff latency vs the blocking API"},
     {"memory", bench_memory, "Redis memory per held lock (FLUSHALLs: runs last)"},
 };
 #define NSCENARIOS (sizeof scenarios / sizeof scenarios[0])
@@ -92,6 +95,20 @@ static const target targets[] = {
      "fair K=32 exact counter (peer run)", 1},
     {"watchdog", "dlock", "cpu_pct", NULL, 1, 2.0, "watchdog: 10,000 locks with < 2% of one core"},
     {"watchdog", "dlock", "all_kept", NULL, 0, 1, "watchdog: every lock kept", 1},
+    /* issue 24: the async API */
+    {"async_waits", "async", "served_ok", NULL, 0, 1, "async: every pending wait served", 1},
+    {"async_waits", "async", "bytes_per_wait", NULL, 1, 1024.0,
+     "async: client memory per pending wait < 1 KiB"},
+    {"async_waits", "async-batched", "bytes_per_wait", NULL, 1, 1024.0,
+     "async: client memory per pending wait < 1 KiB (started 100 at a time)"},
+    {"async_waits", "async", "subscribed_conns", NULL, 1, 1.0,
+     "async: one subscribed connection serves every wait"},
+    {"async_pairs", "async", "ratio_to_raw", NULL, 0, 0.8,
+     "async pipelined pairs >= 0.8x raw hiredis pipeline"},
+    {"async_pairs", "async", "ratio_to_blocking", NULL, 0, 5.0,
+     "async pipelined pairs >= 5x one blocking thread"},
+    {"async_handoff", "async", "p50_us", "blocking", 1, 1.1,
+     "async handoff p50 <= 1.1x the blocking API's"},
 };
 
 static void machine_desc(char *buf, size_t len) {
