@@ -32,13 +32,16 @@ typedef struct dl_call dl_call;
 /* The array elements one reply may hold in all (nested arrays included):
  * the reader allocates their pointers before they arrive (conn.c). */
 #define DL_REPLY_MAX_ELEMENTS (1 << 22)
+/* The most output buffer a connection keeps once it has written it all. */
+#define DL_OBUF_KEEP 16384
 
 struct dl_conn {
     int fd;
     const dl_transport_ops *ops;
     void *tls;                 /* transport state (unused by plain sockets) */
     redisReader *reader;
-    char *obuf;                /* pending output (pipelined commands) */
+    char *obuf;                /* pending output (pipelined commands); a buffer
+                                * over DL_OBUF_KEEP is freed once written */
     size_t olen, ocap;
     int broken;                /* I/O failed: never reuse */
     int connecting;            /* dl_conn_open_start: the connect goes on */

@@ -68,7 +68,9 @@ struct dlock_async_lock {
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t expires_at;
     aop op;
-    char errmsg[DL_ERRMSG_MAX];
+    char *errmsg;              /* the last failure's message (made on the
+                                * first failure: most handles never fail) */
+    int msg_lost;              /* a failure whose message memory refused */
 };
 
 /* A request of a live handle's operation. */
@@ -114,11 +116,14 @@ static void unref(dlock_async_lock *l) {
     free(l->waiters);
     free(l->prefix);
     free(l->chan);
+    free(l->errmsg);
     free(l);
 }
 
 static int fail(dlock_async_lock *l, const dl_err *err) {
-    snprintf(l->errmsg, sizeof l->errmsg, "%s", err->msg);
+    if (!l->errmsg) l->errmsg = malloc(DL_ERRMSG_MAX);
+    l->msg_lost = !l->errmsg;
+    if (l->errmsg) snprintf(l->errmsg, DL_ERRMSG_MAX, "%s", err->msg);
     return err->code;
 }
 
@@ -224,7 +229,8 @@ static void finish(dlock_async_lock *l, int code, uint64_t fence, const dl_err *
     dlock_async_fn cb = op->cb;
     void *ud = op->ud;
     if (code && err) fail(l, err);
-    if (!code) l->errmsg[0] = '\0';
+    if (!code && l->errmsg) l->errmsg[0] = '\0';
+    if (!code) l->msg_lost = 0;
     dl_atimer_stop(&c->loop, &op->timer);
     dl_asubs_leave(&c->subs, &op->w);
     /* an attempt still out is settled when its reply comes (an orphan) */
@@ -609,7 +615,9 @@ int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
 }
 
 const char *dlock_async_lock_errmsg(const dlock_async_lock *l) {
-    return l ? l->errmsg : "NULL lock handle";
+    if (!l) return "NULL lock handle";
+    if (l->errmsg) return l->errmsg;
+    return l->msg_lost ? "out of memory (the failure's message was lost)" : "";
 }
 
 int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_len, dlock_kind kind,

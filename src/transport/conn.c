@@ -111,6 +111,14 @@ int dl_conn_write_some(dl_conn *c, dl_err *err) {
     }
     if (off == c->olen) {
         c->olen = 0;
+        /* a burst's buffer is not kept: a pipelined burst of thousands of
+         * requests grows it to megabytes, which the connection would hold
+         * until it closes */
+        if (c->ocap > DL_OBUF_KEEP) {
+            free(c->obuf);
+            c->obuf = NULL;
+            c->ocap = 0;
+        }
     } else if (off) {
         memmove(c->obuf, c->obuf + off, c->olen - off);
         c->olen -= off;
