@@ -74,6 +74,7 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
+#define DL_APIPE_LOADED 16
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
@@ -91,12 +92,22 @@ struct dl_apipe {
     /* a new connection was opened: queues what must go before the request
      * that opened it (NULL: none) */
     void (*up)(dl_apipe *p);
+    /* the scripts already sent by their text on this connection: a script's
+     * first request on a connection goes by its text (EVAL), which loads it
+     * for the requests pipelined behind it, so that a burst on a server
+     * whose script cache is cold is not answered NOSCRIPT request by
+     * request and sent again whole */
+    const dl_script *loaded[DL_APIPE_LOADED];
+    int nloaded;
 };
 
 void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot);
 /* Opens the connection if closed. DLOCK_OK, or the failure (nothing
  * changed). */
 int dl_apipe_open(dl_apipe *p, dl_err *err);
+/* The server's script cache was found empty (NOSCRIPT): each script's next
+ * request goes by its text again. */
+void dl_apipe_forget_scripts(dl_apipe *p);
 /* Queues argv as q's request (q->done set by the caller), opening the
  * connection if needed; q's deadline is set. Flushed by the loop. */
 int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,

@@ -195,6 +195,7 @@ static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     (void)err;
     oreq *o = (oreq *)q;
     if (r && dl_is_noscript(r) && !o->by_text) {
+        dl_apipe_forget_scripts(&o->c->cmd);
         o->by_text = 1;
         if (!oreq_send(o)) return;
     }
@@ -454,6 +455,7 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     dl_err e = {0};
     if (r && dl_is_noscript(r) && !rq->by_text && !l->c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
+        dl_apipe_forget_scripts(&l->c->cmd);
         lreq *again = NULL;
         int rc = send_req(l, rq->what, rq->token, rq->lease_ms, rq->recheck, rq->reg, 1, &again,
                           &e);

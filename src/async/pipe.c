@@ -56,6 +56,7 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
     dl_conn_close(p->conn);
     p->conn = NULL;
     p->ready = 0;
+    p->nloaded = 0;
     dl_atimer_stop(&p->cl->loop, &p->timer);
     dl_areq *q = p->head;
     p->head = p->tail = NULL;
@@ -71,6 +72,8 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
     if (p->down) p->down(p, err);
 }
 
+void dl_apipe_forget_scripts(dl_apipe *p) { p->nloaded = 0; }
+
 int dl_apipe_open(dl_apipe *p, dl_err *err) {
     if (p->conn) return DLOCK_OK;
     dl_aclient *c = p->cl;
@@ -82,6 +85,7 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
         rc = dl_conn_open(&c->ep, dl_deadline(c->connect_timeout_ms), &conn, err);
         if (!rc) {
             p->conn = conn;
+            p->nloaded = 0;
             p->ready = 1;
             dl_apipe_update(p);
             if (p->up) p->up(p);
@@ -90,6 +94,7 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
     }
     if (rc) return rc;
     p->conn = conn;
+    p->nloaded = 0;
     p->ready = 0;
     p->connect_deadline = dl_deadline(c->connect_timeout_ms);
     if (!conn->connecting && !conn->handshake) p->ready = 1;
@@ -125,11 +130,14 @@ int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    int known = 0;
+    for (int i = 0; !rc && i < p->nloaded && !known; i++) known = p->loaded[i] == s;
     if (!rc) {
         dl_eval_req e = {.s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
                          .keylens = keylens, .args = args, .arglens = arglens};
-        rc = dl_eval_queue(p->conn, &e, by_text, err);
+        rc = dl_eval_queue(p->conn, &e, by_text || !known, err);
     }
+    if (!rc && !known && p->nloaded < DL_APIPE_LOADED) p->loaded[p->nloaded++] = s;
     return rc ? rc : enqueue(p, q);
 }
 
