@@ -53,10 +53,25 @@
  * again; until then the lock runs out with its lease. The next operation
  * opens a new connection.
  *
+ * The watchdog. A hold taken with the lease DLOCK_WATCHDOG is renewed from
+ * the loop (the client's timer) to the client's watchdog_lease_ms every
+ * third of it, by the blocking watchdog's scripts, up to 100 holds per
+ * script call and a round's calls pipelined, until it is released or its
+ * handle freed; an extend makes it an explicit-lease hold. A renewal that
+ * finds the hold gone or another owner's marks it lost
+ * (DLOCK_LOST_TAKEN); a hold with no renewal confirmed by the start of the
+ * request that last started its lease plus the lease, less
+ * DLOCK_LOST_MARGIN_MS(lease), is marked lost then (DLOCK_LOST_UNREACHABLE),
+ * whether renewals fail or hang: before the server can expire it. That
+ * bound holds while the loop turns; a loop blocked past it tells late, so
+ * check dlock_async_lock_valid_ms before work that must not outlive the
+ * hold. A lost hold is renewed no more and its valid time is 0; the handle
+ * still counts as holding until a release (DLOCK_ELOST, or DLOCK_OK if the
+ * server still had it) or a new acquire of a reentrant handle.
+ *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), the kinds but DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT, and
- * DLOCK_WATCHDOG leases.
+ * PostgreSQL), and the kinds but DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -108,9 +123,15 @@ typedef struct dlock_async_adapter {
  * operations, cancel them and free handles or the client. */
 typedef void (*dlock_async_fn)(dlock_async_lock *lock, int code, uint64_t fence, void *udata);
 
+/* The callback of a watchdog hold found lost (see "The watchdog"): reason
+ * DLOCK_LOST_TAKEN or DLOCK_LOST_UNREACHABLE. It runs on the loop thread,
+ * from dlock_async_process, and may call any function of this header (free
+ * the handle, release, acquire again...). */
+typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *udata);
+
 /* Creates an async client for opts->url (opts may be NULL: $DLOCK_URL, else
- * redis://127.0.0.1:6379; password, username and the two timeouts are read
- * from opts as dlock_client_new does; wait_replicas, fence_url and the tls_*
+ * redis://127.0.0.1:6379; password, username, the two timeouts and
+ * watchdog_lease_ms are read from opts as dlock_client_new does; wait_replicas, fence_url and the tls_*
  * fields, which would change what a hold guarantees, are refused with
  * DLOCK_ENOTSUP rather than ignored; the other fields are ignored).
  * Nothing is sent yet: the first operation connects. adapter: copied; NULL
@@ -177,7 +198,9 @@ DLOCK_EXPORT const char *dlock_async_lock_errmsg(const dlock_async_lock *l);
 
 /* Starts acquiring l.
  * wait_ms: DLOCK_NOWAIT (try once), a bound in ms, or DLOCK_WAIT_FOREVER.
- * lease_ms: the lease (> 0); DLOCK_WATCHDOG is DLOCK_ENOTSUP here.
+ * lease_ms: the lease (> 0), or DLOCK_WATCHDOG: the client's
+ * watchdog_lease_ms, renewed from the loop (see "The watchdog"); a
+ * re-entry into a hold the watchdog keeps stays kept, whatever its lease.
  * The callback gets DLOCK_OK with the fencing token (as dlock_acquire's),
  * DLOCK_EBUSY (try once, held), DLOCK_ETIMEDOUT, DLOCK_ECANCELED
  * (dlock_async_cancel, dlock_async_lock_free, dlock_async_client_free), or
@@ -187,8 +210,9 @@ DLOCK_EXPORT const char *dlock_async_lock_errmsg(const dlock_async_lock *l);
  * token, the lease raised, never shortened); a plain one that holds is
  * DLOCK_EINVAL.
  * Returns DLOCK_OK (started), DLOCK_EINVAL (NULL l or cb, a bad wait or
- * lease, a plain l holds already, or l has an operation pending), DLOCK_ENOTSUP
- * (DLOCK_WATCHDOG), DLOCK_ENOMEM, or a failure to open the connection
+ * lease, a plain l holds already (also when its hold was found lost:
+ * release it first), or l has an operation pending), DLOCK_ENOMEM, or a
+ * failure to open the connection
  * (DLOCK_EIO...); the message is dlock_async_lock_errmsg(l). */
 DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms,
                                      dlock_async_fn cb, void *udata);
@@ -205,7 +229,8 @@ DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64
  * pending), DLOCK_ENOTHELD, or a failure to open the connection. */
 DLOCK_EXPORT int dlock_async_release(dlock_async_lock *l, dlock_async_fn cb, void *udata);
 
-/* Starts extending l's hold to lease_ms (> 0) from now, owner-checked. The
+/* Starts extending l's hold to lease_ms (> 0) from now, owner-checked (a
+ * hold the watchdog kept becomes an explicit-lease one once it is done). The
  * callback gets DLOCK_OK, DLOCK_ELOST (no longer ours: the handle holds
  * nothing), DLOCK_ECANCELED, or a failure (the hold keeps its validity).
  * Returns as dlock_async_release. */
@@ -221,8 +246,18 @@ DLOCK_EXPORT int dlock_async_extend(dlock_async_lock *l, int64_t lease_ms, dlock
 DLOCK_EXPORT int dlock_async_cancel(dlock_async_lock *l);
 
 /* How long l's hold is surely valid, as dlock_lock_valid_ms: 0 when it holds
- * nothing or the lease ran out. */
+ * nothing, the lease ran out or the hold was found lost; a watchdog hold's
+ * until it would be found lost (see "The watchdog"). */
 DLOCK_EXPORT int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l);
+
+/* Sets the callback for l's watchdog hold found lost (NULL: none), as
+ * dlock_lock_on_lost; see dlock_async_lost_fn. NULL l is a no-op. */
+DLOCK_EXPORT void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost_fn fn,
+                                           void *udata);
+
+/* 1 once the watchdog found l's hold lost (until a release or a new
+ * acquire), else 0. */
+DLOCK_EXPORT int dlock_async_lock_is_lost(const dlock_async_lock *l);
 
 #ifdef __cplusplus
 }

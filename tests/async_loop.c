@@ -127,8 +127,13 @@ int client_new(const char *url, const char *password, dlock_async_client **out) 
     dlock_options_init(&o);
     o.url = url;
     o.password = password;
-    o.command_timeout_ms = 2000;
-    o.connect_timeout_ms = 1000;
+    return client_new_opts(&o, out);
+}
+
+int client_new_opts(dlock_options *opts, dlock_async_client **out) {
+    dlock_options o = *opts;
+    if (!o.command_timeout_ms) o.command_timeout_ms = 2000;
+    if (!o.connect_timeout_ms) o.connect_timeout_ms = 1000;
     int rc = DLOCK_EINVAL;
 #ifdef DLOCK_TEST_HAVE_UV
     if (loop_kind == LOOP_UV) rc = dlock_async_uv_client_new(&o, &uvl, out);

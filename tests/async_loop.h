@@ -31,6 +31,8 @@ void after(int64_t ms, void (*fn)(void *), void *arg);
 
 /* A client on the loop under test (command timeout 2 s, connect 1 s). */
 int client_new(const char *url, const char *password, dlock_async_client **out);
+/* The same with every option of opts (timeouts 0: those above). */
+int client_new_opts(dlock_options *opts, dlock_async_client **out);
 /* A client of s; fails the test if it cannot be made. */
 dlock_async_client *client(const th_server *s);
 /* The loop stops driving c (a bare loop's list), then c is freed. */

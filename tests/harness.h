@@ -145,6 +145,11 @@ typedef struct th_server_opts {
 /* ---- private servers of other kinds (ZooKeeper, etcd, PostgreSQL, MariaDB) ---- */
 /* A free 127.0.0.1 TCP port (bound, read, closed). */
 int th_free_port(void);
+/* A TCP proxy to 127.0.0.1:to in a child process (start it before any
+ * client thread exists); *port receives its port. SIGKILL cuts the clients
+ * behind it off (closed, then refused), SIGSTOP leaves them unanswered;
+ * the caller kills and reaps it (th_wait_child). */
+pid_t th_proxy_start(int to, int *port);
 /* Stops the process in *slot (0: none): sig, up to timeout_ms for it to
  * exit, then SIGKILL; reaps it; sets *slot to 0. Async-signal-safe. */
 void th_stop_pid(volatile pid_t *slot, int sig, int64_t timeout_ms);

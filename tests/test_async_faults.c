@@ -283,8 +283,18 @@ static void t_badinput(th_server *s) {
     ASSERT_CODE(dlock_async_acquire(l, 0, 1000, NULL, &r), DLOCK_EINVAL);
     ASSERT_CODE(dlock_async_acquire(l, -2, 1000, on_done, &r), DLOCK_EINVAL);
     ASSERT_CODE(dlock_async_acquire(l, 0, -5, on_done, &r), DLOCK_EINVAL);
-    ASSERT_CODE(dlock_async_acquire(l, 0, DLOCK_WATCHDOG, on_done, &r), DLOCK_ENOTSUP);
-    ASSERT(strstr(dlock_async_lock_errmsg(l), "WATCHDOG"));
+    /* the watchdog's lease: at least 30 ms, as the blocking client's */
+    dlock_options wo;
+    dlock_options_init(&wo);
+    wo.url = th_server_url(s);
+    dlock_async_client *wc = NULL;
+    wo.watchdog_lease_ms = 10;
+    ASSERT_CODE(client_new_opts(&wo, &wc), DLOCK_EINVAL);
+    ASSERT(strstr(dlock_async_errmsg(wc), "watchdog lease"));
+    client_free(wc);
+    wo.watchdog_lease_ms = -1;
+    ASSERT_CODE(client_new_opts(&wo, &wc), DLOCK_EINVAL);
+    client_free(wc);
     ASSERT_CODE(dlock_async_release(NULL, on_done, &r), DLOCK_EINVAL);
     ASSERT_CODE(dlock_async_release(l, on_done, &r), DLOCK_ENOTHELD);
     ASSERT_CODE(dlock_async_extend(l, 1000, on_done, &r), DLOCK_ENOTHELD);

@@ -62,70 +62,6 @@ static void hold_with_watchdog(const th_server *s, dlock_client *c, dlock_client
     (void)s;
 }
 
-/* A TCP proxy to 127.0.0.1:to in a child process (start it before any
- * client thread exists); *port receives its port. SIGKILL cuts the clients
- * behind it off (closed, then refused), SIGSTOP leaves them unanswered. */
-#define PROXY_PAIRS 16
-static pid_t start_proxy(int to, int *port)
-{
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT(ls >= 0);
-    ASSERT(bind(ls, (struct sockaddr *)&a, sizeof a) == 0);
-    ASSERT(listen(ls, 16) == 0);
-    ASSERT(getsockname(ls, (struct sockaddr *)&a, &len) == 0);
-    *port = ntohs(a.sin_port);
-    pid_t pid = th_fork();
-    if (pid) {
-        close(ls);
-        return pid;
-    }
-    int fds[2 * PROXY_PAIRS], n = 0; /* fds[i] and fds[i ^ 1] are peers */
-    for (;;) {
-        struct pollfd p[1 + 2 * PROXY_PAIRS];
-        p[0].fd = ls;
-        p[0].events = POLLIN;
-        for (int i = 0; i < n; i++) p[1 + i].fd = fds[i], p[1 + i].events = POLLIN;
-        if (poll(p, 1 + n, -1) < 0) continue;
-        if ((p[0].revents & POLLIN) && n < 2 * PROXY_PAIRS) {
-            int c = accept(ls, NULL, NULL);
-            int u = socket(AF_INET, SOCK_STREAM, 0);
-            struct sockaddr_in t = a;
-            t.sin_port = htons((uint16_t)to);
-            if (c >= 0 && u >= 0 && connect(u, (struct sockaddr *)&t, sizeof t) == 0) {
-                fds[n++] = c;
-                fds[n++] = u;
-            } else {
-                if (c >= 0) close(c);
-                if (u >= 0) close(u);
-            }
-        }
-        for (int i = 0; i < n; i++) {
-            if (!p[1 + i].revents) continue;
-            char buf[16384];
-            ssize_t r = read(fds[i], buf, sizeof buf), w = 0;
-            while (r > 0 && w < r) {
-                ssize_t k = write(fds[i ^ 1], buf + w, (size_t)(r - w));
-                if (k <= 0) break;
-                w += k;
-            }
-            if (r <= 0 || w < r) { /* close the pair; the last pair takes its place */
-                int pair = i & ~1;
-                close(fds[pair]);
-                close(fds[pair + 1]);
-                fds[pair] = fds[n - 2];
-                fds[pair + 1] = fds[n - 1];
-                n -= 2;
-                break; /* poll again */
-            }
-        }
-    }
-}
-
 #define CUT_LEASE 1000
 static atomic_llong g_lost_at;
 static atomic_int g_lost_reason;
@@ -265,9 +201,9 @@ int main(void)
     th_server *s = th_server_start(NULL);
     int kport = 0, sport = 0, rport = 0;
     /* forked before any client thread exists */
-    pid_t killed = start_proxy(th_server_port(s), &kport);
-    pid_t frozen = start_proxy(th_server_port(s), &sport);
-    pid_t releasing = start_proxy(th_server_port(s), &rport);
+    pid_t killed = th_proxy_start(th_server_port(s), &kport);
+    pid_t frozen = th_proxy_start(th_server_port(s), &sport);
+    pid_t releasing = th_proxy_start(th_server_port(s), &rport);
     cut_off(s, "wd:cut:killed", killed, kport, SIGKILL);
     cut_off(s, "wd:cut:frozen", frozen, sport, SIGSTOP);
     release_on_frozen_link(s, releasing, rport);

@@ -7,6 +7,8 @@
  *            failure ending every request once
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
+ *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
+ *            from the loop, batched, and their loss found in time
  *   lock.c   the plain and reentrant locks' operations (acquire with its
  *            wait, release, extend, cancel), on the blocking locks' scripts
  *   client.c the public client: options, URL, process, free
@@ -155,6 +157,56 @@ void dl_asubs_leave(dl_asubs *s, dl_awaiter *w);
 /* Frees the table (every waiter left first). */
 void dl_asubs_free(dl_asubs *s);
 
+/* ---- renew.c ---- */
+/* A hold the watchdog renews (a DLOCK_WATCHDOG lease), inside its handle. */
+typedef struct dl_alease dl_alease;
+struct dl_alease {
+    /* the kind's renewal script: KEYS[i] lock key, ARGV[1] lease,
+     * ARGV[1+i] owner -> an array of 1 (renewed) / 0 (not ours) */
+    dl_script *renew;
+    const char *key, *owner;   /* the handle's; unchanged while registered */
+    size_t key_len, owner_len;
+    int64_t lease_ms;
+    int64_t last_ok;           /* dl_now_ms before the request that last
+                                * started the lease (acquire or renewal) */
+    int releasing;             /* its final release is out: not renewed, and a
+                                * renewal's "not ours" is not a loss */
+    size_t slot;               /* place in the table + 1; 0: not registered */
+    uint64_t seq;              /* registration number (a slot is reused) */
+    /* found lost (DLOCK_LOST_TAKEN, DLOCK_LOST_UNREACHABLE): unregistered
+     * first; runs on the loop thread, from dlock_async_process */
+    void (*lost)(dl_alease *l, int reason);
+};
+
+typedef struct dl_arenew_slot {
+    dl_alease *l;              /* NULL: free */
+    uint64_t seq;
+} dl_arenew_slot;
+
+typedef struct dl_arenew {
+    dl_aclient *cl;
+    dl_arenew_slot *slots;
+    size_t nslots, cap, count;
+    size_t *freelist;          /* free slot indexes, cap of them room */
+    size_t nfree;
+    uint64_t next_seq;
+    int64_t next_round;        /* dl_now_ms of the next round (-1: none) */
+    size_t out;                /* the current round's requests awaiting replies */
+    int failed;                /* a request of the current round failed */
+    dl_atimer timer;           /* the next round or the earliest due time */
+} dl_arenew;
+
+void dl_arenew_init(dl_arenew *r, dl_aclient *cl);
+/* l (last_ok, lease_ms, renew, key, owner and lost set) is renewed from now
+ * on, every third of its lease. DLOCK_OK or DLOCK_ENOMEM. */
+int dl_arenew_add(dl_arenew *r, dl_alease *l, dl_err *err);
+/* l is renewed no more (no-op when not registered). */
+void dl_arenew_remove(dl_arenew *r, dl_alease *l);
+/* When l's hold is lost unless a renewal is confirmed first. */
+int64_t dl_alease_due(const dl_alease *l);
+/* Frees the table (every lease removed, every request ended first). */
+void dl_arenew_free(dl_arenew *r);
+
 /* ---- client.c: the client ---- */
 struct dlock_async_client {
     dl_endpoint ep;
@@ -162,6 +214,8 @@ struct dlock_async_client {
     dl_aloop loop;
     dl_apipe cmd;              /* slot 0: scripts */
     dl_asubs subs;             /* slot 1: the subscribed connection */
+    int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
+    dl_arenew renew;           /* the watchdog's holds */
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
     struct dl_asettle *settle; /* acquires to give back (outcome unknown) */

@@ -8,8 +8,8 @@
 #include "async.h"
 
 static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
-    if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0)
-        return dl_seterr(err, DLOCK_EINVAL, "timeouts must not be negative");
+    if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->watchdog_lease_ms < 0)
+        return dl_seterr(err, DLOCK_EINVAL, "timeouts and the watchdog lease must not be negative");
     /* options that change what a hold guarantees are refused rather than
      * ignored: an acquire must never return OK unprotected by what was asked */
     if (o->wait_replicas)
@@ -25,6 +25,10 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
         o->connect_timeout_ms ? o->connect_timeout_ms : DLOCK_DEFAULT_CONNECT_TIMEOUT_MS;
     c->command_timeout_ms =
         o->command_timeout_ms ? o->command_timeout_ms : DLOCK_DEFAULT_COMMAND_TIMEOUT_MS;
+    c->watchdog_lease_ms =
+        o->watchdog_lease_ms ? o->watchdog_lease_ms : DLOCK_DEFAULT_WATCHDOG_MS;
+    if (c->watchdog_lease_ms < 30)
+        return dl_seterr(err, DLOCK_EINVAL, "watchdog lease must be at least 30 ms");
     const char *url = o->url ? o->url : getenv("DLOCK_URL");
     if (!url || !*url) url = DL_DEFAULT_URL;
     if (dl_backend_for(url) != &dl_backend_redis)
@@ -48,6 +52,7 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
 }
 
 static void destroy(dl_aclient *c) {
+    dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
     dl_asubs_free(&c->subs);
     dl_endpoint_clear(&c->ep);
@@ -65,6 +70,7 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     c->cmd.up = dl_alock_pipe_up;
     c->destroy = destroy;
     dl_asubs_init(&c->subs, c);
+    dl_arenew_init(&c->renew, c);
     dlock_options defaults;
     dlock_options_init(&defaults);
     dl_err err = {0};

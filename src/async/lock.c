@@ -43,6 +43,7 @@ typedef struct aop {
     void *ud;
     int64_t lease_ms, deadline;
     int waiting;               /* an acquire with wait_ms != 0 */
+    int watchdog;              /* an acquire with DLOCK_WATCHDOG */
     char token[DLOCK_TOKEN_LEN + 1];
     dl_awaiter w;              /* in the subscription table while waiting */
     dl_atimer timer;           /* the next attempt */
@@ -68,6 +69,10 @@ struct dlock_async_lock {
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t expires_at;
     aop op;
+    dl_alease lease;           /* the watchdog's, while it keeps the hold */
+    int lost;                  /* the watchdog found the hold lost */
+    dlock_async_lost_fn lost_fn;
+    void *lost_ud;
     char *errmsg;              /* the last failure's message (made on the
                                 * first failure: most handles never fail) */
     int msg_lost;              /* a failure whose message memory refused */
@@ -360,6 +365,40 @@ static void on_lost(dl_awaiter *w, const dl_err *err) {
     if (l->op.type == OP_ACQUIRE) finish(l, err->code, 0, err);
 }
 
+/* ---- the watchdog's holds (renew.c) ---- */
+
+static void on_lease_lost(dl_alease *ls, int reason) {
+    dlock_async_lock *l = (dlock_async_lock *)((char *)ls - offsetof(dlock_async_lock, lease));
+    l->lost = 1;
+    if (!l->lost_fn) return;
+    l->refs++; /* the callback may free the handle */
+    l->lost_fn(l, reason, l->lost_ud);
+    unref(l);
+}
+
+/* A won attempt: a DLOCK_WATCHDOG acquire's hold is registered with the
+ * watchdog (a re-entry into a hold it keeps stays kept, and counts as a
+ * renewal when it asked for the watchdog's lease). DLOCK_OK, or
+ * DLOCK_ENOMEM (the hold must then be given back). */
+static int keep_renewed(dlock_async_lock *l, const lreq *rq, dl_err *err) {
+    dl_alease *ls = &l->lease;
+    if (ls->slot) {
+        if (l->op.watchdog && rq->t0 > ls->last_ok) ls->last_ok = rq->t0;
+        return DLOCK_OK;
+    }
+    if (!l->op.watchdog) return DLOCK_OK;
+    ls->renew = l->reentrant ? dl_reentrant_ops.renew : dl_plain_ops.renew;
+    ls->key = l->name;
+    ls->key_len = l->name_len;
+    memcpy(l->token, rq->token, sizeof l->token);
+    ls->owner = l->token;
+    ls->owner_len = DLOCK_TOKEN_LEN;
+    ls->lease_ms = l->op.lease_ms;
+    ls->last_ok = rq->t0;
+    ls->lost = on_lease_lost;
+    return dl_arenew_add(&l->c->renew, ls, err);
+}
+
 /* An attempt's reply for the acquire under way. */
 static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_err *err) {
     aop *op = &l->op;
@@ -391,10 +430,16 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     if (a == 1) {
         long long n = 1;
         if (l->reentrant && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1)) n = l->holds + 1;
+        if (keep_renewed(l, rq, &e)) {
+            owe(l, R_GIVEBACK, rq->token, n);
+            finish(l, e.code, 0, &e);
+            return;
+        }
         /* a re-entry raises the lease, never shortens it (the script's RAISE_TTL) */
         int64_t until = rq->t0 + op->lease_ms;
         if (!l->holds || until > l->expires_at) l->expires_at = until;
         l->holds = n;
+        l->lost = 0;
         memcpy(l->token, rq->token, sizeof l->token);
         finish(l, DLOCK_OK, (uint64_t)b, NULL);
         return;
@@ -480,14 +525,21 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
         int rc;
         if (!r) rc = (e = *err).code;
         else rc = dl_reply_expect_int(r, rq->what == R_RELEASE ? "release" : "extend", &v, &e);
+        l->lease.releasing = 0;
         if (!rc && l->reentrant && rq->what == R_RELEASE && v == 0) {
             l->holds = l->holds > 1 ? l->holds - 1 : 0; /* still held: one hold less */
             finish(l, DLOCK_OK, 0, NULL);
         } else if (!rc && v != 1) {
             l->holds = 0;
+            l->lost = 0;
+            dl_arenew_remove(&l->c->renew, &l->lease);
             finish_msg(l, DLOCK_ELOST, "lock '%s' was no longer held: its lease ran out or it "
                                        "was taken over");
         } else if (!rc) {
+            /* released; or extended, which makes a watchdog hold an
+             * explicit-lease one (as dlock_extend) */
+            dl_arenew_remove(&l->c->renew, &l->lease);
+            l->lost = 0;
             if (rq->what == R_RELEASE) l->holds = 0;
             else l->expires_at = rq->t0 + rq->lease_ms;
             finish(l, DLOCK_OK, 0, NULL);
@@ -531,10 +583,7 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     dl_err err;
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return fail(l, &(dl_err){DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER"});
-    if (lease_ms == DLOCK_WATCHDOG)
-        return fail(l, &(dl_err){DLOCK_ENOTSUP, "DLOCK_WATCHDOG leases are not supported by "
-                                                "the async API yet: give a lease > 0"});
-    if (lease_ms < 0) return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
+    if (lease_ms < 0) return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms, or DLOCK_WATCHDOG"});
     if (l->holds && !l->reentrant && !l->op.type)
         return fail(l, &(dl_err){DLOCK_EINVAL, "the handle holds the lock already (plain "
                                                "locks are not reentrant)"});
@@ -549,7 +598,8 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
         return fail(l, &err);
     }
     aop *op = &l->op;
-    op->lease_ms = lease_ms;
+    op->watchdog = lease_ms == DLOCK_WATCHDOG;
+    op->lease_ms = op->watchdog ? l->c->watchdog_lease_ms : lease_ms;
     op->waiting = wait_ms != 0;
     op->deadline = dl_deadline(wait_ms);
     op->nottl = NOTTL_MIN_MS;
@@ -558,7 +608,7 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     op->w.wake = on_wake;
     op->w.lost = on_lost;
     if (op->waiting) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
-    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, lease_ms, op->waiting, 0, 0, &op->inflight,
+    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, op->waiting, 0, 0, &op->inflight,
                            &err);
     if (rc) {
         dl_asubs_leave(&l->c->subs, &op->w);
@@ -582,6 +632,8 @@ static int start_hold_op(dlock_async_lock *l, int type, int64_t lease_ms, dlock_
     if (rc) return fail(l, &err);
     rc = send_req(l, type == OP_RELEASE ? R_RELEASE : R_EXTEND, l->token, lease_ms, 0, 0,
                            0, NULL, &err);
+    /* the final release is out: the watchdog's "not ours" is no loss now */
+    if (!rc && type == OP_RELEASE && (!l->reentrant || l->holds == 1)) l->lease.releasing = 1;
     if (rc) {
         l->op.type = OP_NONE;
         l->op.gen++;
@@ -610,9 +662,19 @@ int dlock_async_cancel(dlock_async_lock *l) {
     return DLOCK_OK;
 }
 
+void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost_fn fn, void *udata) {
+    if (!l) return;
+    l->lost_fn = fn;
+    l->lost_ud = udata;
+}
+
+int dlock_async_lock_is_lost(const dlock_async_lock *l) { return l ? l->lost : 0; }
+
 int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
-    if (!l || !l->holds) return 0;
-    int64_t left = l->expires_at - dl_now_ms();
+    if (!l || !l->holds || l->lost) return 0;
+    /* a watchdog hold: until it would be found lost (renew.c) */
+    int64_t until = l->lease.slot ? dl_alease_due(&l->lease) : l->expires_at;
+    int64_t left = until - dl_now_ms();
     return left > 0 ? left : 0;
 }
 
@@ -640,7 +702,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     }
     dlock_async_lock *l = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!dl_aloop_reserve(&c->loop, c->nlocks + 1 + DLOCK_ASYNC_SLOTS)) l = calloc(1, sizeof *l);
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + 2 + DLOCK_ASYNC_SLOTS)) l = calloc(1, sizeof *l);
     if (l) {
         l->c = c;
         l->refs = 1;
@@ -696,6 +758,7 @@ static void lock_free(dlock_async_lock *l) {
     /* every hold, in order: a reentrant count expected from holds down to 1 */
     for (int64_t h = l->holds; h > 0; h--) owe(l, R_GIVEBACK, l->token, h);
     l->holds = 0;
+    dl_arenew_remove(&c->renew, &l->lease);
     if (l->prev) l->prev->next = l->next;
     else if (c->locks == l) c->locks = l->next;
     if (l->next) l->next->prev = l->prev;

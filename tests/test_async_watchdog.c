@@ -1,0 +1,349 @@
+/* The async API's watchdog (include/dlock_async.h, "The watchdog") on real
+ * event loops (tests/async_loop.c) and real servers. argv[1] is
+ * "<case>_<loop>".
+ *
+ *   kept     DLOCK_WATCHDOG holds (plain, reentrant, 300 at once) outlive
+ *            their lease many times over, renewed in batches (far fewer
+ *            script calls than holds); a blocking client finds them held;
+ *            an extend makes a hold an explicit-lease one; no loss told
+ *   taken    a hold overwritten or deleted by another client is found
+ *            lost (DLOCK_LOST_TAKEN) within a renewal period, once; its
+ *            release is DLOCK_ELOST; a lost callback may free its handle
+ *   cut      a holder behind a proxy that is frozen or killed: the lost
+ *            callback (DLOCK_LOST_UNREACHABLE) runs before a blocking
+ *            client trying every millisecond gets the lock
+ *   restart  the server restarted empty under a hold: found lost; the
+ *            client works again; a client freed with holds and a round
+ *            out leaks nothing and leaves the holds to run out */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async_loop.h"
+
+static dlock_async_client *wd_client(const char *url, int64_t lease_ms) {
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.watchdog_lease_ms = lease_ms;
+    dlock_async_client *c = NULL;
+    int rc = client_new_opts(&o, &c);
+    ASSERT_MSG(rc == DLOCK_OK, "client: %s", dlock_async_errmsg(c));
+    return c;
+}
+
+typedef struct lostrec {
+    int calls, reason;
+    int64_t at;
+    int free_it; /* the callback frees the handle */
+} lostrec;
+
+static void on_lost(dlock_async_lock *l, int reason, void *ud) {
+    lostrec *r = ud;
+    r->calls++;
+    r->reason = reason;
+    r->at = th_now_ms();
+    if (r->free_it) dlock_async_lock_free(l);
+}
+
+static long long evalsha_calls(redisContext *rc) {
+    char *s = th_cmd_str(rc, "INFO commandstats");
+    const char *p = strstr(s, "cmdstat_evalsha:calls=");
+    long long n = p ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+    free(s);
+    return n;
+}
+
+/* ---- kept ---- */
+
+#define KEPT_LEASE 1500
+#define MANY 300
+
+static void t_kept(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = wd_client(th_server_url(s), KEPT_LEASE);
+    lostrec lost = {0};
+    dlock_async_lock *p = alock(c, "wd-plain"), *r = NULL;
+    ASSERT_OK(dlock_async_lock_new(c, "wd-re", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &r));
+    dlock_async_lock_on_lost(p, on_lost, &lost);
+    dlock_async_lock_on_lost(r, on_lost, &lost);
+    res rp = {0}, r1 = {0}, r2 = {0};
+    hold(p, DLOCK_WATCHDOG, &rp);
+    hold(r, DLOCK_WATCHDOG, &r1);
+    hold(r, 100, &r2); /* a re-entry with a short lease stays kept */
+    ASSERT_GT(rp.fence, 0);
+    ASSERT_LE(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE);
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE - 500);
+    dlock_async_lock *m[MANY];
+    res mr[MANY];
+    memset(mr, 0, sizeof mr);
+    for (int i = 0; i < MANY; i++) {
+        char nm[24];
+        snprintf(nm, sizeof nm, "wd-many%d", i);
+        m[i] = alock(c, nm);
+        dlock_async_lock_on_lost(m[i], on_lost, &lost);
+        START(dlock_async_acquire(m[i], DLOCK_NOWAIT, DLOCK_WATCHDOG, on_done, &mr[i]));
+    }
+    RUN_UNTIL(calls(mr, MANY) == MANY, 5000);
+    for (int i = 0; i < MANY; i++) ASSERT_CODE(mr[i].code, DLOCK_OK);
+
+    /* three leases: each hold is renewed about nine times */
+    long long before = evalsha_calls(rc);
+    run_for(3 * KEPT_LEASE);
+    long long used = evalsha_calls(rc) - before;
+    th_log("%d holds over 3 leases: %lld script calls by SHA", MANY + 2, used);
+    /* one call per script per 100 holds per round (some rounds go by EVAL
+     * once per connection): 9 rounds of 5 calls at most, against 2,718 for
+     * one call per hold */
+    ASSERT_LT(used, 9 * 5 + 20);
+    ASSERT_GT(used, 0);
+    ASSERT_EQ(lost.calls, 0);
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE / 2);
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-re"), KEPT_LEASE / 2);
+    for (int i = 0; i < MANY; i++) ASSERT_GT(th_cmd_int(rc, "PTTL wd-many%d", i), 0);
+    ASSERT_GT(dlock_async_lock_valid_ms(p), KEPT_LEASE / 3);
+    ASSERT_EQ(dlock_async_lock_is_lost(p), 0);
+
+    /* a blocking client finds it held */
+    dlock_client *bc = th_client(s, 0);
+    dlock_lock *bl = th_lock(bc, "wd-plain", DLOCK_KIND_PLAIN);
+    ASSERT_LCODE(bl, dlock_acquire(bl, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+
+    /* the reentrant hold: two releases end it */
+    res rel = {0};
+    START(dlock_async_release(r, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_OK);
+    run_for(KEPT_LEASE); /* still kept with one hold */
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-re"), KEPT_LEASE / 2);
+    memset(&rel, 0, sizeof rel);
+    START(dlock_async_release(r, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_OK);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS wd-re"), 0);
+
+    /* an extend makes the plain hold an explicit-lease one: it runs out */
+    res ext = {0};
+    START(dlock_async_extend(p, 300, on_done, &ext));
+    WAIT_DONE(ext, 3000);
+    ASSERT_CODE(ext.code, DLOCK_OK);
+    run_for(KEPT_LEASE / 3 + 400);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS wd-plain"), 0);
+    ASSERT_EQ(dlock_async_lock_valid_ms(p), 0);
+    memset(&rel, 0, sizeof rel);
+    START(dlock_async_release(p, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_ELOST);
+
+    /* released holds are renewed no more, and no loss is told */
+    res mrel[MANY];
+    memset(mrel, 0, sizeof mrel);
+    for (int i = 0; i < MANY; i++) START(dlock_async_release(m[i], on_done, &mrel[i]));
+    RUN_UNTIL(calls(mrel, MANY) == MANY, 5000);
+    for (int i = 0; i < MANY; i++) ASSERT_CODE(mrel[i].code, DLOCK_OK);
+    before = evalsha_calls(rc);
+    run_for(KEPT_LEASE);
+    ASSERT_EQ(evalsha_calls(rc) - before, 0);
+    ASSERT_EQ(lost.calls, 0);
+    ASSERT_LOK(bl, dlock_acquire(bl, DLOCK_NOWAIT, 1000, NULL));
+    ASSERT_LOK(bl, dlock_release(bl));
+    dlock_lock_free(bl);
+    dlock_client_free(bc);
+    redisFree(rc);
+    client_free(c);
+}
+
+/* ---- taken ---- */
+
+#define TAKEN_LEASE 900
+
+static void t_taken(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = wd_client(th_server_url(s), TAKEN_LEASE);
+    dlock_async_lock *p = alock(c, "tk-plain"), *r = NULL, *f = alock(c, "tk-free");
+    ASSERT_OK(dlock_async_lock_new(c, "tk-re", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &r));
+    lostrec lp = {0}, lr = {0}, lf = {.free_it = 1};
+    dlock_async_lock_on_lost(p, on_lost, &lp);
+    dlock_async_lock_on_lost(r, on_lost, &lr);
+    dlock_async_lock_on_lost(f, on_lost, &lf);
+    res a = {0}, b = {0}, d = {0};
+    hold(p, DLOCK_WATCHDOG, &a);
+    hold(r, DLOCK_WATCHDOG, &b);
+    hold(f, DLOCK_WATCHDOG, &d);
+    run_for(TAKEN_LEASE / 2);
+    /* another client writes over the plain hold, deletes the reentrant one */
+    int64_t t = th_now_ms();
+    th_cmd_ok(rc, "SET tk-plain intruder PX 60000");
+    th_cmd_int(rc, "DEL tk-re");
+    th_cmd_int(rc, "DEL tk-free");
+    RUN_UNTIL(lp.calls && lr.calls && lf.calls, 3000);
+    th_log("taken: told %lld and %lld ms after the overwrite", (long long)(lp.at - t),
+           (long long)(lr.at - t));
+    /* within a renewal period (and some slack for a loaded machine) */
+    ASSERT_LT(lp.at - t, TAKEN_LEASE / 3 + 400);
+    ASSERT_EQ(lp.reason, DLOCK_LOST_TAKEN);
+    ASSERT_EQ(lr.reason, DLOCK_LOST_TAKEN);
+    ASSERT_EQ(lf.reason, DLOCK_LOST_TAKEN);
+    ASSERT_EQ(dlock_async_lock_is_lost(p), 1);
+    ASSERT_EQ(dlock_async_lock_valid_ms(p), 0);
+    ASSERT_EQ(dlock_async_lock_valid_ms(r), 0);
+    /* told once: renewed no more */
+    run_for(TAKEN_LEASE);
+    ASSERT_EQ(lp.calls, 1);
+    ASSERT_EQ(lr.calls, 1);
+    ASSERT_EQ(lf.calls, 1);
+    /* the intruder's key is left alone */
+    char *v = th_cmd_str(rc, "GET tk-plain");
+    ASSERT_STR_EQ(v, "intruder");
+    free(v);
+    res rel = {0};
+    START(dlock_async_release(p, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_ELOST);
+    ASSERT_EQ(dlock_async_lock_is_lost(p), 0);
+    /* a reentrant handle found lost takes the lock again */
+    res again = {0};
+    hold(r, DLOCK_WATCHDOG, &again);
+    ASSERT_EQ(dlock_async_lock_is_lost(r), 0);
+    run_for(TAKEN_LEASE);
+    ASSERT_GT(th_cmd_int(rc, "PTTL tk-re"), TAKEN_LEASE / 3);
+    ASSERT_EQ(lr.calls, 1);
+    redisFree(rc);
+    client_free(c);
+}
+
+/* ---- cut ---- */
+
+#define CUT_LEASE 1000
+
+typedef struct taker {
+    const th_server *s;
+    const char *name;
+    atomic_llong start;  /* th_now_ms when to begin; 0: not yet */
+    atomic_llong got_at; /* when it got the lock; -1: never */
+} taker;
+
+/* Tries the lock every millisecond for 3 leases once told to start. */
+static void *take_soon(void *arg) {
+    taker *t = arg;
+    dlock_client *c = th_client(t->s, 0);
+    dlock_lock *w = th_lock(c, t->name, DLOCK_KIND_PLAIN);
+    while (!atomic_load(&t->start)) th_sleep_ms(1);
+    long long got = -1;
+    while (th_now_ms() - atomic_load(&t->start) < 3 * CUT_LEASE) {
+        int rc = dlock_acquire(w, DLOCK_NOWAIT, 5000, NULL);
+        if (rc == DLOCK_OK) {
+            got = th_now_ms();
+            ASSERT_LOK(w, dlock_release(w));
+            break;
+        }
+        ASSERT_LCODE(w, rc, DLOCK_EBUSY);
+        th_sleep_ms(1);
+    }
+    atomic_store(&t->got_at, got);
+    dlock_lock_free(w);
+    dlock_client_free(c);
+    return NULL;
+}
+
+static void cut_off(th_server *s, pid_t proxy, int pport, int sig, const char *name) {
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", pport);
+    dlock_async_client *c = wd_client(url, CUT_LEASE);
+    dlock_async_lock *h = alock(c, name);
+    lostrec lost = {0};
+    dlock_async_lock_on_lost(h, on_lost, &lost);
+    res a = {0};
+    hold(h, DLOCK_WATCHDOG, &a);
+    taker t = {.s = s, .name = name};
+    atomic_store(&t.got_at, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, take_soon, &t);
+    run_for(CUT_LEASE / 2); /* a renewal or so */
+    ASSERT_EQ(kill(proxy, sig), 0);
+    int64_t t_cut = th_now_ms();
+    atomic_store(&t.start, t_cut);
+    RUN_UNTIL(atomic_load(&t.got_at) != 0, 4 * CUT_LEASE);
+    pthread_join(th, NULL);
+    long long got = atomic_load(&t.got_at);
+    th_log("%s (proxy %s): lost callback %lld ms after the cut, another client acquired after "
+           "%lld ms (%lld ms later)",
+           name, sig == SIGKILL ? "killed" : "frozen", (long long)(lost.at - t_cut),
+           got - (long long)t_cut, got - (long long)lost.at);
+    ASSERT_GT(got, 0);
+    ASSERT_EQ(lost.calls, 1);
+    ASSERT_EQ(lost.reason, DLOCK_LOST_UNREACHABLE);
+    ASSERT_LT(lost.at, got);
+    ASSERT_EQ(dlock_async_lock_valid_ms(h), 0);
+    if (sig == SIGSTOP) kill(proxy, SIGKILL);
+    th_wait_child(proxy, 5000);
+    client_free(c);
+}
+
+static void t_cut(th_server *s) {
+    /* the proxies first: no thread may exist at a fork */
+    int kport = 0, fport = 0;
+    pid_t killed = th_proxy_start(th_server_port(s), &kport);
+    pid_t frozen = th_proxy_start(th_server_port(s), &fport);
+    cut_off(s, killed, kport, SIGKILL, "cut-killed");
+    cut_off(s, frozen, fport, SIGSTOP, "cut-frozen");
+}
+
+/* ---- restart ---- */
+
+static void t_restart(th_server *s) {
+    dlock_async_client *c = wd_client(th_server_url(s), 900);
+    dlock_async_lock *h = alock(c, "rs");
+    lostrec lost = {0};
+    dlock_async_lock_on_lost(h, on_lost, &lost);
+    res a = {0};
+    hold(h, DLOCK_WATCHDOG, &a);
+    run_for(300);
+    th_server_restart(s, SIGKILL); /* no persistence: the hold is gone */
+    RUN_UNTIL(lost.calls == 1, 3000);
+    th_log("restart: lost (%s)", lost.reason == DLOCK_LOST_TAKEN ? "taken" : "unreachable");
+    ASSERT(lost.reason == DLOCK_LOST_TAKEN || lost.reason == DLOCK_LOST_UNREACHABLE);
+    res rel = {0};
+    START(dlock_async_release(h, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_CODE(rel.code, DLOCK_ELOST);
+    /* the client works again, and keeps a new hold */
+    memset(&a, 0, sizeof a);
+    hold(h, DLOCK_WATCHDOG, &a);
+    run_for(1200);
+    ASSERT_EQ(lost.calls, 1);
+    redisContext *rc = th_redis(s);
+    ASSERT_GT(th_cmd_int(rc, "PTTL rs"), 0);
+
+    /* freed with holds and a round out: nothing leaks; the holds run out */
+    dlock_async_client *f = wd_client(th_server_url(s), 300);
+    enum { N = 150 };
+    dlock_async_lock *l[N];
+    res lr[N];
+    memset(lr, 0, sizeof lr);
+    for (int i = 0; i < N; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "rs%d", i);
+        l[i] = alock(f, nm);
+        START(dlock_async_acquire(l[i], DLOCK_NOWAIT, DLOCK_WATCHDOG, on_done, &lr[i]));
+    }
+    RUN_UNTIL(calls(lr, N) == N, 3000);
+    for (int i = 0; i < N; i++) ASSERT_CODE(lr[i].code, DLOCK_OK);
+    run_for(250);
+    client_free(f);
+    th_sleep_ms(400);
+    for (int i = 0; i < N; i++) ASSERT_EQ(th_cmd_int(rc, "EXISTS rs%d", i), 0);
+    redisFree(rc);
+    client_free(c);
+}
+
+static const async_case cases[] = {
+    {"kept", t_kept},
+    {"taken", t_taken},
+    {"cut", t_cut},
+    {"restart", t_restart},
+    {NULL, NULL},
+};
+
+int main(int argc, char **argv) { return async_main(argc, argv, "async_watchdog", cases); }
