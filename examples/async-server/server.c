@@ -21,8 +21,10 @@
  * Every request has its own lock handle, and hundreds may wait at once on
  * the loop: a wait costs a small struct, not a thread.
  *
+ * lines.c is the transport (a line server on the loop); this file has the
+ * locks, the store and the requests.
  * Build: examples/CMakeLists.txt, or
- *   cc server.c $(pkg-config --cflags --libs dlock libuv hiredis) -o async-server
+ *   cc server.c lines.c $(pkg-config --cflags --libs dlock libuv hiredis) -o async-server
  */
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
@@ -35,8 +37,9 @@
 
 #include <dlock_async_libuv.h>
 
+#include "lines.h"
+
 #define NAME_MAX_LEN 64  /* item and user names: [A-Za-z0-9_.-]{1,64} */
-#define LINE_BUF 512     /* a connection's unread bytes; a longer line is an error */
 #define WRITE_MARGIN_MS 100 /* the least validity a hold must have left to write */
 
 static struct {
@@ -48,16 +51,8 @@ static struct {
 
 typedef struct request request;
 
-typedef struct conn {
-    uv_tcp_t tcp;          /* tcp.data points back here */
-    char buf[LINE_BUF];    /* bytes read, not yet a request */
-    size_t len;
-    request *busy;         /* the request being served; reading stops meanwhile */
-    int reading, eof, shutting, closed;
-} conn;
-
 struct request {
-    conn *c;
+    line_conn *c;           /* busy until end_request calls lines_next */
     char item[NAME_MAX_LEN + 1], user[NAME_MAX_LEN + 1];
     dlock_async_lock *lock; /* NULL with --unsafe */
     int waiting;            /* the acquire is pending (a shutdown cancels it) */
@@ -70,7 +65,6 @@ struct request {
 
 static struct {
     uv_loop_t *loop;
-    uv_tcp_t listener;
     uv_signal_t sigterm, sigint;
     dlock_async_client *locks;
     redisAsyncContext *store; /* NULL once lost or closed */
@@ -78,65 +72,6 @@ static struct {
     int live_n, draining, finished;
     long long requests, ok, soldout, err, lost, peak;
 } srv;
-
-static void pump(conn *c);
-
-/* ---- connections ---- */
-
-static void free_handle(uv_handle_t *h) { free(h->data); }
-
-static void close_conn(conn *c) {
-    if (c->closed) return;
-    c->closed = 1;
-    uv_close((uv_handle_t *)&c->tcp, free_handle); /* pending writes are cancelled */
-}
-
-static void on_shutdown(uv_shutdown_t *s, int status) {
-    (void)status;
-    close_conn(s->handle->data);
-    free(s);
-}
-
-/* Closes after the queued replies are written (a client that half-closed
- * still gets every answer). */
-static void finish_conn(conn *c) {
-    if (c->closed || c->shutting) return;
-    c->shutting = 1;
-    uv_shutdown_t *s = malloc(sizeof *s);
-    if (!s || uv_shutdown(s, (uv_stream_t *)&c->tcp, on_shutdown)) {
-        free(s);
-        close_conn(c);
-    }
-}
-
-typedef struct { uv_write_t w; char data[]; } write_req;
-
-static void on_write(uv_write_t *w, int status) {
-    (void)status; /* a failed write shows as a read error, which closes */
-    free(w);
-}
-
-static void send_line(conn *c, const char *fmt, ...) {
-    char line[160];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-    va_end(ap);
-    if (c->closed || n < 0) return;
-    if ((size_t)n > sizeof line - 2) n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    write_req *w = malloc(sizeof *w + (size_t)n);
-    if (!w) {
-        close_conn(c);
-        return;
-    }
-    memcpy(w->data, line, (size_t)n);
-    uv_buf_t b = uv_buf_init(w->data, (unsigned)n);
-    if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_write)) {
-        free(w);
-        close_conn(c);
-    }
-}
 
 /* ---- a request's end ---- */
 
@@ -149,11 +84,8 @@ static void end_request(request *r) {
     if (r->prev) r->prev->next = r->next; else srv.live = r->next;
     if (r->next) r->next->prev = r->prev;
     srv.live_n--;
-    conn *c = r->c;
-    c->busy = NULL;
     uv_close((uv_handle_t *)&r->pause, free_request);
-    if (srv.draining) finish_conn(c);
-    else pump(c);
+    lines_next(r->c);
     maybe_exit();
 }
 
@@ -181,7 +113,7 @@ static void done(request *r, const char *fmt, ...) {
     if (!strncmp(line, "OK", 2)) srv.ok++;
     else if (!strcmp(line, "SOLDOUT")) srv.soldout++;
     else srv.err++;
-    send_line(r->c, "%s", line);
+    lines_reply(r->c, "%s", line);
     if (r->held && dlock_async_release(r->lock, on_released, r) == DLOCK_OK) return;
     dlock_async_lock_free(r->lock); /* also: a release that could not start */
     end_request(r);
@@ -272,19 +204,22 @@ static int valid_name(const char *s) {
     return n > 0 && n <= NAME_MAX_LEN && !s[n];
 }
 
-/* One line of a client (no '\n'). Either answers at once or starts a
- * request, which makes the connection busy until the request ends. */
-static void handle_line(conn *c, char *line) {
+/* One line of a client (lines.h): answered at once, or a request started,
+ * which ends with end_request. */
+static void handle_line(line_conn *c, char *line) {
     char *save, *cmd = strtok_r(line, " \r", &save);
     char *item = strtok_r(NULL, " \r", &save), *user = strtok_r(NULL, " \r", &save);
     request *r = NULL;
     if (!cmd || strcmp(cmd, "BUY") || !item || !user || strtok_r(NULL, " \r", &save))
-        send_line(c, "ERR usage: BUY <item> <user>");
+        lines_reply(c, "ERR usage: BUY <item> <user>");
     else if (!valid_name(item) || !valid_name(user))
-        send_line(c, "ERR names are 1 to %d of A-Z a-z 0-9 _ . -", NAME_MAX_LEN);
+        lines_reply(c, "ERR names are 1 to %d of A-Z a-z 0-9 _ . -", NAME_MAX_LEN);
     else if (!(r = calloc(1, sizeof *r)))
-        send_line(c, "ERR out of memory");
-    if (!r) return;
+        lines_reply(c, "ERR out of memory");
+    if (!r) {
+        lines_next(c);
+        return;
+    }
     r->c = c;
     strcpy(r->item, item);
     strcpy(r->user, user);
@@ -293,7 +228,6 @@ static void handle_line(conn *c, char *line) {
     r->next = srv.live;
     if (srv.live) srv.live->prev = r;
     srv.live = r;
-    c->busy = r;
     srv.requests++;
     if (++srv.live_n > srv.peak) srv.peak = srv.live_n;
     if (cfg.unsafe) {
@@ -319,83 +253,7 @@ static void handle_line(conn *c, char *line) {
     }
 }
 
-/* Serves the complete lines read, one request at a time, and reads while
- * there is no request in flight (so a client's pipelined lines wait in
- * its buffer, and a slow client holds back only itself). */
-static void read_more(conn *c);
-static void pump(conn *c) {
-    while (!c->busy && !c->closed) {
-        char *nl = memchr(c->buf, '\n', c->len);
-        if (!nl) {
-            if (c->len == sizeof c->buf) send_line(c, "ERR line too long");
-            if (c->len == sizeof c->buf || c->eof) finish_conn(c);
-            else read_more(c);
-            return;
-        }
-        *nl = '\0';
-        char line[LINE_BUF];
-        memcpy(line, c->buf, (size_t)(nl - c->buf) + 1);
-        c->len -= (size_t)(nl + 1 - c->buf);
-        memmove(c->buf, nl + 1, c->len);
-        handle_line(c, line);
-    }
-    if (c->busy && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = 0;
-    }
-}
-
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b) {
-    (void)hint;
-    conn *c = h->data;
-    *b = uv_buf_init(c->buf + c->len, (unsigned)(sizeof c->buf - c->len));
-}
-
-static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b) {
-    (void)b;
-    conn *c = s->data;
-    if (n == UV_EOF) {
-        uv_read_stop(s);
-        c->reading = 0;
-        c->eof = 1;
-    } else if (n < 0) {
-        /* a reset: stop reading; close now, or when its request ends */
-        uv_read_stop(s);
-        c->reading = 0;
-        c->eof = 1;
-        c->len = 0; /* what it sent would be answered to no one */
-        if (!c->busy) close_conn(c);
-        return;
-    } else {
-        c->len += (size_t)n;
-    }
-    pump(c);
-}
-
-static void read_more(conn *c) {
-    if (c->reading || c->eof) return;
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = 1;
-    else close_conn(c);
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-    conn *c = status < 0 ? NULL : calloc(1, sizeof *c);
-    if (!c) return; /* a failed accept; out of memory: the client stays pending */
-    uv_tcp_init(srv.loop, &c->tcp);
-    c->tcp.data = c;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp)) close_conn(c);
-    else read_more(c);
-}
-
 /* ---- start and stop ---- */
-
-static void close_idle(uv_handle_t *h, void *arg) {
-    (void)arg;
-    if (h->type == UV_TCP && h != (uv_handle_t *)&srv.listener) {
-        conn *c = h->data;
-        if (!c->busy) finish_conn(c);
-    }
-}
 
 /* SIGTERM or SIGINT: stop accepting, end the waits (a cancelled acquire's
  * callback runs inside dlock_async_cancel and answers "ERR shutting down"),
@@ -405,14 +263,13 @@ static void on_signal(uv_signal_t *s, int signum) {
     (void)s, (void)signum;
     if (srv.draining) return;
     srv.draining = 1;
-    uv_close((uv_handle_t *)&srv.listener, NULL);
-    uv_close((uv_handle_t *)&srv.sigterm, NULL);
+    lines_stop();
+    uv_close((uv_handle_t *)&srv.sigterm, NULL); /* a second signal: the default, death */
     uv_close((uv_handle_t *)&srv.sigint, NULL);
     for (request *r = srv.live, *next; r; r = next) {
         next = r->next;
         if (r->waiting) dlock_async_cancel(r->lock);
     }
-    uv_walk(srv.loop, close_idle, NULL);
     maybe_exit();
 }
 
@@ -500,19 +357,13 @@ int main(int argc, char **argv) {
     redisAsyncSetConnectCallback(srv.store, on_store_connect);
     redisAsyncSetDisconnectCallback(srv.store, on_store_disconnect);
 
-    struct sockaddr_in addr;
-    struct sockaddr_storage bound;
-    int blen = sizeof bound, rc;
-    uv_ip4_addr("127.0.0.1", cfg.port, &addr);
-    uv_tcp_init(srv.loop, &srv.listener);
-    if ((rc = uv_tcp_bind(&srv.listener, (const struct sockaddr *)&addr, 0)) ||
-        (rc = uv_listen((uv_stream_t *)&srv.listener, 511, on_connection)) ||
-        (rc = uv_tcp_getsockname(&srv.listener, (struct sockaddr *)&bound, &blen))) {
+    int port = lines_listen(srv.loop, cfg.port, handle_line);
+    if (port < 0) {
         fprintf(stderr, "async-server: cannot listen on port %d: %s\n", cfg.port,
-                uv_strerror(rc));
+                uv_strerror(port));
         return 1;
     }
-    cfg.port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    cfg.port = port;
     uv_signal_init(srv.loop, &srv.sigterm);
     uv_signal_init(srv.loop, &srv.sigint);
     uv_signal_start(&srv.sigterm, on_signal, SIGTERM);
