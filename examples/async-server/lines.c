@@ -1,4 +1,6 @@
 /* The line server of lines.h: accept, read, split lines, reply in order. */
+#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types */
+
 #include "lines.h"
 
 #include <stdarg.h>

@@ -26,6 +26,8 @@
  * Build: examples/CMakeLists.txt, or
  *   cc server.c lines.c $(pkg-config --cflags --libs dlock libuv hiredis) -o async-server
  */
+#define _POSIX_C_SOURCE 200809L /* strtok_r; and uv.h needs POSIX types */
+
 #include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
