@@ -21,14 +21,14 @@
  * Every request has its own lock handle, and hundreds may wait at once on
  * the loop: a wait costs a small struct, not a thread.
  *
- * lines.c is the transport (a line server on the loop); this file has the
- * locks, the store and the requests.
+ * lines.c is the transport (a line server on the loop), redis_uv.h binds the
+ * store's hiredis connection to the loop; this file has the locks, the
+ * store and the requests.
  * Build: examples/CMakeLists.txt, or
  *   cc server.c lines.c $(pkg-config --cflags --libs dlock libuv hiredis) -o async-server
  */
 #define _POSIX_C_SOURCE 200809L /* strtok_r; and uv.h needs POSIX types */
 
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
@@ -40,6 +40,7 @@
 #include <dlock_async_libuv.h>
 
 #include "lines.h"
+#include "redis_uv.h"
 
 #define NAME_MAX_LEN 64  /* item and user names: [A-Za-z0-9_.-]{1,64} */
 #define WRITE_MARGIN_MS 100 /* the least validity a hold must have left to write */
@@ -71,13 +72,14 @@ static struct {
     dlock_async_client *locks;
     redisAsyncContext *store; /* NULL once lost or closed */
     request *live;            /* requests in flight */
-    int live_n, draining, finished;
+    int live_n, started, draining, finished;
     long long requests, ok, soldout, err, lost, peak;
 } srv;
 
 /* ---- a request's end ---- */
 
 static void maybe_exit(void);
+static redisAsyncContext *store(void);
 
 static void free_request(uv_handle_t *h) { free(h->data); }
 
@@ -154,10 +156,11 @@ static void on_pause(uv_timer_t *t) {
     }
     /* Two commands pipelined on one connection: Redis runs them in order,
      * and on_logged runs after on_set. */
-    if (!srv.store ||
-        redisAsyncCommand(srv.store, on_set, r, "SET shop:stock:%s %lld", r->item,
-                          r->unit - 1) != REDIS_OK ||
-        redisAsyncCommand(srv.store, on_logged, r, "RPUSH shop:orders:%s %lld:%s:%s", r->item,
+    redisAsyncContext *db = store();
+    if (!db ||
+        redisAsyncCommand(db, on_set, r, "SET shop:stock:%s %lld", r->item, r->unit - 1) !=
+            REDIS_OK ||
+        redisAsyncCommand(db, on_logged, r, "RPUSH shop:orders:%s %lld:%s:%s", r->item,
                           r->unit, r->user, cfg.name) != REDIS_OK)
         done(r, "ERR store unavailable"); /* on_set may still run: it only marks r */
 }
@@ -181,8 +184,8 @@ static void on_stock(redisAsyncContext *ac, void *reply, void *ud) {
 }
 
 static void read_stock(request *r) {
-    if (!srv.store ||
-        redisAsyncCommand(srv.store, on_stock, r, "GET shop:stock:%s", r->item) != REDIS_OK)
+    redisAsyncContext *db = store();
+    if (!db || redisAsyncCommand(db, on_stock, r, "GET shop:stock:%s", r->item) != REDIS_OK)
         done(r, "ERR store unavailable");
 }
 
@@ -287,9 +290,11 @@ static void on_store_connect(const redisAsyncContext *ac, int status) {
     if (status != REDIS_OK) {
         fprintf(stderr, "async-server %s: cannot reach Redis at %s:%d: %s\n", cfg.name,
                 cfg.redis_host, cfg.redis_port, ac->errstr);
-        srv.store = NULL; /* hiredis frees it */
-        exit(1);
+        srv.store = NULL; /* hiredis frees it; the commands queued get a NULL reply */
+        if (!srv.started) exit(1);
+        return;
     }
+    if (srv.started++) return;
     /* the line the driver waits for */
     printf("async-server %s: listening on 127.0.0.1:%d, %s\n", cfg.name, cfg.port,
            cfg.unsafe ? "UNSAFE (no lock)" : "a lock per item");
@@ -300,6 +305,20 @@ static void on_store_disconnect(const redisAsyncContext *ac, int status) {
     if (status != REDIS_OK)
         fprintf(stderr, "async-server %s: lost Redis: %s\n", cfg.name, ac->errstr);
     srv.store = NULL; /* hiredis frees it; requests in flight got a NULL reply */
+}
+
+/* The store's connection: opened at start, and again by the next request
+ * after it was lost (as the lock client reopens its own). NULL: none. */
+static redisAsyncContext *store(void) {
+    if (srv.store || srv.draining) return srv.store;
+    redisAsyncContext *ac = redisAsyncConnect(cfg.redis_host, cfg.redis_port);
+    if (!ac || ac->err || redis_uv_attach(ac, srv.loop) != REDIS_OK) {
+        if (ac) redisAsyncFree(ac);
+        return NULL;
+    }
+    redisAsyncSetConnectCallback(ac, on_store_connect);
+    redisAsyncSetDisconnectCallback(ac, on_store_disconnect);
+    return srv.store = ac;
 }
 
 static int64_t num_arg(const char *opt, const char *v, int64_t lo, int64_t hi) {
@@ -351,13 +370,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* the store: a hiredis async connection on the same loop */
-    srv.store = redisAsyncConnect(cfg.redis_host, cfg.redis_port);
-    if (!srv.store || srv.store->err || redisLibuvAttach(srv.store, srv.loop) != REDIS_OK) {
+    if (!store()) {
         fprintf(stderr, "async-server: cannot connect to Redis\n");
         return 1;
     }
-    redisAsyncSetConnectCallback(srv.store, on_store_connect);
-    redisAsyncSetDisconnectCallback(srv.store, on_store_disconnect);
 
     int port = lines_listen(srv.loop, cfg.port, handle_line);
     if (port < 0) {
