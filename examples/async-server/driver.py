@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Driver and verdict of the async-server example (issue 24).
 
-usage: driver.py ASYNC_SERVER_BINARY [--small] [--unsafe [--expect-oversell]]
+usage: driver.py ASYNC_SERVER_BINARY [--small] [--unsafe [--expect-oversell]] [--restart]
                  [--servers N] [--items N] [--stock N] [--clients N]
                  [--requests N] [--pause-ms N] [--redis-server PATH]
 
@@ -18,6 +18,11 @@ judges what Redis and the replies say:
     and are exactly the units in the order log;
   - the stock never went negative, and SOLDOUT only when nothing was left;
   - no ERR reply, every request answered, every server exited cleanly.
+
+--restart: first a round during which redis-server is killed (SIGKILL)
+after 100 ms: every request must still be answered (ERR for what the loss
+broke) and every server stay up; then redis-server is started again on its
+port, the stock set again, and the round above is judged.
 
 It prints a table and a verdict, PASS or FAIL with the numbers; exit status
 0 on PASS, 1 on FAIL (with --expect-oversell: 0 when the verdict caught an
@@ -77,10 +82,11 @@ class Run:
         self.redis_port = None
         self.servers = []      # (name, Popen, port)
 
-    def start_redis(self):
+    def start_redis(self, port=None):
+        """Starts redis-server (on port, else a free one): a client of it."""
         exe = self.args.redis_server
         for _ in range(3):  # the free port may be taken in between: try another
-            self.redis_port = free_port()
+            self.redis_port = port or free_port()
             self.redis = subprocess.Popen(
                 [exe, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", self.dir,
@@ -165,9 +171,10 @@ class Run:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def fire(ports, items, clients, requests, timeout):
+async def fire(ports, items, clients, requests, timeout, then=None):
     """Connects every client first, then all send at once; each sends its
-    requests one after the other. Returns [(server index, item, reply)]."""
+    requests one after the other. Returns [(server index, item, reply)].
+    then: a function run in a thread meanwhile (the restart's kill)."""
     conns = await asyncio.gather(*[
         asyncio.open_connection("127.0.0.1", ports[i % len(ports)]) for i in range(clients)])
     go = asyncio.Event()
@@ -186,8 +193,13 @@ async def fire(ports, items, clients, requests, timeout):
 
     tasks = [asyncio.ensure_future(client(i, r, w)) for i, (r, w) in enumerate(conns)]
     go.set()
-    done = await asyncio.wait_for(asyncio.gather(*tasks), timeout)
-    return [x for got in done for x in got]
+    if then:
+        await asyncio.get_running_loop().run_in_executor(None, then)
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    if pending:
+        raise TimeoutError("%d clients still waiting for a reply after %d s"
+                           % (len(pending), timeout))
+    return [x for t in tasks for x in t.result()]  # a client's exception is raised
 
 
 def judge(db, items, stock, replies):
@@ -224,6 +236,35 @@ def judge(db, items, stock, replies):
     return rows, problems
 
 
+def killed_round(run, a, items):
+    """A sale during which redis-server is killed (SIGKILL) after 100 ms: the
+    servers must answer every request (ERR for what the loss broke) rather
+    than hang, and stay up. Returns the problems seen."""
+    def kill():
+        time.sleep(0.1)
+        run.redis.kill()
+        run.redis.wait()
+    replies = asyncio.run(fire([s[2] for s in run.servers], items, a.clients, a.requests,
+                               timeout=30, then=kill))
+    kinds = {}  # OK, SOLDOUT, ERR, (no reply): the replies
+    for _, _, rep in replies:
+        kinds.setdefault(rep if rep.startswith("(") else rep.split(" ")[0], []).append(rep)
+    print("round 1, redis-server killed after 100 ms: %d requests answered: %s; first ERR: %s"
+          % (len(replies), ", ".join("%d %s" % (len(v), k) for k, v in sorted(kinds.items())),
+             (kinds.get("ERR") or ["none"])[0]))
+    problems = []
+    if "(no reply)" in kinds or len(replies) != a.clients * a.requests:
+        problems.append("round 1: %d requests of %d not answered" % (
+            a.clients * a.requests - len(replies) + len(kinds.get("(no reply)", [])),
+            a.clients * a.requests))
+    if "ERR" not in kinds:
+        problems.append("round 1: no ERR: the kill came too late to test anything")
+    for s in run.servers:
+        if s[1].poll() is not None:
+            problems.append("round 1: server %s exited (%d)" % (s[0], s[1].returncode))
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("binary")
@@ -232,6 +273,9 @@ def main():
     ap.add_argument("--unsafe", action="store_true", help="servers without their lock")
     ap.add_argument("--expect-oversell", action="store_true",
                     help="exit 0 when the verdict catches an oversell")
+    ap.add_argument("--restart", action="store_true",
+                    help="first a round with redis-server killed under load (every request "
+                         "must be answered), then restart it and judge a second round")
     ap.add_argument("--servers", type=int, default=3)
     ap.add_argument("--items", type=int, default=3)
     ap.add_argument("--stock", type=int, default=20)
@@ -258,6 +302,7 @@ def main():
 
     items = ["item%d" % (i + 1) for i in range(a.items)]
     run = Run(a)
+    problems = []
     try:
         db = run.start_redis()
         for item in items:
@@ -267,12 +312,20 @@ def main():
               "requests, pause %d ms" % (a.servers, "UNSAFE: no lock" if a.unsafe else
                                           "a lock per item", run.redis_port, a.items, a.stock,
                                           a.clients, a.requests, a.pause_ms))
+        if a.restart:
+            problems += killed_round(run, a, items)
+            db = run.start_redis(run.redis_port)  # empty: no persistence
+            for item in items:
+                db.set("shop:stock:" + item, a.stock)
+            print("redis-server restarted, the stock set again; round 2 (the summaries of "
+                  "the servers count both rounds):")
         t0 = time.time()
         replies = asyncio.run(fire([s[2] for s in run.servers], items, a.clients, a.requests,
                                    timeout=90))
         secs = time.time() - t0
         stopped = run.stop_servers()
-        rows, problems = judge(db, items, a.stock, replies)
+        rows, found = judge(db, items, a.stock, replies)
+        problems += found
     except KeyboardInterrupt as e:
         print("interrupted (%s): servers stopped, files removed" % (e or "SIGINT"))
         return 1
