@@ -60,7 +60,7 @@ struct request {
     dlock_async_lock *lock; /* NULL with --unsafe */
     int waiting;            /* the acquire is pending (a shutdown cancels it) */
     int held;               /* the acquire succeeded: release when done */
-    int write_failed;
+    int writes, write_failed; /* store replies still to come; one failed */
     long long unit;         /* the stock read, which is the unit sold */
     uv_timer_t pause;       /* the pause between GET and SET; freed on close */
     request *prev, *next;   /* srv.live */
@@ -125,20 +125,17 @@ static void done(request *r, const char *fmt, ...) {
 
 /* ---- the purchase: lock, GET, pause, SET + RPUSH, release ---- */
 
-static void on_logged(redisAsyncContext *ac, void *reply, void *ud) {
+/* The reply to one of the two writes; the request goes on at the last. */
+static void on_written(redisAsyncContext *ac, void *reply, void *ud) {
     (void)ac;
     request *r = ud;
     redisReply *rep = reply;
-    if (!rep || rep->type == REDIS_REPLY_ERROR || r->write_failed)
+    if (!rep || rep->type == REDIS_REPLY_ERROR) r->write_failed = 1;
+    if (--r->writes > 0) return;
+    if (r->write_failed)
         done(r, "ERR store write failed");
     else
         done(r, "OK %lld", r->unit);
-}
-
-static void on_set(redisAsyncContext *ac, void *reply, void *ud) {
-    (void)ac;
-    redisReply *rep = reply;
-    if (!rep || rep->type == REDIS_REPLY_ERROR) ((request *)ud)->write_failed = 1;
 }
 
 static void on_pause(uv_timer_t *t) {
@@ -154,15 +151,19 @@ static void on_pause(uv_timer_t *t) {
         done(r, "ERR lease ran out, nothing sold");
         return;
     }
-    /* Two commands pipelined on one connection: Redis runs them in order,
-     * and on_logged runs after on_set. */
+    /* Two commands pipelined on one connection, each with a callback that
+     * will run (a NULL reply if the connection goes): r lives until both
+     * have. */
     redisAsyncContext *db = store();
-    if (!db ||
-        redisAsyncCommand(db, on_set, r, "SET shop:stock:%s %lld", r->item, r->unit - 1) !=
-            REDIS_OK ||
-        redisAsyncCommand(db, on_logged, r, "RPUSH shop:orders:%s %lld:%s:%s", r->item,
-                          r->unit, r->user, cfg.name) != REDIS_OK)
-        done(r, "ERR store unavailable"); /* on_set may still run: it only marks r */
+    if (db && redisAsyncCommand(db, on_written, r, "SET shop:stock:%s %lld", r->item,
+                                r->unit - 1) == REDIS_OK)
+        r->writes++;
+    if (r->writes && redisAsyncCommand(db, on_written, r, "RPUSH shop:orders:%s %lld:%s:%s",
+                                       r->item, r->unit, r->user, cfg.name) == REDIS_OK)
+        r->writes++;
+    else
+        r->write_failed = 1;
+    if (!r->writes) done(r, "ERR store unavailable");
 }
 
 static void on_stock(redisAsyncContext *ac, void *reply, void *ud) {
