@@ -358,9 +358,9 @@ def main():
     total = sum(r["ok"] for r in rows)
     sold = sum(r["sold"] for r in rows)
     if not problems:
-        print("\nPASS: %d units of %d items sold, %d OK replies, every order unique, "
+        print("\nPASS: %d units of %d item%s sold, %d OK replies, every order unique, "
               "no stock below 0; up to %d requests in flight on one server's loop"
-              % (sold, a.items, total, peak))
+              % (sold, a.items, "" if a.items == 1 else "s", total, peak))
         verdict = 0
     else:
         print("\nFAIL: %d OK replies for %d units in stock (%d oversold, %d units sold twice "
