@@ -46,11 +46,16 @@
  *
  * Failures. A connection lost, a server that stops answering or a reply
  * that is not RESP ends every operation pending on that connection, each
- * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...): an acquire
- * or release whose request went out has an unknown outcome and is never
- * sent again by itself. An acquire whose outcome is unknown is given back
- * (a release with its token, owner-checked) once a connection is open
- * again; until then the lock runs out with its lease. The next operation
+ * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...), but for
+ * waits: an acquire that may wait (wait_ms != 0) and meets DLOCK_EIO with
+ * time left waits on, as the blocking wait does, trying again over a new
+ * connection after a pause (50 ms, doubling up to 1 s), until it gets the
+ * lock or its deadline comes (then it ends with the failure's code and
+ * message); the outage may be over before the wait. A request whose
+ * outcome is unknown is never sent again by itself; an acquire whose
+ * outcome is unknown is given back (a release with its token,
+ * owner-checked) once a connection is open again, before anything else
+ * on it; until then the lock runs out with its lease. The next operation
  * opens a new connection.
  *
  * The watchdog. A hold taken with the lease DLOCK_WATCHDOG is renewed from

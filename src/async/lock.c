@@ -24,7 +24,9 @@
  * won: its token is kept (the client's settle list) and given back by the
  * owner-checked release once the command connection is up again (a
  * reentrant one expecting the count it would have made: a lower count means
- * it never ran, and the release changes nothing). */
+ * it never ran, and the release changes nothing). A wait that meets a
+ * connection failure with time left waits on (ride_out), as wait.c's does:
+ * the give back goes first on the next connection, then the next attempt. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +34,10 @@
 
 #define NOTTL_MIN_MS 10
 #define NOTTL_MAX_MS 1000
+/* the pause before trying again after a connection failure in a wait
+ * (doubling), as wait.c's */
+#define OUTAGE_PAUSE_MIN_MS 50
+#define OUTAGE_PAUSE_MAX_MS 1000
 
 enum { OP_NONE = 0, OP_ACQUIRE, OP_RELEASE, OP_EXTEND };
 enum { R_ATTEMPT = 1, R_RELEASE, R_EXTEND, R_GIVEBACK, R_ABANDON };
@@ -51,6 +57,7 @@ typedef struct aop {
     int woken;                 /* a message came while an attempt was out */
     int registered;            /* an attempt of this acquire registered it */
     int64_t nottl;             /* backoff for a key without expiry */
+    int64_t outage;            /* the next pause after a connection failure */
 } aop;
 
 struct dlock_async_lock {
@@ -173,8 +180,17 @@ static int oreq_send(oreq *o) {
                          o->by_text, 2, keys, keylens, 2, args, arglens, &err);
 }
 
-/* Keeps o to send once the command connection is up again. */
+/* Keeps o to send once the command connection is up again. A plain give
+ * back already kept for the same token is enough for both (one owner-checked
+ * release undoes every attempt made with the token); a reentrant one is not
+ * (each attempt may have counted one hold). */
 static void settle_later(oreq *o) {
+    if (!o->reentrant && o->what == R_GIVEBACK)
+        for (oreq *k = o->c->settle; k; k = k->next)
+            if (!k->reentrant && k->what == R_GIVEBACK && !memcmp(k->token, o->token, DLOCK_TOKEN_LEN)) {
+                free(o);
+                return;
+            }
     o->next = o->c->settle;
     o->c->settle = o;
 }
@@ -334,17 +350,45 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     return DLOCK_OK;
 }
 
+/* A connection failure (err) in a wait with time left: the wait goes on,
+ * as the blocking wait's does (wait.c), trying again after a pause that
+ * doubles up to OUTAGE_PAUSE_MAX_MS; the outage may be over before the
+ * caller's wait. 1 when it goes on (err kept as the message of the failure
+ * it ends with if the deadline comes first), 0 when the acquire must end
+ * with err. */
+static int rides(dlock_async_lock *l, const dl_err *err) {
+    aop *op = &l->op;
+    if (op->type != OP_ACQUIRE || !op->waiting || err->code != DLOCK_EIO || l->c->freeing ||
+        dl_now_ms() >= op->deadline)
+        return 0;
+    fail(l, err);
+    return 1;
+}
+
+/* rides, and arms the next attempt after the pause */
+static int ride_out(dlock_async_lock *l, const dl_err *err) {
+    aop *op = &l->op;
+    if (!rides(l, err)) return 0;
+    int64_t at = dl_now_ms() + op->outage;
+    if (at > op->deadline) at = op->deadline;
+    op->outage = op->outage * 2 > OUTAGE_PAUSE_MAX_MS ? OUTAGE_PAUSE_MAX_MS : op->outage * 2;
+    return !dl_atimer_arm(&l->c->loop, &op->timer, at);
+}
+
 /* The acquire's next attempt: a waiting one registers, the one at the
- * deadline tries once. */
+ * deadline tries once. A waiter whose subscribed connection failed joins
+ * the table again first. */
 static void attempt(dlock_async_lock *l) {
     aop *op = &l->op;
     dl_err err;
     dl_atimer_stop(&l->c->loop, &op->timer);
     int recheck = op->waiting && dl_now_ms() < op->deadline;
     op->woken = 0;
-    int rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, recheck, op->registered, 0,
-                      &op->inflight, &err);
-    if (rc) finish(l, rc, 0, &err);
+    int rc = DLOCK_OK;
+    if (op->waiting && !op->w.chan) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
+    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, recheck, op->registered, 0,
+                           &op->inflight, &err);
+    if (rc && !ride_out(l, &err)) finish(l, rc, 0, &err);
 }
 
 static void on_timer(dl_atimer *t) {
@@ -360,9 +404,15 @@ static void on_wake(dl_awaiter *w, int confirmed) {
     else attempt(l);
 }
 
+/* The subscribed connection failed: the waiter is out of the table. It
+ * joins again at its next attempt (never from here: the table is being
+ * emptied), after a pause unless an attempt is out. */
 static void on_lost(dl_awaiter *w, const dl_err *err) {
     dlock_async_lock *l = (dlock_async_lock *)((char *)w - offsetof(dlock_async_lock, op.w));
-    if (l->op.type == OP_ACQUIRE) finish(l, err->code, 0, err);
+    if (l->op.type != OP_ACQUIRE) return;
+    /* an attempt out: its reply (or failure) arms the next attempt */
+    if (l->op.inflight ? rides(l, err) : ride_out(l, err)) return;
+    finish(l, err->code, 0, err);
 }
 
 /* ---- the watchdog's holds (renew.c) ---- */
@@ -408,7 +458,8 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     if (rq->recheck) op->registered = 1;
     if (!r) { /* lost with the connection: it may have won */
         owe(l, R_GIVEBACK, rq->token, rq->held + 1);
-        finish(l, err->code, 0, err);
+        /* given back first on the next connection, before the next attempt */
+        if (!ride_out(l, err)) finish(l, err->code, 0, err);
         return;
     }
     long long a = 0, b = 0;
@@ -469,6 +520,9 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     } else {
         until = now; /* gone between the script's two steps */
     }
+    /* out of the table since its subscribed connection failed: it joins
+     * again at its next attempt, soon */
+    if (!op->w.chan && now + op->outage < until) until = now + op->outage;
     if (dl_atimer_arm(&c->loop, &op->timer, until)) {
         dl_seterr(&e, DLOCK_ENOMEM, "out of memory arming a timer");
         finish(l, DLOCK_ENOMEM, 0, &e);
@@ -603,6 +657,7 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     op->waiting = wait_ms != 0;
     op->deadline = dl_deadline(wait_ms);
     op->nottl = NOTTL_MIN_MS;
+    op->outage = OUTAGE_PAUSE_MIN_MS;
     if (!l->reentrant) memcpy(l->chan + l->prefix_len, op->token, DLOCK_TOKEN_LEN);
     memset(&op->w, 0, sizeof op->w);
     op->w.wake = on_wake;
