@@ -217,8 +217,8 @@ DLOCK_EXPORT const char *dlock_async_lock_errmsg(const dlock_async_lock *l);
  * Returns DLOCK_OK (started), DLOCK_EINVAL (NULL l or cb, a bad wait or
  * lease, a plain l holds already (also when its hold was found lost:
  * release it first), or l has an operation pending), DLOCK_ENOMEM, or a
- * failure to open the connection
- * (DLOCK_EIO...); the message is dlock_async_lock_errmsg(l). */
+ * failure to open the connection (DLOCK_EIO...: a try-once only; a wait
+ * waits on, see "Failures"); the message is dlock_async_lock_errmsg(l). */
 DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms,
                                      dlock_async_fn cb, void *udata);
 

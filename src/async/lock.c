@@ -665,6 +665,9 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     if (op->waiting) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
     if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, op->waiting, 0, 0, &op->inflight,
                            &err);
+    /* a wait whose connection cannot open now (refused at once) waits on
+     * as after any connection failure: started, its callback comes later */
+    if (rc && ride_out(l, &err)) rc = DLOCK_OK;
     if (rc) {
         dl_asubs_leave(&l->c->subs, &op->w);
         op->type = OP_NONE;
