@@ -9,6 +9,9 @@
  *            client, a channel -> waiters table, messages dispatched
  *   lock.c   the plain and reentrant locks' operations (acquire with its
  *            wait, release, extend, cancel), on the blocking locks' scripts
+ *   object.c the semaphore's, permit semaphore's and latch's operations
+ *            (acquire and await with their wait, release, count-down...),
+ *            on the blocking objects' scripts
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file
@@ -165,6 +168,9 @@ struct dlock_async_client {
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
     struct dl_asettle *settle; /* acquires to give back (outcome unknown) */
+    struct dlock_async_object *objs; /* every live object handle (object.c) */
+    size_t nobjs;
+    struct dl_aoreq *osettle;  /* the objects' requests owed (object.c) */
     int depth;                 /* inside dlock_async_process / a callback */
     int freeing;               /* dlock_async_client_free under way (or the
                                 * client is unusable): operations refused */
@@ -181,5 +187,14 @@ void dl_alock_free_all(dl_aclient *c);
 /* A new command connection: queues the releases owed for acquires whose
  * outcome a failure left unknown, first (the pipe's up). */
 void dl_alock_pipe_up(dl_apipe *p);
+
+/* ---- object.c ---- */
+/* Every pending operation of an object handle of c ends with
+ * DLOCK_ECANCELED, every object handle is freed, what was owed is dropped
+ * (client free; before dl_alock_free_all fails the connections). */
+void dl_aobj_free_all(dl_aclient *c);
+/* A new command connection: queues the objects' requests owed (the pipe's
+ * up, after dl_alock_pipe_up). */
+void dl_aobj_pipe_up(dl_apipe *p);
 
 #endif
