@@ -28,10 +28,6 @@
 
 #include "async.h"
 
-enum { OP_NONE = 0, OP_SEM_ACQ, OP_PM_ACQ, OP_LA_AWAIT, OP_ONE };
-enum { R_GET = 1, R_SEM_ACQ, R_SEM_ADD, R_SEM_SET, R_PM_ACQ, R_PM_REL, R_PM_AVAIL, R_PM_SET,
-       R_LA_CD, R_LA_SET };
-
 #define CHG_HEX (2 * DL_SEM_CHANGE_ID_BYTES)
 
 typedef struct dl_aoreq {
@@ -39,17 +35,17 @@ typedef struct dl_aoreq {
     struct dl_aoreq *next;     /* the client's osettle list */
     dlock_async_object *o;     /* a reference */
     unsigned gen;              /* the operation it answers (owed: none) */
-    int what;                  /* R_* */
+    int what;                  /* DL_AOR_* */
     int owed;                  /* a give back: no operation waits for it */
     int by_text, resent, after_sub;
     int64_t n;                 /* its number: permits, delta, count, lease */
     int64_t sent_at;           /* when its first copy went out (0: not yet) */
     char raw[DL_PERMIT_RAW];   /* a permit's id */
-    char chg[];                /* R_SEM_ADD: its change id's key */
+    char chg[];                /* DL_AOR_SEM_ADD: its change id's key */
 } oreq;
 
 typedef struct oop {
-    int type;                  /* OP_*, OP_NONE: none pending */
+    int type;                  /* DL_AOP_*, NONE: none pending */
     unsigned gen;
     dlock_async_object_fn cb;
     void *ud;
@@ -90,7 +86,7 @@ static void unref(dlock_async_object *o) {
     free(o);
 }
 
-static int fail(dlock_async_object *o, const dl_err *err) {
+int dl_aobj_fail(dlock_async_object *o, const dl_err *err) {
     if (!o->errmsg) o->errmsg = malloc(DL_ERRMSG_MAX);
     o->msg_lost = !o->errmsg;
     if (o->errmsg) snprintf(o->errmsg, DL_ERRMSG_MAX, "%s", err->msg);
@@ -110,7 +106,7 @@ static const char *who(const dlock_async_object *o, char *buf, size_t len) {
 /* ---- requests ---- */
 
 static oreq *req_new(dlock_async_object *o, int what, int64_t n, const char *raw, dl_err *err) {
-    size_t extra = what == R_SEM_ADD ? o->chg_len + CHG_HEX + 1 : 0;
+    size_t extra = what == DL_AOR_SEM_ADD ? o->chg_len + CHG_HEX + 1 : 0;
     oreq *rq = calloc(1, sizeof *rq + extra);
     if (!rq) {
         dl_seterr(err, DLOCK_ENOMEM, "out of memory");
@@ -121,7 +117,7 @@ static oreq *req_new(dlock_async_object *o, int what, int64_t n, const char *raw
     rq->n = n;
     rq->gen = o->op.gen;
     if (raw) memcpy(rq->raw, raw, DL_PERMIT_RAW);
-    if (what == R_SEM_ADD) { /* a fresh change id: counted once however often sent */
+    if (what == DL_AOR_SEM_ADD) { /* a fresh change id: counted once however often sent */
         memcpy(rq->chg, o->chg, o->chg_len);
         if (dl_random_hex(rq->chg + o->chg_len, DL_SEM_CHANGE_ID_BYTES, err)) {
             free(rq);
@@ -151,27 +147,27 @@ static int req_send(oreq *rq, dl_err *err) {
     int nkeys = pm ? 3 : 2, nargs = 1;
     dl_script *s = NULL;
     switch (rq->what) {
-    case R_SEM_ACQ: s = &dl_script_semaphore_acquire; break;
-    case R_SEM_SET: s = &dl_script_semaphore_try_set; break;
-    case R_SEM_ADD: /* KEYS semaphore, channel, change id; ARGV delta, the id's life */
+    case DL_AOR_SEM_ACQ: s = &dl_script_semaphore_acquire; break;
+    case DL_AOR_SEM_SET: s = &dl_script_semaphore_try_set; break;
+    case DL_AOR_SEM_ADD: /* KEYS semaphore, channel, change id; ARGV delta, the id's life */
         s = &dl_script_semaphore_add_once;
         keys[2] = rq->chg, kl[2] = o->chg_len + CHG_HEX, nkeys = 3;
         args[1] = ttl, al[1] = dl_fmt_ll(ttl, DL_SEM_CHANGE_ID_MS), nargs = 2;
         break;
-    case R_PM_ACQ: /* ARGV id, lease */
+    case DL_AOR_PM_ACQ: /* ARGV id, lease */
         s = &dl_script_permits_acquire;
         args[0] = rq->raw, al[0] = DL_PERMIT_RAW;
         args[1] = num, al[1] = nl, nargs = 2;
         break;
-    case R_PM_REL:
+    case DL_AOR_PM_REL:
         s = &dl_script_permits_release;
         args[0] = rq->raw, al[0] = DL_PERMIT_RAW;
         break;
-    case R_PM_AVAIL: s = &dl_script_permits_available, nargs = 0; break;
-    case R_PM_SET: s = &dl_script_permits_try_set; break;
-    case R_LA_CD: s = &dl_script_latch_count_down; break;
-    case R_LA_SET: s = &dl_script_latch_try_set; break;
-    default: break; /* R_GET */
+    case DL_AOR_PM_AVAIL: s = &dl_script_permits_available, nargs = 0; break;
+    case DL_AOR_PM_SET: s = &dl_script_permits_try_set; break;
+    case DL_AOR_LA_CD: s = &dl_script_latch_count_down; break;
+    case DL_AOR_LA_SET: s = &dl_script_latch_try_set; break;
+    default: break; /* DL_AOR_GET */
     }
     rq->q.done = req_done;
     rq->after_sub = dl_asubs_subscribed(&o->op.w);
@@ -230,7 +226,7 @@ void dl_aobj_pipe_up(dl_apipe *p) {
         /* a change sent before is counted once only while its id lives on
          * the server: later, a copy could count it twice; its outcome stays
          * unknown */
-        if (rq->what == R_SEM_ADD && rq->resent &&
+        if (rq->what == DL_AOR_SEM_ADD && rq->resent &&
             now - rq->sent_at > DL_SEM_CHANGE_ID_MS - c->command_timeout_ms) {
             req_drop(rq);
             continue;
@@ -249,13 +245,13 @@ static void finish(dlock_async_object *o, int code, int64_t value, const dl_err 
     dl_aclient *c = o->c;
     dlock_async_object_fn cb = op->cb;
     void *ud = op->ud;
-    if (code && err) fail(o, err);
+    if (code && err) dl_aobj_fail(o, err);
     if (!code && o->errmsg) o->errmsg[0] = '\0';
     if (!code) o->msg_lost = 0;
-    if (code && op->type == OP_PM_ACQ) o->id[0] = '\0';
+    if (code && op->type == DL_AOP_PM_ACQ) o->id[0] = '\0';
     dl_atimer_stop(&c->loop, &op->timer);
     dl_asubs_leave(&c->subs, &op->w);
-    op->type = OP_NONE;
+    op->type = DL_AOP_NONE;
     op->gen++;
     op->inflight = NULL;
     op->cb = NULL;
@@ -304,11 +300,11 @@ static int parse(const dlock_async_object *o, const oreq *rq, redisReply *r, lon
     char w[120];
     who(o, w, sizeof w);
     if (r->type == REDIS_REPLY_ERROR) return dl_sync_reply_error(r, w, err);
-    if (r->type == REDIS_REPLY_NIL && (rq->what == R_GET || rq->what == R_SEM_ADD)) {
-        *v = rq->what == R_GET ? 0 : -1; /* absent: zero; a change counted before */
+    if (r->type == REDIS_REPLY_NIL && (rq->what == DL_AOR_GET || rq->what == DL_AOR_SEM_ADD)) {
+        *v = rq->what == DL_AOR_GET ? 0 : -1; /* absent: zero; a change counted before */
         return DLOCK_OK;
     }
-    if (rq->what == R_PM_ACQ) {
+    if (rq->what == DL_AOR_PM_ACQ) {
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && !dl_reply_int(r->element[0], v) &&
             !dl_reply_int(r->element[1], left))
             return DLOCK_OK;
@@ -337,22 +333,22 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
     int rc = r ? parse(o, rq, r, &v, &left, &e) : (e = *err).code;
     if (rc) {
         /* a permit it may have taken is released by its id */
-        if (rq->what == R_PM_ACQ) owe(o, R_PM_REL, 0, rq->raw);
+        if (rq->what == DL_AOR_PM_ACQ) owe(o, DL_AOR_PM_REL, 0, rq->raw);
         finish(o, rc, 0, &e);
         return;
     }
-    if (op->type == OP_ONE) {
-        if (rq->what == R_PM_REL && v != 1)
+    if (op->type == DL_AOP_ONE) {
+        if (rq->what == DL_AOR_PM_REL && v != 1)
             finish_fmt(o, DLOCK_ENOTOWNER, "permit release: the permit of %s is not out on "
                        "lease (expired, released or never issued)", who(o, w, sizeof w));
         else
             finish(o, DLOCK_OK, v, NULL);
         return;
     }
-    int got = rq->what == R_GET ? v <= 0 : v == 1;
+    int got = rq->what == DL_AOR_GET ? v <= 0 : v == 1;
     if (got) {
-        if (op->type == OP_PM_ACQ) hex_of(rq->raw, o->id);
-        finish(o, DLOCK_OK, op->type == OP_SEM_ACQ ? op->n : op->type == OP_PM_ACQ, NULL);
+        if (op->type == DL_AOP_PM_ACQ) hex_of(rq->raw, o->id);
+        finish(o, DLOCK_OK, op->type == DL_AOP_SEM_ACQ ? op->n : op->type == DL_AOP_PM_ACQ, NULL);
         return;
     }
     int64_t now = dl_now_ms();
@@ -370,7 +366,7 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
     if (now + DL_WAIT_RECHECK_MS < until) until = now + DL_WAIT_RECHECK_MS;
     /* an expiring lease gives a permit back without a message (+1: surely
      * expired on the server's clock) */
-    if (rq->what == R_PM_ACQ && left >= 0 && now + left + 1 < until) until = now + left + 1;
+    if (rq->what == DL_AOR_PM_ACQ && left >= 0 && now + left + 1 < until) until = now + left + 1;
     if (dl_atimer_arm(&o->c->loop, &op->timer, until)) {
         dl_seterr(&e, DLOCK_ENOMEM, "out of memory arming a timer");
         finish(o, DLOCK_ENOMEM, 0, &e);
@@ -380,14 +376,14 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
 /* An attempt whose operation ended already (cancelled, failed, freed). */
 static void orphan(dlock_async_object *o, oreq *rq, redisReply *r) {
     long long v = 0;
-    if (rq->what == R_SEM_ACQ && r && r->type == REDIS_REPLY_INTEGER && !dl_reply_int(r, &v) &&
+    if (rq->what == DL_AOR_SEM_ACQ && r && r->type == REDIS_REPLY_INTEGER && !dl_reply_int(r, &v) &&
         v == 1)
-        owe(o, R_SEM_ADD, rq->n, NULL); /* took them: a release of as many */
-    if (rq->what == R_PM_ACQ) {
+        owe(o, DL_AOR_SEM_ADD, rq->n, NULL); /* took them: a release of as many */
+    if (rq->what == DL_AOR_PM_ACQ) {
         long long a = 1;
         if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
             (void)dl_reply_int(r->element[0], &a);
-        if (a != 0) owe(o, R_PM_REL, 0, rq->raw); /* taken, or maybe */
+        if (a != 0) owe(o, DL_AOR_PM_REL, 0, rq->raw); /* taken, or maybe */
     }
 }
 
@@ -396,7 +392,7 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
     dlock_async_object *o = rq->o;
     dl_aclient *c = o->c;
     oop *op = &o->op;
-    int live = !rq->owed && op->type != OP_NONE && rq->gen == op->gen;
+    int live = !rq->owed && op->type != DL_AOP_NONE && rq->gen == op->gen;
     dl_err e = *(err ? err : &(dl_err){0});
     if (r && dl_is_noscript(r) && !rq->by_text && !c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
@@ -405,7 +401,7 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
         if (!req_send(rq, &e)) return;
         r = NULL;
     } else if (!r && !c->freeing && !rq->resent && (live || rq->owed) &&
-               (rq->what == R_SEM_ADD || rq->what == R_PM_REL)) {
+               (rq->what == DL_AOR_SEM_ADD || rq->what == DL_AOR_PM_REL)) {
         /* a lost reply of a change counted once (its id), or of a permit
          * release (an id released twice is released once): the same again,
          * once; an owed one waits for the next connection */
@@ -417,7 +413,7 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
         }
         dl_err e2;
         if (!req_send(rq, &e2)) return;
-    } else if (!r && rq->owed && rq->what == R_PM_REL && !c->freeing) {
+    } else if (!r && rq->owed && rq->what == DL_AOR_PM_REL && !c->freeing) {
         settle_later(rq); /* until the server says */
         return;
     }
@@ -434,9 +430,10 @@ static void attempt(dlock_async_object *o) {
     dl_err err;
     dl_atimer_stop(&o->c->loop, &op->timer);
     op->woken = 0;
-    int rc = op->type == OP_SEM_ACQ  ? req_start(o, R_SEM_ACQ, op->n, NULL, &err)
-             : op->type == OP_PM_ACQ ? req_start(o, R_PM_ACQ, op->n, op->raw, &err)
-                                     : req_start(o, R_GET, 0, NULL, &err);
+    int rc;
+    if (op->type == DL_AOP_SEM_ACQ) rc = req_start(o, DL_AOR_SEM_ACQ, op->n, NULL, &err);
+    else if (op->type == DL_AOP_PM_ACQ) rc = req_start(o, DL_AOR_PM_ACQ, op->n, op->raw, &err);
+    else rc = req_start(o, DL_AOR_GET, 0, NULL, &err);
     if (rc) finish(o, rc, 0, &err);
 }
 
@@ -446,20 +443,20 @@ static dlock_async_object *of_waiter(dl_awaiter *w) {
 
 static void on_timer(dl_atimer *t) {
     dlock_async_object *o = t->arg;
-    if (o->op.type != OP_NONE && o->op.type != OP_ONE && !o->op.inflight) attempt(o);
+    if (o->op.type != DL_AOP_NONE && o->op.type != DL_AOP_ONE && !o->op.inflight) attempt(o);
 }
 
 static void on_wake(dl_awaiter *w, int confirmed) {
     (void)confirmed;
     dlock_async_object *o = of_waiter(w);
-    if (o->op.type == OP_NONE || o->op.type == OP_ONE) return;
+    if (o->op.type == DL_AOP_NONE || o->op.type == DL_AOP_ONE) return;
     if (o->op.inflight) o->op.woken = 1; /* attempt again after its reply */
     else attempt(o);
 }
 
 static void on_lost(dl_awaiter *w, const dl_err *err) {
     dlock_async_object *o = of_waiter(w);
-    if (o->op.type != OP_NONE && o->op.type != OP_ONE) finish(o, err->code, 0, err);
+    if (o->op.type != DL_AOP_NONE && o->op.type != DL_AOP_ONE) finish(o, err->code, 0, err);
 }
 
 /* ---- starting ---- */
@@ -471,22 +468,20 @@ static void leave(dl_aclient *c) {
     else dl_aloop_sync(&c->loop);
 }
 
-/* Starts o's operation: type (OP_*) on an object of kind, its first
- * request what with n (raw: a permit's id); a waiting type with wait_ms. */
-static int start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
+int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
                  const char *raw, int64_t wait_ms, dlock_async_object_fn cb, void *ud) {
     dl_err err = {0};
     char w[120];
-    if (!cb) return fail(o, &(dl_err){DLOCK_EINVAL, "NULL callback"});
+    if (!cb) return dl_aobj_fail(o, &(dl_err){DLOCK_EINVAL, "NULL callback"});
     if (o->kind != kind)
-        return fail(o, &(dl_err){DLOCK_EINVAL, "not an operation of this kind of object"});
+        return dl_aobj_fail(o, &(dl_err){DLOCK_EINVAL, "not an operation of this kind of object"});
     if (o->c->freeing)
-        return fail(o, &(dl_err){DLOCK_EINVAL, "the client is being freed, or could not be "
+        return dl_aobj_fail(o, &(dl_err){DLOCK_EINVAL, "the client is being freed, or could not be "
                                                "created"});
     if (o->op.type) {
         dl_seterr(&err, DLOCK_EINVAL, "an operation of %s's handle is pending",
                   who(o, w, sizeof w));
-        return fail(o, &err);
+        return dl_aobj_fail(o, &err);
     }
     oop *op = &o->op;
     memset(&op->timer, 0, sizeof op->timer);
@@ -501,7 +496,7 @@ static int start(dlock_async_object *o, dlock_kind kind, int type, int what, int
     op->n = n;
     op->woken = 0;
     op->inflight = NULL;
-    op->waiting = type != OP_ONE && wait_ms != DLOCK_NOWAIT;
+    op->waiting = type != DL_AOP_ONE && wait_ms != DLOCK_NOWAIT;
     op->deadline = dl_deadline(wait_ms);
     if (raw) memcpy(op->raw, raw, DL_PERMIT_RAW);
     int rc = DLOCK_OK;
@@ -509,144 +504,13 @@ static int start(dlock_async_object *o, dlock_kind kind, int type, int what, int
     if (!rc) rc = req_start(o, what, n, raw, &err);
     if (rc) {
         dl_asubs_leave(&o->c->subs, &op->w);
-        op->type = OP_NONE;
+        op->type = DL_AOP_NONE;
         op->gen++;
-        return fail(o, &err);
+        return dl_aobj_fail(o, &err);
     }
+    if (type == DL_AOP_PM_ACQ) o->id[0] = '\0';
     dl_aloop_sync(&o->c->loop);
     return DLOCK_OK;
-}
-
-/* A count argument checked (dl_check_count), else its failure on o. */
-#define CHECK_COUNT(o, v, min, what, arg)                                                     \
-    do {                                                                                      \
-        dl_err ce_ = {0};                                                                     \
-        if (!(o)) return DLOCK_EINVAL;                                                        \
-        if (dl_check_count(v, min, what, arg, &ce_)) return fail(o, &ce_);                   \
-    } while (0)
-
-#define CHECK_WAIT(o, wait_ms)                                                                \
-    do {                                                                                      \
-        dl_err we_ = {0};                                                                     \
-        if (!(o)) return DLOCK_EINVAL;                                                        \
-        if (dl_sync_check_wait(wait_ms, &we_)) return fail(o, &we_);                         \
-    } while (0)
-
-int dlock_async_semaphore_acquire(dlock_async_object *o, int64_t permits, int64_t wait_ms,
-                                  dlock_async_object_fn cb, void *udata) {
-    CHECK_COUNT(o, permits, 1, "acquire", "permits");
-    CHECK_WAIT(o, wait_ms);
-    return start(o, DLOCK_KIND_SEMAPHORE, OP_SEM_ACQ, R_SEM_ACQ, permits, NULL, wait_ms, cb,
-                 udata);
-}
-
-int dlock_async_semaphore_release(dlock_async_object *o, int64_t permits,
-                                  dlock_async_object_fn cb, void *udata) {
-    CHECK_COUNT(o, permits, 1, "release", "permits");
-    return start(o, DLOCK_KIND_SEMAPHORE, OP_ONE, R_SEM_ADD, permits, NULL, 0, cb, udata);
-}
-
-int dlock_async_semaphore_add(dlock_async_object *o, int64_t delta, dlock_async_object_fn cb,
-                              void *udata) {
-    CHECK_COUNT(o, delta, -DLOCK_COUNT_MAX, "add", "delta");
-    return start(o, DLOCK_KIND_SEMAPHORE, OP_ONE, R_SEM_ADD, delta, NULL, 0, cb, udata);
-}
-
-int dlock_async_semaphore_try_set(dlock_async_object *o, int64_t permits,
-                                  dlock_async_object_fn cb, void *udata) {
-    CHECK_COUNT(o, permits, 0, "try_set", "permits");
-    return start(o, DLOCK_KIND_SEMAPHORE, OP_ONE, R_SEM_SET, permits, NULL, 0, cb, udata);
-}
-
-int dlock_async_semaphore_available(dlock_async_object *o, dlock_async_object_fn cb,
-                                    void *udata) {
-    if (!o) return DLOCK_EINVAL;
-    return start(o, DLOCK_KIND_SEMAPHORE, OP_ONE, R_GET, 0, NULL, 0, cb, udata);
-}
-
-int dlock_async_permits_acquire(dlock_async_object *o, int64_t wait_ms, int64_t lease_ms,
-                                dlock_async_object_fn cb, void *udata) {
-    CHECK_WAIT(o, wait_ms);
-    if (lease_ms == DLOCK_WATCHDOG)
-        return fail(o, &(dl_err){DLOCK_ENOTSUP, "DLOCK_WATCHDOG leases are not supported by "
-                                                "the async API yet: give a lease > 0"});
-    if (lease_ms < 0) return fail(o, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
-    /* the permit's id: random, the same for every attempt of this acquire */
-    char hex[DLOCK_PERMIT_ID_LEN + 1], raw[DL_PERMIT_RAW];
-    dl_err err;
-    if (dl_random_hex(hex, DL_PERMIT_RAW, &err)) return fail(o, &err);
-    for (int i = 0; i < DL_PERMIT_RAW; i++) {
-        int v = 0;
-        for (int j = 0; j < 2; j++) {
-            char ch = hex[2 * i + j];
-            v = v * 16 + (ch <= '9' ? ch - '0' : (ch | 0x20) - 'a' + 10);
-        }
-        raw[i] = (char)v;
-    }
-    int rc = start(o, DLOCK_KIND_PERMIT_SEMAPHORE, OP_PM_ACQ, R_PM_ACQ, lease_ms, raw, wait_ms,
-                   cb, udata);
-    if (!rc) o->id[0] = '\0';
-    return rc;
-}
-
-const char *dlock_async_permits_id(const dlock_async_object *o) { return o ? o->id : ""; }
-
-int dlock_async_permits_release(dlock_async_object *o, const char *id, dlock_async_object_fn cb,
-                                void *udata) {
-    if (!o) return DLOCK_EINVAL;
-    char raw[DL_PERMIT_RAW];
-    size_t n = id ? strnlen(id, DLOCK_PERMIT_ID_LEN + 1) : 0;
-    int ok = n == DLOCK_PERMIT_ID_LEN;
-    for (size_t i = 0; ok && i < n; i += 2) {
-        int v = 0;
-        for (size_t j = i; ok && j < i + 2; j++) {
-            char ch = (char)(id[j] | 0x20);
-            ok = (id[j] >= '0' && id[j] <= '9') || (ch >= 'a' && ch <= 'f');
-            v = v * 16 + (id[j] <= '9' ? id[j] - '0' : ch - 'a' + 10);
-        }
-        raw[i / 2] = (char)v;
-    }
-    if (!ok) {
-        dl_err err;
-        dl_seterr(&err, DLOCK_EINVAL, "permit release: a permit id is %d hex characters",
-                  DLOCK_PERMIT_ID_LEN);
-        return fail(o, &err);
-    }
-    return start(o, DLOCK_KIND_PERMIT_SEMAPHORE, OP_ONE, R_PM_REL, 0, raw, 0, cb, udata);
-}
-
-int dlock_async_permits_available(dlock_async_object *o, dlock_async_object_fn cb, void *udata) {
-    if (!o) return DLOCK_EINVAL;
-    return start(o, DLOCK_KIND_PERMIT_SEMAPHORE, OP_ONE, R_PM_AVAIL, 0, NULL, 0, cb, udata);
-}
-
-int dlock_async_permits_try_set(dlock_async_object *o, int64_t permits, dlock_async_object_fn cb,
-                                void *udata) {
-    CHECK_COUNT(o, permits, 0, "permit try_set", "permits");
-    return start(o, DLOCK_KIND_PERMIT_SEMAPHORE, OP_ONE, R_PM_SET, permits, NULL, 0, cb, udata);
-}
-
-int dlock_async_latch_count_down(dlock_async_object *o, int64_t k, dlock_async_object_fn cb,
-                                 void *udata) {
-    CHECK_COUNT(o, k, 1, "latch count_down", "k");
-    return start(o, DLOCK_KIND_LATCH, OP_ONE, R_LA_CD, k, NULL, 0, cb, udata);
-}
-
-int dlock_async_latch_await(dlock_async_object *o, int64_t wait_ms, dlock_async_object_fn cb,
-                            void *udata) {
-    CHECK_WAIT(o, wait_ms);
-    return start(o, DLOCK_KIND_LATCH, OP_LA_AWAIT, R_GET, 0, NULL, wait_ms, cb, udata);
-}
-
-int dlock_async_latch_try_set(dlock_async_object *o, int64_t count, dlock_async_object_fn cb,
-                              void *udata) {
-    CHECK_COUNT(o, count, 1, "latch try_set", "count");
-    return start(o, DLOCK_KIND_LATCH, OP_ONE, R_LA_SET, count, NULL, 0, cb, udata);
-}
-
-int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb, void *udata) {
-    if (!o) return DLOCK_EINVAL;
-    return start(o, DLOCK_KIND_LATCH, OP_ONE, R_GET, 0, NULL, 0, cb, udata);
 }
 
 int dlock_async_object_cancel(dlock_async_object *o) {
@@ -656,11 +520,15 @@ int dlock_async_object_cancel(dlock_async_object *o) {
     char w[120];
     who(o, w, sizeof w);
     c->depth++;
-    if (o->op.type == OP_ONE) finish_fmt(o, DLOCK_ECANCELED, "the operation on %s was cancelled", w);
-    else finish_fmt(o, DLOCK_ECANCELED, "waiting for %s was cancelled", w);
+    if (o->op.type == DL_AOP_ONE)
+        finish_fmt(o, DLOCK_ECANCELED, "the operation on %s was cancelled", w);
+    else
+        finish_fmt(o, DLOCK_ECANCELED, "waiting for %s was cancelled", w);
     leave(c);
     return DLOCK_OK;
 }
+
+const char *dlock_async_permits_id(const dlock_async_object *o) { return o ? o->id : ""; }
 
 const char *dlock_async_object_errmsg(const dlock_async_object *o) {
     if (!o) return "NULL object handle";
@@ -670,14 +538,15 @@ const char *dlock_async_object_errmsg(const dlock_async_object *o) {
 
 /* ---- handles ---- */
 
-static int object_new(dlock_async_client *c, const char *name, size_t name_len, dlock_kind kind,
+int dl_aobj_new(dlock_async_client *c, const char *name, size_t name_len, dlock_kind kind,
                       dlock_async_object **out) {
     if (out) *out = NULL;
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     int rc = DLOCK_OK;
     if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "NULL out");
-    else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
+    else if (c->freeing)
+        rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
     if (rc) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
@@ -719,25 +588,11 @@ static int object_new(dlock_async_client *c, const char *name, size_t name_len, 
     return DLOCK_OK;
 }
 
-int dlock_async_semaphore_new(dlock_async_client *c, const char *name, size_t name_len,
-                              dlock_async_object **out) {
-    return object_new(c, name, name_len, DLOCK_KIND_SEMAPHORE, out);
-}
-
-int dlock_async_permits_new(dlock_async_client *c, const char *name, size_t name_len,
-                            dlock_async_object **out) {
-    return object_new(c, name, name_len, DLOCK_KIND_PERMIT_SEMAPHORE, out);
-}
-
-int dlock_async_latch_new(dlock_async_client *c, const char *name, size_t name_len,
-                          dlock_async_object **out) {
-    return object_new(c, name, name_len, DLOCK_KIND_LATCH, out);
-}
-
 static void object_free(dlock_async_object *o) {
     dl_aclient *c = o->c;
     char w[120];
-    if (o->op.type) finish_fmt(o, DLOCK_ECANCELED, "the handle of %s was freed", who(o, w, sizeof w));
+    if (o->op.type)
+        finish_fmt(o, DLOCK_ECANCELED, "the handle of %s was freed", who(o, w, sizeof w));
     if (o->prev) o->prev->next = o->next;
     else if (c->objs == o) c->objs = o->next;
     if (o->next) o->next->prev = o->prev;
