@@ -1,5 +1,6 @@
 /*
- * dlock_async: locks from an event loop, without a thread per wait.
+ * dlock_async: locks, semaphores and latches from an event loop, without a
+ * thread per wait.
  *
  * An async client is bound to one event loop, either through an adapter
  * (the library asks the loop to watch its sockets and to arm one timer, and
@@ -13,11 +14,12 @@
  * thread that runs the loop: create, drive and free the client on that
  * thread only (no call here is thread-safe). Every callback runs on that
  * thread, from dlock_async_process, or from dlock_async_cancel,
- * dlock_async_lock_free or dlock_async_client_free for the operations they
- * end. A call that starts an operation never runs its callback itself.
+ * dlock_async_lock_free, dlock_async_object_cancel, dlock_async_object_free
+ * or dlock_async_client_free for the operations they end. A call that starts an operation never runs its callback itself.
  *
  * Operations. dlock_async_acquire, dlock_async_release and
- * dlock_async_extend start an operation and return at once: DLOCK_OK means
+ * dlock_async_extend (and the objects' calls: "the synchronizer objects"
+ * below) start an operation and return at once: DLOCK_OK means
  * the callback will run exactly once, later, with the outcome (the same
  * codes as the blocking call); any other code means it was not started and
  * the callback never runs. A handle has at most one operation pending.
@@ -32,9 +34,10 @@
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
  * on its own channel; a reentrant waiter listens on Redisson's unlock
- * channel. A waiter tries again when its channel says so, when the
- * holder's lease runs out (PTTL), and at least every 2 s (the backstop of
- * docs/design.md).
+ * channel; a semaphore, permit or latch waiter listens on the blocking
+ * object's channel. A waiter tries again when its channel says so, when the
+ * holder's lease runs out (PTTL; a permit's lease), and at least every 2 s
+ * (the backstop of docs/design.md).
  *
  * Owner. An async hold's owner is its handle: the plain lock takes a fresh
  * random token for each acquire, as the blocking plain lock does; the
@@ -46,17 +49,20 @@
  *
  * Failures. A connection lost, a server that stops answering or a reply
  * that is not RESP ends every operation pending on that connection, each
- * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...): an acquire
- * or release whose request went out has an unknown outcome and is never
- * sent again by itself. An acquire whose outcome is unknown is given back
- * (a release with its token, owner-checked) once a connection is open
- * again; until then the lock runs out with its lease. The next operation
- * opens a new connection.
+ * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...): a lock's
+ * acquire or release whose request went out has an unknown outcome and is
+ * never sent again by itself (an object's change that may be repeated is
+ * sent again once: "Outcomes" below). An acquire whose outcome is unknown
+ * is given back (a release with its token, owner-checked) once a connection
+ * is open again; until then the lock runs out with its lease. The next
+ * operation opens a new connection.
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), the kinds but DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT, and
- * DLOCK_WATCHDOG leases.
+ * PostgreSQL), the fair and read/write locks (dlock_async_lock_new), and
+ * DLOCK_WATCHDOG leases (locks and permits); the ID worker, the
+ * multi-lock, holder identity and a permit's renewal have no async calls
+ * yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
