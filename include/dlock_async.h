@@ -131,14 +131,18 @@ DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);
 
-/* Completes every pending operation of the client with DLOCK_ECANCELED
- * (each callback runs before this returns), closes the connections, tells
- * the adapter to stop watching and to clean up, and frees the client and
- * its handles. Holds are not released (their leases run out); an acquire
- * whose request was out may have taken the lock, which then runs out with
- * its lease too. Called from a callback of this client, the memory goes
- * when the call that ran the callback (dlock_async_process,
- * dlock_async_cancel, dlock_async_lock_free) returns. NULL is a no-op. */
+/* Completes every pending operation of the client (of its lock and object
+ * handles) with DLOCK_ECANCELED (each callback runs before this returns),
+ * closes the connections, tells the adapter to stop watching and to clean
+ * up, and frees the client and its handles. Holds are not released (their
+ * leases run out; a semaphore's permits stay taken); an acquire whose
+ * request was out may have taken the lock, which then runs out with its
+ * lease too (a semaphore acquire's permits stay taken, a permit runs out
+ * with its lease); what was owed is dropped. Called from a callback of
+ * this client, the memory goes when the call that ran the callback
+ * (dlock_async_process, dlock_async_cancel, dlock_async_lock_free,
+ * dlock_async_object_cancel, dlock_async_object_free) returns. NULL is a
+ * no-op. */
 DLOCK_EXPORT void dlock_async_client_free(dlock_async_client *c);
 
 /* The client's last client-level failure message ("" if none). NULL c: a

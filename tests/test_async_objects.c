@@ -19,11 +19,13 @@
  *            permit released by id through the async API and the reverse
  *   cancel   cancel with a wait pending; cancel of an acquire whose request
  *            is out (the permits it took are given back); the client freed
- *            with operations of every kind pending: each callback once,
- *            with DLOCK_ECANCELED
+ *            with operations of every kind pending, and from a callback:
+ *            each callback once, with DLOCK_ECANCELED
  *   restart  the server killed with operations pending: each ends once
  *            with an error; a hung server's permit acquire, reported
- *            failed, is released by its id on the next connection */
+ *            failed, is released by its id on the next connection; a hung
+ *            server's release is sent again once, and its two copies are
+ *            counted once */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -483,6 +485,15 @@ static void t_permits(th_server *s) {
 
 /* ---- cancel and free ---- */
 
+static dlock_async_client *freeing;
+
+/* a callback that frees its client */
+static void free_client_cb(dlock_async_object *o, int code, int64_t v, void *ud) {
+    on_obj(o, code, v, ud);
+    forget(freeing);
+    dlock_async_client_free(freeing);
+}
+
 static void t_cancel(th_server *s) {
     redisContext *rc = th_redis(s);
     th_cmd_ok(rc, "SET cs 0");
@@ -554,10 +565,42 @@ static void t_cancel(th_server *s) {
     }
     no_subscribers(rc, "redisson_sc:{cs}");
     no_subscribers(rc, "redisson_countdownlatch__channel__{cl}");
+
+    /* the client freed from an object's callback (a cancel's), with other
+     * operations pending: each ends once */
+    c = client(s);
+    freeing = c;
+    dlock_async_object *f1 = asem(c, "cs"), *f2 = alatch(c, "cl"), *f3 = asem(c, "cs");
+    ores fr[3];
+    memset(fr, 0, sizeof fr);
+    START(dlock_async_semaphore_acquire(f1, 3, DLOCK_WAIT_FOREVER, free_client_cb, &fr[0]));
+    START(dlock_async_latch_await(f2, DLOCK_WAIT_FOREVER, on_obj, &fr[1]));
+    START(dlock_async_semaphore_acquire(f3, 3, 20000, on_obj, &fr[2]));
+    run_for(200);
+    ASSERT_EQ(fr[0].calls + fr[1].calls + fr[2].calls, 0);
+    ASSERT_OK(dlock_async_object_cancel(f1));
+    for (int i = 0; i < 3; i++) {
+        ASSERT_EQ(fr[i].calls, 1);
+        ASSERT_CODE(fr[i].code, DLOCK_ECANCELED);
+    }
+    for (int i = 0; i < 3; i++) loop_once(); /* the adapter's handles close */
+    ASSERT_EQ(get_int(rc, "cs"), 2);
     redisFree(rc);
 }
 
 /* ---- restart ---- */
+
+/* calls of one command since the last CONFIG RESETSTAT (INFO commandstats) */
+static long long cmd_calls(redisContext *rc, const char *cmd) {
+    char *info = th_cmd_str(rc, "INFO commandstats");
+    ASSERT_NOT_NULL(info);
+    char key[64];
+    snprintf(key, sizeof key, "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(info, key);
+    long long n = p ? atoll(p + strlen(key)) : 0;
+    free(info);
+    return n;
+}
 
 static void t_restart(th_server *s) {
     redisContext *rc = th_redis(s);
@@ -614,6 +657,31 @@ static void t_restart(th_server *s) {
     ASSERT_OK(r.code);
     ASSERT_EQ(r.value, 1);
     ASSERT_EQ(th_cmd_int(rc, "ZCARD {rp}:timeout"), 0);
+
+    /* a release whose reply is lost (a hung server) is sent again once on a
+     * new connection, with the same change id: when the thawed server runs
+     * both copies, it counts one */
+    RUN_OP(r, dlock_async_semaphore_release(sem, 1, on_obj, &r)); /* the script loaded */
+    ASSERT_EQ(r.value, 1);
+    th_cmd_ok(rc, "CONFIG RESETSTAT");
+    th_server_pause(s);
+    t1 = th_now_ms();
+    memset(&hung, 0, sizeof hung);
+    START(dlock_async_semaphore_release(sem, 1, on_obj, &hung));
+    OWAIT(hung, 8000);
+    ASSERT_CODE(hung.code, DLOCK_EIO);
+    th_log("release on a hung server: %s after %lld ms", dlock_async_object_errmsg(sem),
+           (long long)(hung.at - t1));
+    ASSERT_GE(hung.at - t1, 3900); /* two copies, a deadline each */
+    th_server_unpause(s);
+    redisFree(rc);
+    rc = th_redis(s);
+    long long copies = 0;
+    for (int64_t dl = th_now_ms() + 2000; copies < 2 && th_now_ms() < dl; th_sleep_ms(10))
+        copies = cmd_calls(rc, "evalsha") + cmd_calls(rc, "eval");
+    th_log("copies of the release run: %lld", copies);
+    ASSERT_EQ(copies, 2);
+    ASSERT_EQ(get_int(rc, "rs"), 2); /* 1 + 1, counted once */
     redisFree(rc);
     client_free(c);
 }
