@@ -372,8 +372,8 @@ DLOCK_EXPORT int dlock_async_latch_count_down(dlock_async_object *o, int64_t k,
                                               dlock_async_object_fn cb, void *udata);
 /* Latch: waits up to wait_ms for the count to be zero (an absent latch is
  * at zero). The callback gets DLOCK_OK, DLOCK_ETIMEDOUT (also DLOCK_NOWAIT
- * when not at zero, as dlock_latch_await; value: the count last read),
- * DLOCK_ECANCELED, or a failure. */
+ * when not at zero, as dlock_latch_await; the message has the count last
+ * read), DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_latch_await(dlock_async_object *o, int64_t wait_ms,
                                          dlock_async_object_fn cb, void *udata);
 /* Latch: sets the count (>= 1) only if it is at zero: DLOCK_OK with value

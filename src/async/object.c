@@ -393,15 +393,17 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
     dl_aclient *c = o->c;
     oop *op = &o->op;
     int live = !rq->owed && op->type != DL_AOP_NONE && rq->gen == op->gen;
-    dl_err e = *(err ? err : &(dl_err){0});
+    dl_err e = {0};
     if (r && dl_is_noscript(r) && !rq->by_text && !c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
         dl_apipe_forget_scripts(&c->cmd);
         rq->by_text = 1;
         if (!req_send(rq, &e)) return;
-        r = NULL;
-    } else if (!r && !c->freeing && !rq->resent && (live || rq->owed) &&
-               (rq->what == DL_AOR_SEM_ADD || rq->what == DL_AOR_PM_REL)) {
+        r = NULL; /* not sent again: as a reply lost */
+        err = &e;
+    }
+    if (!r && !c->freeing && !rq->resent && (live || rq->owed) &&
+        (rq->what == DL_AOR_SEM_ADD || rq->what == DL_AOR_PM_REL)) {
         /* a lost reply of a change counted once (its id), or of a permit
          * release (an id released twice is released once): the same again,
          * once; an owed one waits for the next connection */
@@ -417,7 +419,7 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
         settle_later(rq); /* until the server says */
         return;
     }
-    if (live) op_reply(o, rq, r, &e);
+    if (live) op_reply(o, rq, r, err);
     else if (!rq->owed) orphan(o, rq, r);
     req_drop(rq);
 }
