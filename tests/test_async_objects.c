@@ -7,7 +7,8 @@
  *            timed wait's timeout; a wait served by a blocking release and
  *            a blocking wait served by an async release, by the message
  *            (well before the 2 s backstop); a SCRIPT FLUSH: a release is
- *            sent again by text and counted once
+ *            sent again by text and counted once; 20 waiters of one client
+ *            on one subscription, each served once
  *   counter  exact-counter exclusion through a semaphore of 1 permit:
  *            async handles on the loop and blocking threads, each doing a
  *            non-atomic GET ... SET while holding the permit
@@ -210,6 +211,34 @@ static void t_sem(th_server *s) {
     dlock_async_object *x = NULL;
     ASSERT_CODE(dlock_async_semaphore_new(c, "", DLOCK_CSTR, &x), DLOCK_EINVAL);
     ASSERT_CODE(dlock_async_object_cancel(a), DLOCK_ENOTHELD);
+    /* many waiters of one client on one semaphore: one subscription,
+     * each served once by one blocking release of as many permits */
+    enum { MANY = 20 };
+    dlock_async_object *m[MANY];
+    ores mr[MANY];
+    memset(mr, 0, sizeof mr);
+    for (int i = 0; i < MANY; i++) {
+        m[i] = asem(c, "sem-many");
+        START(dlock_async_semaphore_acquire(m[i], 1, 10000, on_obj, &mr[i]));
+    }
+    run_for(200);
+    ASSERT_EQ(th_numsub(rc, "redisson_sc:{sem-many}"), 1);
+    dlock_semaphore *bm = th_sem(bc, "sem-many");
+    ASSERT_OK(dlock_semaphore_release(bm, MANY));
+    int64_t dl = th_now_ms() + 3000;
+    for (int done = 0; done < MANY; loop_once()) {
+        ASSERT_LT(th_now_ms(), dl);
+        done = 0;
+        for (int i = 0; i < MANY; i++) done += mr[i].calls;
+    }
+    run_for(50);
+    for (int i = 0; i < MANY; i++) {
+        ASSERT_EQ(mr[i].calls, 1);
+        ASSERT_OK(mr[i].code);
+        dlock_async_object_free(m[i]);
+    }
+    ASSERT_EQ(get_int(rc, "sem-many"), 0);
+    dlock_semaphore_free(bm);
     dlock_semaphore_free(bs);
     dlock_client_free(bc);
     dlock_async_object_free(a);
