@@ -470,6 +470,7 @@ static void t_permits(th_server *s) {
     /* the expired permit is no longer out: ENOTOWNER; the live one released */
     RUN_OP(r, dlock_async_permits_release(a, id1, on_obj, &r));
     ASSERT_CODE(r.code, DLOCK_ENOTOWNER);
+    ASSERT(strstr(dlock_async_object_errmsg(a), id1));
     RUN_OP(r, dlock_async_permits_release(a, id2, on_obj, &r)); /* any handle, by id */
     ASSERT_OK(r.code);
     RUN_OP(r, dlock_async_permits_release(a, id2, on_obj, &r));

@@ -338,11 +338,14 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
         return;
     }
     if (op->type == DL_AOP_ONE) {
-        if (rq->what == DL_AOR_PM_REL && v != 1)
-            finish_fmt(o, DLOCK_ENOTOWNER, "permit release: the permit of %s is not out on "
-                       "lease (expired, released or never issued)", who(o, w, sizeof w));
-        else
+        char hex[2 * DL_PERMIT_RAW + 1];
+        if (rq->what == DL_AOR_PM_REL && v != 1) {
+            hex_of(rq->raw, hex);
+            finish_fmt(o, DLOCK_ENOTOWNER, "permit release: permit %s of %s is not out on lease "
+                       "(expired, released or never issued)", hex, who(o, w, sizeof w));
+        } else {
             finish(o, DLOCK_OK, v, NULL);
+        }
         return;
     }
     int got = rq->what == DL_AOR_GET ? v <= 0 : v == 1;
