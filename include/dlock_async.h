@@ -61,8 +61,7 @@
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
  * PostgreSQL), the fair and read/write locks (dlock_async_lock_new), and
  * DLOCK_WATCHDOG leases (locks and permits); the ID worker, the
- * multi-lock, holder identity and a permit's renewal have no async calls
- * yet.
+ * multi-lock and holder identity have no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -357,6 +356,15 @@ DLOCK_EXPORT const char *dlock_async_permits_id(const dlock_async_object *o);
  * expired, released, never issued), DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_permits_release(dlock_async_object *o, const char *id,
                                              dlock_async_object_fn cb, void *udata);
+/* Permit semaphore: sets the lease of the permit id (taken by any handle
+ * of either API) to lease_ms (> 0) from now, or leaves it when it ends
+ * later already (never shortened), as dlock_permits_renew. The callback
+ * gets DLOCK_OK, DLOCK_ENOTOWNER (not out on lease), DLOCK_ECANCELED, or a
+ * failure (a renewal whose reply was lost is sent again once: the lease
+ * may then end up to the time between the two copies later). */
+DLOCK_EXPORT int dlock_async_permits_renew(dlock_async_object *o, const char *id,
+                                           int64_t lease_ms, dlock_async_object_fn cb,
+                                           void *udata);
 /* Permit semaphore: DLOCK_OK with value the available permits (expired
  * leases returned first), DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_permits_available(dlock_async_object *o, dlock_async_object_fn cb,

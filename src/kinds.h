@@ -39,10 +39,12 @@ extern dl_script dl_script_latch_count_down;
 /* permits_redis.c: KEYS name, {name}:timeout, channel.
  * acquire: ARGV raw id, lease ms -> {1, 0} | {0, ms to the earliest expiry or -1}
  * release: ARGV raw id -> 1 | 0 not out on lease
+ * renew: ARGV raw id, lease ms -> 1 renewed (never shortened) | 0 gone
  * available: -> the available permits (expired ones returned first)
  * try_set: ARGV permits -> 1 set | 0 exists */
 extern dl_script dl_script_permits_acquire;
 extern dl_script dl_script_permits_release;
+extern dl_script dl_script_permits_renew;
 extern dl_script dl_script_permits_available;
 extern dl_script dl_script_permits_try_set;
 

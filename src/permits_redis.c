@@ -74,7 +74,7 @@ dl_script dl_script_permits_release = DL_SCRIPT("permits_release",
     "return 0");
 
 /* ARGV: id, lease ms. -> 1 renewed | 0 gone */
-static dl_script renew_script = DL_SCRIPT("permits_renew",
+dl_script dl_script_permits_renew = DL_SCRIPT("permits_renew",
     PERMITS_PRELUDE
     "wake(reclaim()) "
     "local s = redis.call('zscore', KEYS[2], ARGV[1]) "
@@ -266,7 +266,7 @@ int dl_redis_permits_renew(dl_object *o, const char *raw, int64_t lease_ms, int 
     const char *args[2] = {raw, lease};
     size_t arglens[2] = {DL_PERMIT_RAW, dl_fmt_ll(lease, lease_ms)};
     long long v = 0;
-    int rc = pm_eval_int(o, &renew_script, "permit renew", 2, args, arglens, &v, err);
+    int rc = pm_eval_int(o, &dl_script_permits_renew, "permit renew", 2, args, arglens, &v, err);
     *renewed = !rc && v == 1;
     return rc;
 }

@@ -16,7 +16,7 @@
  *            async API, and a blocking await served by an async count-down;
  *            try-once and timed awaits, try_set, count
  *   permits  acquire with a lease, a waiter served by that lease's expiry
- *            (no message), release by id (twice: ENOTOWNER), a blocking
+ *            (no message), release by id (twice: ENOTOWNER), renew, a blocking
  *            permit released by id through the async API and the reverse
  *   cancel   cancel with a wait pending; cancel of an acquire whose request
  *            is out (the permits it took are given back); the client freed
@@ -477,6 +477,24 @@ static void t_permits(th_server *s) {
     ASSERT_CODE(r.code, DLOCK_ENOTOWNER);
     RUN_OP(r, dlock_async_permits_available(b, on_obj, &r));
     ASSERT_EQ(r.value, 1);
+    /* renew: a 300 ms lease made 5 s outlives its first end; an expired
+     * permit's renewal is ENOTOWNER */
+    RUN_OP(r, dlock_async_permits_acquire(a, DLOCK_NOWAIT, 300, on_obj, &r));
+    ASSERT_OK(r.code);
+    char id3[DLOCK_PERMIT_ID_LEN + 1];
+    snprintf(id3, sizeof id3, "%s", dlock_async_permits_id(a));
+    RUN_OP(r, dlock_async_permits_renew(b, id3, 5000, on_obj, &r));
+    ASSERT_OK(r.code);
+    run_for(500);
+    RUN_OP(r, dlock_async_permits_available(b, on_obj, &r)); /* reclaims expired ones */
+    ASSERT_EQ(r.value, 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {pm}:timeout"), 1);
+    RUN_OP(r, dlock_async_permits_renew(b, id1, 5000, on_obj, &r));
+    ASSERT_CODE(r.code, DLOCK_ENOTOWNER);
+    RUN_OP(r, dlock_async_permits_release(b, id3, on_obj, &r));
+    ASSERT_OK(r.code);
+    memset(&r, 0, sizeof r);
+    ASSERT_CODE(dlock_async_permits_renew(b, id3, 0, on_obj, &r), DLOCK_EINVAL);
 
     /* blocking acquire, async release by its id; an async waiter served by
      * a blocking release */

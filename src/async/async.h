@@ -195,7 +195,8 @@ void dl_alock_pipe_up(dl_apipe *p);
  * scripts). */
 enum { DL_AOP_NONE = 0, DL_AOP_SEM_ACQ, DL_AOP_PM_ACQ, DL_AOP_LA_AWAIT, DL_AOP_ONE };
 enum { DL_AOR_GET = 1, DL_AOR_SEM_ACQ, DL_AOR_SEM_ADD, DL_AOR_SEM_SET, DL_AOR_PM_ACQ,
-       DL_AOR_PM_REL, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD, DL_AOR_LA_SET };
+       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD,
+       DL_AOR_LA_SET };
 /* A new handle of kind on c (dlock_async_semaphore_new's contract). */
 int dl_aobj_new(dl_aclient *c, const char *name, size_t name_len, dlock_kind kind,
                 dlock_async_object **out);

@@ -163,6 +163,11 @@ static int req_send(oreq *rq, dl_err *err) {
         s = &dl_script_permits_release;
         args[0] = rq->raw, al[0] = DL_PERMIT_RAW;
         break;
+    case DL_AOR_PM_RENEW: /* ARGV id, lease */
+        s = &dl_script_permits_renew;
+        args[0] = rq->raw, al[0] = DL_PERMIT_RAW;
+        args[1] = num, al[1] = nl, nargs = 2;
+        break;
     case DL_AOR_PM_AVAIL: s = &dl_script_permits_available, nargs = 0; break;
     case DL_AOR_PM_SET: s = &dl_script_permits_try_set; break;
     case DL_AOR_LA_CD: s = &dl_script_latch_count_down; break;
@@ -339,10 +344,12 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
     }
     if (op->type == DL_AOP_ONE) {
         char hex[2 * DL_PERMIT_RAW + 1];
-        if (rq->what == DL_AOR_PM_REL && v != 1) {
+        if ((rq->what == DL_AOR_PM_REL || rq->what == DL_AOR_PM_RENEW) && v != 1) {
             hex_of(rq->raw, hex);
-            finish_fmt(o, DLOCK_ENOTOWNER, "permit release: permit %s of %s is not out on lease "
-                       "(expired, released or never issued)", hex, who(o, w, sizeof w));
+            finish_fmt(o, DLOCK_ENOTOWNER, "permit %s: permit %s of %s is not out on lease "
+                       "(expired, released or never issued)",
+                       rq->what == DL_AOR_PM_REL ? "release" : "renew", hex,
+                       who(o, w, sizeof w));
         } else {
             finish(o, DLOCK_OK, v, NULL);
         }
@@ -406,10 +413,12 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
         err = &e;
     }
     if (!r && !c->freeing && !rq->resent && (live || rq->owed) &&
-        (rq->what == DL_AOR_SEM_ADD || rq->what == DL_AOR_PM_REL)) {
-        /* a lost reply of a change counted once (its id), or of a permit
-         * release (an id released twice is released once): the same again,
-         * once; an owed one waits for the next connection */
+        (rq->what == DL_AOR_SEM_ADD || rq->what == DL_AOR_PM_REL ||
+         rq->what == DL_AOR_PM_RENEW)) {
+        /* a lost reply of a change counted once (its id), of a permit
+         * release (an id released twice is released once) or renewal (one
+         * renewed twice ends later by the copies' interval, never sooner):
+         * the same again, once; an owed one waits for the next connection */
         rq->resent = 1;
         rq->by_text = 0;
         if (rq->owed) {

@@ -93,10 +93,10 @@ int dlock_async_permits_acquire(dlock_async_object *o, int64_t wait_ms, int64_t 
                          raw, wait_ms, cb, udata);
 }
 
-int dlock_async_permits_release(dlock_async_object *o, const char *id, dlock_async_object_fn cb,
-                                void *udata) {
-    if (!o) return DLOCK_EINVAL;
-    char raw[DL_PERMIT_RAW];
+/* A permit id as issued (DLOCK_PERMIT_ID_LEN hex characters) into its raw
+ * bytes; else DLOCK_EINVAL recorded on o. */
+static int id_raw(dlock_async_object *o, const char *id, const char *what,
+                  char raw[DL_PERMIT_RAW]) {
     size_t n = id ? strnlen(id, DLOCK_PERMIT_ID_LEN + 1) : 0;
     int ok = n == DLOCK_PERMIT_ID_LEN;
     for (size_t i = 0; ok && i < n; i += 2) {
@@ -108,14 +108,35 @@ int dlock_async_permits_release(dlock_async_object *o, const char *id, dlock_asy
         }
         raw[i / 2] = (char)v;
     }
-    if (!ok) {
-        dl_err err;
-        dl_seterr(&err, DLOCK_EINVAL, "permit release: a permit id is %d hex characters",
-                  DLOCK_PERMIT_ID_LEN);
-        return dl_aobj_fail(o, &err);
-    }
+    if (ok) return DLOCK_OK;
+    dl_err err;
+    dl_seterr(&err, DLOCK_EINVAL, "%s: a permit id is %d hex characters", what,
+              DLOCK_PERMIT_ID_LEN);
+    return dl_aobj_fail(o, &err);
+}
+
+int dlock_async_permits_release(dlock_async_object *o, const char *id, dlock_async_object_fn cb,
+                                void *udata) {
+    if (!o) return DLOCK_EINVAL;
+    char raw[DL_PERMIT_RAW];
+    if (id_raw(o, id, "permit release", raw)) return DLOCK_EINVAL;
     return dl_aobj_start(o, DLOCK_KIND_PERMIT_SEMAPHORE, DL_AOP_ONE, DL_AOR_PM_REL, 0, raw, 0, cb,
                          udata);
+}
+
+int dlock_async_permits_renew(dlock_async_object *o, const char *id, int64_t lease_ms,
+                              dlock_async_object_fn cb, void *udata) {
+    if (!o) return DLOCK_EINVAL;
+    char raw[DL_PERMIT_RAW];
+    if (id_raw(o, id, "permit renew", raw)) return DLOCK_EINVAL;
+    if (lease_ms <= 0) {
+        dl_err err;
+        dl_seterr(&err, DLOCK_EINVAL, "permit renew: lease must be > 0 ms (got %lld)",
+                  (long long)lease_ms);
+        return dl_aobj_fail(o, &err);
+    }
+    return dl_aobj_start(o, DLOCK_KIND_PERMIT_SEMAPHORE, DL_AOP_ONE, DL_AOR_PM_RENEW, lease_ms,
+                         raw, 0, cb, udata);
 }
 
 int dlock_async_permits_available(dlock_async_object *o, dlock_async_object_fn cb, void *udata) {
