@@ -260,8 +260,10 @@ DLOCK_EXPORT int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l);
  *    gives them back (a release of that many, counted once).
  *  - a permit semaphore acquire's permit, taken or not, is released by its
  *    id (harmless when it was not taken) once a connection is open again;
- *    until then it runs out with its lease. A permit release whose reply
- *    was lost is sent again once (releasing an id twice is harmless).
+ *    until then it runs out with its lease. A permit release or renewal
+ *    whose reply was lost is sent again once (releasing an id twice is
+ *    harmless; renewing twice ends the lease later by the copies' interval
+ *    at most).
  *  - a latch count-down may have counted: it is not sent again (the
  *    count-down is not idempotent).
  * dlock_async_client_free drops whatever was still owed. */
