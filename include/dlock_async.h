@@ -1,5 +1,6 @@
 /*
- * dlock_async: locks from an event loop, without a thread per wait.
+ * dlock_async: locks, semaphores and latches from an event loop, without a
+ * thread per wait.
  *
  * An async client is bound to one event loop, either through an adapter
  * (the library asks the loop to watch its sockets and to arm one timer, and
@@ -13,11 +14,12 @@
  * thread that runs the loop: create, drive and free the client on that
  * thread only (no call here is thread-safe). Every callback runs on that
  * thread, from dlock_async_process, or from dlock_async_cancel,
- * dlock_async_lock_free or dlock_async_client_free for the operations they
- * end. A call that starts an operation never runs its callback itself.
+ * dlock_async_lock_free, dlock_async_object_cancel, dlock_async_object_free
+ * or dlock_async_client_free for the operations they end. A call that starts an operation never runs its callback itself.
  *
  * Operations. dlock_async_acquire, dlock_async_release and
- * dlock_async_extend start an operation and return at once: DLOCK_OK means
+ * dlock_async_extend (and the objects' calls: "the synchronizer objects"
+ * below) start an operation and return at once: DLOCK_OK means
  * the callback will run exactly once, later, with the outcome (the same
  * codes as the blocking call); any other code means it was not started and
  * the callback never runs. A handle has at most one operation pending.
@@ -32,9 +34,10 @@
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
  * on its own channel; a reentrant waiter listens on Redisson's unlock
- * channel. A waiter tries again when its channel says so, when the
- * holder's lease runs out (PTTL), and at least every 2 s (the backstop of
- * docs/design.md).
+ * channel; a semaphore, permit or latch waiter listens on the blocking
+ * object's channel. A waiter tries again when its channel says so, when the
+ * holder's lease runs out (PTTL; a permit's lease), and at least every 2 s
+ * (the backstop of docs/design.md).
  *
  * Owner. An async hold's owner is its handle: the plain lock takes a fresh
  * random token for each acquire, as the blocking plain lock does; the
@@ -47,16 +50,17 @@
  * Failures. A connection lost, a server that stops answering or a reply
  * that is not RESP ends every operation pending on that connection, each
  * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...), but for
- * waits: an acquire that may wait (wait_ms != 0) and meets DLOCK_EIO with
- * time left waits on, as the blocking wait does, trying again over a new
- * connection after a pause (50 ms, doubling up to 1 s), until it gets the
- * lock or its deadline comes (then it ends with the failure's code and
- * message); the outage may be over before the wait. A request whose
- * outcome is unknown is never sent again by itself; an acquire whose
- * outcome is unknown is given back (a release with its token,
- * owner-checked) once a connection is open again, before anything else
- * on it; until then the lock runs out with its lease. The next operation
- * opens a new connection.
+ * lock waits: a lock acquire that may wait (wait_ms != 0) and meets
+ * DLOCK_EIO with time left waits on, as the blocking wait does, trying
+ * again over a new connection after a pause (50 ms, doubling up to 1 s),
+ * until it gets the lock or its deadline comes (then it ends with the
+ * failure's code and message); the outage may be over before the wait. A
+ * lock's acquire or release whose request went out has an unknown outcome
+ * and is never sent again by itself (an object's change that may be
+ * repeated is sent again once: "Outcomes" below). An acquire whose outcome
+ * is unknown is given back (a release with its token, owner-checked) once
+ * a connection is open again, before anything else on it; until then the
+ * lock runs out with its lease. The next operation opens a new connection.
  *
  * The watchdog. A hold taken with the lease DLOCK_WATCHDOG is renewed from
  * the loop (the client's timer) to the client's watchdog_lease_ms every
@@ -76,7 +80,9 @@
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), and the kinds but DLOCK_KIND_PLAIN and DLOCK_KIND_REENTRANT.
+ * PostgreSQL), the fair and read/write locks (dlock_async_lock_new), and
+ * DLOCK_WATCHDOG leases of permits; the ID worker, the multi-lock and
+ * holder identity have no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -151,14 +157,18 @@ DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);
 
-/* Completes every pending operation of the client with DLOCK_ECANCELED
- * (each callback runs before this returns), closes the connections, tells
- * the adapter to stop watching and to clean up, and frees the client and
- * its handles. Holds are not released (their leases run out); an acquire
- * whose request was out may have taken the lock, which then runs out with
- * its lease too. Called from a callback of this client, the memory goes
- * when the call that ran the callback (dlock_async_process,
- * dlock_async_cancel, dlock_async_lock_free) returns. NULL is a no-op. */
+/* Completes every pending operation of the client (of its lock and object
+ * handles) with DLOCK_ECANCELED (each callback runs before this returns),
+ * closes the connections, tells the adapter to stop watching and to clean
+ * up, and frees the client and its handles. Holds are not released (their
+ * leases run out; a semaphore's permits stay taken); an acquire whose
+ * request was out may have taken the lock, which then runs out with its
+ * lease too (a semaphore acquire's permits stay taken, a permit runs out
+ * with its lease); what was owed is dropped. Called from a callback of
+ * this client, the memory goes when the call that ran the callback
+ * (dlock_async_process, dlock_async_cancel, dlock_async_lock_free,
+ * dlock_async_object_cancel, dlock_async_object_free) returns. NULL is a
+ * no-op. */
 DLOCK_EXPORT void dlock_async_client_free(dlock_async_client *c);
 
 /* The client's last client-level failure message ("" if none). NULL c: a
@@ -263,6 +273,167 @@ DLOCK_EXPORT void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost
 /* 1 once the watchdog found l's hold lost (until a release or a new
  * acquire), else 0. */
 DLOCK_EXPORT int dlock_async_lock_is_lost(const dlock_async_lock *l);
+
+/* ---- the synchronizer objects: semaphore, permit semaphore, latch ----
+ * One handle type for the three (dlock_async_semaphore_new,
+ * dlock_async_permits_new, dlock_async_latch_new), on the blocking
+ * objects' keys, scripts and channels (dlock.h): a release or count-down by
+ * an async handle wakes a blocking waiter and the reverse. The rules of the
+ * locks hold: at most one operation pending per handle, its callback runs
+ * exactly once and never from the call that started it, a waiter joins the
+ * client's one subscribed connection on the object's channel and tries
+ * again at each message there, at least every 2 s, and (permit semaphore)
+ * when the earliest lease runs out; the attempt at the deadline is a
+ * try-once. An operation of the wrong kind for the handle is DLOCK_EINVAL.
+ *
+ * Outcomes a failure leaves unknown (the request went out, its reply was
+ * lost with the connection or its deadline):
+ *  - semaphore release and add carry a change id, as the blocking calls':
+ *    a lost reply sends the same change again once, at once, on a new
+ *    connection, and the server counts it once; only when that copy fails
+ *    too is the callback's code a failure, the change then made once or
+ *    not at all.
+ *  - a semaphore acquire may have taken its permits: they are not given
+ *    back (a semaphore's permits have no owner, a blind release could make
+ *    permits that never were) and stay taken, as after a blocking acquire
+ *    whose reply was lost; dlock_semaphore_add can restore them. One whose
+ *    reply says it took them after the operation ended (cancelled, freed)
+ *    gives them back (a release of that many, counted once).
+ *  - a permit semaphore acquire's permit, taken or not, is released by its
+ *    id (harmless when it was not taken) once a connection is open again;
+ *    until then it runs out with its lease. A permit release or renewal
+ *    whose reply was lost is sent again once (releasing an id twice is
+ *    harmless; renewing twice ends the lease later by the copies' interval
+ *    at most).
+ *  - a latch count-down may have counted: it is not sent again (the
+ *    count-down is not idempotent).
+ * dlock_async_client_free drops whatever was still owed. */
+typedef struct dlock_async_object dlock_async_object;
+
+/* The callback of an operation on o: code its outcome, value what the
+ * operation answers (below; 0 on a failure), dlock_async_object_errmsg(o)
+ * the message of a failure. It may start operations, cancel them and free
+ * handles or the client. */
+typedef void (*dlock_async_object_fn)(dlock_async_object *o, int code, int64_t value,
+                                      void *udata);
+
+/* Create a handle on c for the semaphore, the permit semaphore or the
+ * latch called name (as dlock_semaphore_new, dlock_permits_new,
+ * dlock_latch_new do: same keys). Nothing is sent. name_len: bytes or
+ * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name,
+ * a client being freed or unusable), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the
+ * message of a failure is dlock_async_errmsg(c). */
+DLOCK_EXPORT int dlock_async_semaphore_new(dlock_async_client *c, const char *name,
+                                           size_t name_len, dlock_async_object **out);
+DLOCK_EXPORT int dlock_async_permits_new(dlock_async_client *c, const char *name,
+                                         size_t name_len, dlock_async_object **out);
+DLOCK_EXPORT int dlock_async_latch_new(dlock_async_client *c, const char *name,
+                                       size_t name_len, dlock_async_object **out);
+
+/* Completes o's pending operation with DLOCK_ECANCELED (its callback runs
+ * before this returns) and frees the handle; what is owed (above) is still
+ * sent. Permits it took are not given back: release them first. NULL is a
+ * no-op. */
+DLOCK_EXPORT void dlock_async_object_free(dlock_async_object *o);
+
+/* Ends o's pending operation with DLOCK_ECANCELED: its callback runs before
+ * this returns; a waiter leaves the subscription table. A request already
+ * out may still be applied by the server: an acquire that took permits
+ * gives them back when its reply comes (see above). Returns DLOCK_OK (one
+ * was cancelled), DLOCK_ENOTHELD (none was pending), DLOCK_EINVAL (NULL). */
+DLOCK_EXPORT int dlock_async_object_cancel(dlock_async_object *o);
+
+/* o's last failure message ("" if none). */
+DLOCK_EXPORT const char *dlock_async_object_errmsg(const dlock_async_object *o);
+
+/* Every start call below returns DLOCK_OK (started: the callback will run
+ * once), DLOCK_EINVAL (NULL o or cb, a bad argument, the wrong kind of
+ * handle, an operation pending, the client being freed), DLOCK_ENOMEM, or
+ * a failure to open the connection (DLOCK_EIO...); the callback never runs
+ * then, and the message is dlock_async_object_errmsg(o). A failure given
+ * to the callback is DLOCK_EIO, DLOCK_EPROTO, DLOCK_ESERVER (the key holds
+ * something else), DLOCK_EOVERFLOW... as the blocking call's. */
+
+/* Semaphore: takes permits (>= 1, at most DLOCK_COUNT_MAX), waiting up to
+ * wait_ms (DLOCK_NOWAIT: try once, a bound, DLOCK_WAIT_FOREVER). The
+ * callback gets DLOCK_OK (value: permits), DLOCK_EBUSY (try once, not
+ * enough available), DLOCK_ETIMEDOUT, DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_semaphore_acquire(dlock_async_object *o, int64_t permits,
+                                               int64_t wait_ms, dlock_async_object_fn cb,
+                                               void *udata);
+/* Semaphore: gives back permits (>= 1) and wakes waiters of every client
+ * (anyone may release: permits are not owned). The callback gets DLOCK_OK
+ * (value: the available permits right after, or -1 when a copy sent again
+ * after a lost reply found the change counted already), DLOCK_ECANCELED,
+ * or a failure (see "Outcomes" above). */
+DLOCK_EXPORT int dlock_async_semaphore_release(dlock_async_object *o, int64_t permits,
+                                               dlock_async_object_fn cb, void *udata);
+/* Semaphore: adds delta (may be negative, |delta| <= DLOCK_COUNT_MAX) to
+ * the available permits, as dlock_semaphore_add; the callback as release's. */
+DLOCK_EXPORT int dlock_async_semaphore_add(dlock_async_object *o, int64_t delta,
+                                           dlock_async_object_fn cb, void *udata);
+/* Semaphore: sets the permits (>= 0) only if the semaphore does not exist:
+ * DLOCK_OK with value 1 (set) or 0 (it existed), DLOCK_ECANCELED, or a
+ * failure. */
+DLOCK_EXPORT int dlock_async_semaphore_try_set(dlock_async_object *o, int64_t permits,
+                                               dlock_async_object_fn cb, void *udata);
+/* Semaphore: DLOCK_OK with value the available permits, DLOCK_ECANCELED, or
+ * a failure. */
+DLOCK_EXPORT int dlock_async_semaphore_available(dlock_async_object *o,
+                                                 dlock_async_object_fn cb, void *udata);
+
+/* Permit semaphore: takes one permit with a lease (lease_ms > 0;
+ * DLOCK_WATCHDOG is DLOCK_ENOTSUP here), waiting up to wait_ms. The
+ * callback gets DLOCK_OK (value 1; the permit's id, DLOCK_PERMIT_ID_LEN hex
+ * characters, is dlock_async_permits_id(o)), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELED, or a failure. Released by its id by either API, or
+ * given back by the server when its lease runs out. */
+DLOCK_EXPORT int dlock_async_permits_acquire(dlock_async_object *o, int64_t wait_ms,
+                                             int64_t lease_ms, dlock_async_object_fn cb,
+                                             void *udata);
+/* The id of the permit o's last acquire took: valid from its callback
+ * until o's next operation or its free; "" when the last acquire failed. */
+DLOCK_EXPORT const char *dlock_async_permits_id(const dlock_async_object *o);
+/* Permit semaphore: releases the permit id (taken by any handle of either
+ * API). The callback gets DLOCK_OK, DLOCK_ENOTOWNER (not out on lease:
+ * expired, released, never issued), DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_permits_release(dlock_async_object *o, const char *id,
+                                             dlock_async_object_fn cb, void *udata);
+/* Permit semaphore: sets the lease of the permit id (taken by any handle
+ * of either API) to lease_ms (> 0) from now, or leaves it when it ends
+ * later already (never shortened), as dlock_permits_renew. The callback
+ * gets DLOCK_OK, DLOCK_ENOTOWNER (not out on lease), DLOCK_ECANCELED, or a
+ * failure (a renewal whose reply was lost is sent again once: the lease
+ * may then end up to the time between the two copies later). */
+DLOCK_EXPORT int dlock_async_permits_renew(dlock_async_object *o, const char *id,
+                                           int64_t lease_ms, dlock_async_object_fn cb,
+                                           void *udata);
+/* Permit semaphore: DLOCK_OK with value the available permits (expired
+ * leases returned first), DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_permits_available(dlock_async_object *o, dlock_async_object_fn cb,
+                                               void *udata);
+/* Permit semaphore: as dlock_async_semaphore_try_set. */
+DLOCK_EXPORT int dlock_async_permits_try_set(dlock_async_object *o, int64_t permits,
+                                             dlock_async_object_fn cb, void *udata);
+
+/* Latch: counts down by k (>= 1), not below zero; at zero the waiters of
+ * every client are woken. The callback gets DLOCK_OK (value: the count
+ * after), DLOCK_ECANCELED, or a failure (see "Outcomes" above). */
+DLOCK_EXPORT int dlock_async_latch_count_down(dlock_async_object *o, int64_t k,
+                                              dlock_async_object_fn cb, void *udata);
+/* Latch: waits up to wait_ms for the count to be zero (an absent latch is
+ * at zero). The callback gets DLOCK_OK, DLOCK_ETIMEDOUT (also DLOCK_NOWAIT
+ * when not at zero, as dlock_latch_await; the message has the count last
+ * read), DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_latch_await(dlock_async_object *o, int64_t wait_ms,
+                                         dlock_async_object_fn cb, void *udata);
+/* Latch: sets the count (>= 1) only if it is at zero: DLOCK_OK with value
+ * 1 (set) or 0, DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_latch_try_set(dlock_async_object *o, int64_t count,
+                                           dlock_async_object_fn cb, void *udata);
+/* Latch: DLOCK_OK with value the count, DLOCK_ECANCELED, or a failure. */
+DLOCK_EXPORT int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb,
+                                         void *udata);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,31 @@ extern dl_script dl_script_reentrant_extend;   /* lock_plain.c: KEYS lock, chann
 extern dl_script dl_script_plain_extend;    /* lock_plain.c: KEYS lock; ARGV token, lease */
 extern dl_script dl_script_force_unlock;    /* query.c */
 
+/* The synchronizer objects' scripts on Redis, shared with the async API
+ * (src/async/object.c), so that both run the same text on the same keys.
+ * semaphore.c: KEYS semaphore, channel; ARGV permits -> 1 taken | 0 */
+extern dl_script dl_script_semaphore_acquire;
+/* semaphore.c: KEYS semaphore, channel, change id key; ARGV delta, the id
+ * key's life in ms -> the new count | nil: counted before */
+extern dl_script dl_script_semaphore_add_once;
+/* semaphore.c: KEYS semaphore, channel; ARGV permits -> 1 set | 0 */
+extern dl_script dl_script_semaphore_try_set;
+/* latch.c: KEYS latch, channel; ARGV count -> 1 set | 0 not at zero */
+extern dl_script dl_script_latch_try_set;
+/* latch.c: KEYS latch, channel; ARGV k -> the new count */
+extern dl_script dl_script_latch_count_down;
+/* permits_redis.c: KEYS name, {name}:timeout, channel.
+ * acquire: ARGV raw id, lease ms -> {1, 0} | {0, ms to the earliest expiry or -1}
+ * release: ARGV raw id -> 1 | 0 not out on lease
+ * renew: ARGV raw id, lease ms -> 1 renewed (never shortened) | 0 gone
+ * available: -> the available permits (expired ones returned first)
+ * try_set: ARGV permits -> 1 set | 0 exists */
+extern dl_script dl_script_permits_acquire;
+extern dl_script dl_script_permits_release;
+extern dl_script dl_script_permits_renew;
+extern dl_script dl_script_permits_available;
+extern dl_script dl_script_permits_try_set;
+
 /* ---- the synchronizer objects (object.c, semaphore.c) ---- */
 /* A backend found the permits of the semaphore whose handle o is gone:
  * runs its lost callback, if any. */

@@ -23,7 +23,7 @@
     "if not " var " then error('latch count is not an integer') end end end "
 
 /* ARGV: count (>= 1). Sets it only at zero. -> 1 set | 0 not at zero */
-static dl_script try_set_script = DL_SCRIPT("latch_try_set",
+dl_script dl_script_latch_try_set = DL_SCRIPT("latch_try_set",
     LATCH_COUNT_LUA("n")
     "if n > 0 then return 0 end "
     "redis.call('set', KEYS[1], ARGV[1]) "
@@ -42,7 +42,7 @@ static dl_script set_script = DL_SCRIPT("latch_set",
 
 /* ARGV: k (>= 1). Counts down, not below zero; at zero deletes the key and
  * publishes "0". -> the new count */
-static dl_script count_down_script = DL_SCRIPT("latch_count_down",
+dl_script dl_script_latch_count_down = DL_SCRIPT("latch_count_down",
     LATCH_COUNT_LUA("n")
     "if n <= 0 then "
     "if redis.call('exists', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end "
@@ -118,7 +118,7 @@ static int read_count(dlock_latch *l, dl_conn *conn, int64_t *count, dl_err *err
 
 int dl_redis_latch_try_set(dl_object *o, int64_t count, int *set, dl_err *err) {
     long long v = 0;
-    int rc = la_eval((dlock_latch *)o, &try_set_script, "latch try_set", count, &v, err);
+    int rc = la_eval((dlock_latch *)o, &dl_script_latch_try_set, "latch try_set", count, &v, err);
     if (!rc) *set = v == 1;
     return rc;
 }
@@ -130,7 +130,7 @@ int dl_redis_latch_set(dl_object *o, int64_t count, dl_err *err) {
 
 int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err) {
     long long v = 0;
-    return la_eval((dlock_latch *)o, &count_down_script, "latch count_down", k, &v, err);
+    return la_eval((dlock_latch *)o, &dl_script_latch_count_down, "latch count_down", k, &v, err);
 }
 
 int dl_redis_latch_count(dl_object *o, int64_t *count, dl_err *err) {

@@ -46,7 +46,7 @@
 
 /* ARGV: id, lease ms. -> {1, 0} taken | {0, ms until the earliest lease
  * expires, or -1 when none is out} */
-static dl_script acquire_script = DL_SCRIPT("permits_acquire",
+dl_script dl_script_permits_acquire = DL_SCRIPT("permits_acquire",
     PERMITS_PRELUDE
     "local back = reclaim() "
     "if value() >= 1 then "
@@ -63,7 +63,7 @@ static dl_script acquire_script = DL_SCRIPT("permits_acquire",
     "return {0, -1}");
 
 /* ARGV: id. -> 1 released | 0 not out on lease (expired, or never issued) */
-static dl_script release_script = DL_SCRIPT("permits_release",
+dl_script dl_script_permits_release = DL_SCRIPT("permits_release",
     PERMITS_PRELUDE
     "local back = reclaim() "
     "if redis.call('zrem', KEYS[2], ARGV[1]) == 1 then "
@@ -74,7 +74,7 @@ static dl_script release_script = DL_SCRIPT("permits_release",
     "return 0");
 
 /* ARGV: id, lease ms. -> 1 renewed | 0 gone */
-static dl_script renew_script = DL_SCRIPT("permits_renew",
+dl_script dl_script_permits_renew = DL_SCRIPT("permits_renew",
     PERMITS_PRELUDE
     "wake(reclaim()) "
     "local s = redis.call('zscore', KEYS[2], ARGV[1]) "
@@ -85,13 +85,13 @@ static dl_script renew_script = DL_SCRIPT("permits_renew",
     "return 0");
 
 /* -> the available permits */
-static dl_script available_script = DL_SCRIPT("permits_available",
+dl_script dl_script_permits_available = DL_SCRIPT("permits_available",
     PERMITS_PRELUDE
     "wake(reclaim()) "
     "return value()");
 
 /* ARGV: permits. -> 1 set | 0 exists already */
-static dl_script try_set_script = DL_SCRIPT("permits_try_set",
+dl_script dl_script_permits_try_set = DL_SCRIPT("permits_try_set",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX') then "
     "redis.call('publish', KEYS[3], ARGV[1]) return 1 end "
     "return 0");
@@ -183,7 +183,7 @@ static int attempt(dl_object *o, dl_conn *conn, const char *raw, const char *lea
     size_t arglens[2] = {DL_PERMIT_RAW, lease_len};
     redisReply *r = NULL;
     long long a = 0, b = 0;
-    int rc = pm_eval(o, conn, &acquire_script, 2, args, arglens, &r, err);
+    int rc = pm_eval(o, conn, &dl_script_permits_acquire, 2, args, arglens, &r, err);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR)
         rc = dl_sync_reply_error(r, "permit acquire", err);
@@ -255,7 +255,7 @@ int dl_redis_permits_release(dl_object *o, const char *raw, int *released, dl_er
     const char *args[1] = {raw};
     size_t arglens[1] = {DL_PERMIT_RAW};
     long long v = 0;
-    int rc = pm_eval_int(o, &release_script, "permit release", 1, args, arglens, &v, err);
+    int rc = pm_eval_int(o, &dl_script_permits_release, "permit release", 1, args, arglens, &v, err);
     *released = !rc && v == 1;
     return rc;
 }
@@ -266,14 +266,14 @@ int dl_redis_permits_renew(dl_object *o, const char *raw, int64_t lease_ms, int 
     const char *args[2] = {raw, lease};
     size_t arglens[2] = {DL_PERMIT_RAW, dl_fmt_ll(lease, lease_ms)};
     long long v = 0;
-    int rc = pm_eval_int(o, &renew_script, "permit renew", 2, args, arglens, &v, err);
+    int rc = pm_eval_int(o, &dl_script_permits_renew, "permit renew", 2, args, arglens, &v, err);
     *renewed = !rc && v == 1;
     return rc;
 }
 
 int dl_redis_permits_available(dl_object *o, int64_t *permits, dl_err *err) {
     long long v = 0;
-    int rc = pm_eval_int(o, &available_script, "permit available", 0, NULL, NULL, &v, err);
+    int rc = pm_eval_int(o, &dl_script_permits_available, "permit available", 0, NULL, NULL, &v, err);
     if (!rc) *permits = v;
     return rc;
 }
@@ -283,7 +283,7 @@ int dl_redis_permits_try_set(dl_object *o, int64_t permits, int *set, dl_err *er
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, permits)};
     long long v = 0;
-    int rc = pm_eval_int(o, &try_set_script, "permit try_set", 1, args, arglens, &v, err);
+    int rc = pm_eval_int(o, &dl_script_permits_try_set, "permit try_set", 1, args, arglens, &v, err);
     if (!rc) *set = v == 1;
     return rc;
 }

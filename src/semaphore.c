@@ -23,7 +23,7 @@
 
 /* KEYS: semaphore. ARGV: permits. -> 1 taken | 0 not enough available
  * (inline Lua, no helper function: see DL_LUA_WAKE_ONE) */
-static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
+dl_script dl_script_semaphore_acquire = DL_SCRIPT("semaphore_acquire",
     "local v = redis.call('get', KEYS[1]) "
     "local n = 0 "
     "if v then n = tonumber(v) "
@@ -36,14 +36,14 @@ static dl_script acquire_script = DL_SCRIPT("semaphore_acquire",
  * count, once per id: a second copy of the same change (a resent request)
  * finds the id key and changes nothing. -> the new count | nil: counted
  * before */
-static dl_script add_script = DL_SCRIPT("semaphore_add_once",
+dl_script dl_script_semaphore_add_once = DL_SCRIPT("semaphore_add_once",
     "if not redis.call('set', KEYS[3], 1, 'NX', 'PX', ARGV[2]) then return false end "
     "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
     "redis.call('publish', KEYS[2], v) "
     "return v");
 
 /* KEYS: semaphore, channel. ARGV: permits. -> 1 set | 0 exists already */
-static dl_script try_set_script = DL_SCRIPT("semaphore_try_set",
+dl_script dl_script_semaphore_try_set = DL_SCRIPT("semaphore_try_set",
     "if redis.call('set', KEYS[1], ARGV[1], 'NX') then "
     "redis.call('publish', KEYS[2], ARGV[1]); return 1 end "
     "return 0");
@@ -117,7 +117,7 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
     dl_conn *conn = NULL, *sub = NULL;
     long long got = 0;
     int rc = dl_pool_get_key(c, s->o.h.name, s->o.h.name_len, dl_cmd_deadline(c), &conn, err);
-    if (!rc) rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
+    if (!rc) rc = sem_eval(s, conn, &dl_script_semaphore_acquire, "semaphore acquire", permits, &got, err);
     if (rc || got == 1) goto out;
     if (wait_ms == DLOCK_NOWAIT) {
         rc = dl_sem_refused(&s->o, permits, 0, err);
@@ -127,7 +127,7 @@ int dl_redis_sem_acquire(dl_object *o, int64_t permits, int64_t wait_ms, dl_err 
     dl_cancel_begin(&s->o.h.cancel); /* a cancel wakes dl_sync_wait */
     while (!rc) {
         /* subscribed before this attempt: a release after it is not missed */
-        rc = sem_eval(s, conn, &acquire_script, "semaphore acquire", permits, &got, err);
+        rc = sem_eval(s, conn, &dl_script_semaphore_acquire, "semaphore acquire", permits, &got, err);
         if (rc || got == 1) break;
         if (wait_left(deadline) == 0) {
             rc = dl_sem_refused(&s->o, permits, 1, err);
@@ -148,7 +148,7 @@ out:
 }
 
 /* Adds delta once: the change carries a random id, and the script counts an
- * id once (add_script). A change whose reply was lost (the request or the
+ * id once (dl_script_semaphore_add_once). A change whose reply was lost (the request or the
  * reply dropped, the connection cut, the command timed out) is sent again
  * with the same id on another connection, once, unless the client fails
  * fast: counted once whether or not the first copy arrived, as long as the
@@ -175,7 +175,7 @@ static int sem_change(dlock_semaphore *s, const char *what, int64_t delta, dl_er
     size_t arglens[2] = {dl_fmt_ll(num, delta), dl_fmt_ll(ttl, DL_SEM_CHANGE_ID_MS)};
     for (int attempt = 0;; attempt++) {
         redisReply *r = NULL;
-        rc = dl_client_eval(s->o.h.c, &add_script, 3, keys, keylens, 2, args, arglens, &r, err);
+        rc = dl_client_eval(s->o.h.c, &dl_script_semaphore_add_once, 3, keys, keylens, 2, args, arglens, &r, err);
         if (rc == DLOCK_EIO && attempt == 0 && !atomic_load(&s->o.h.c->fail_fast)) continue;
         if (rc) return rc;
         long long v = 0;
@@ -198,7 +198,7 @@ int dl_redis_sem_add(dl_object *o, int64_t delta, dl_err *err) {
 
 int dl_redis_sem_try_set(dl_object *o, int64_t permits, int *set, dl_err *err) {
     long long v = 0;
-    int rc = sem_eval((dlock_semaphore *)o, NULL, &try_set_script, "semaphore try_set", permits,
+    int rc = sem_eval((dlock_semaphore *)o, NULL, &dl_script_semaphore_try_set, "semaphore try_set", permits,
                       &v, err);
     if (!rc) *set = v == 1;
     return rc;

@@ -11,6 +11,10 @@
  *            from the loop, batched, and their loss found in time
  *   lock.c   the plain and reentrant locks' operations (acquire with its
  *            wait, release, extend, cancel), on the blocking locks' scripts
+ *   object.c the semaphore's, permit semaphore's and latch's handles and
+ *            operations (acquire and await with their wait, release,
+ *            count-down...), on the blocking objects' scripts
+ *   object_calls.c their public calls: arguments checked, operations started
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file
@@ -219,6 +223,9 @@ struct dlock_async_client {
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
     struct dl_asettle *settle; /* acquires to give back (outcome unknown) */
+    struct dlock_async_object *objs; /* every live object handle (object.c) */
+    size_t nobjs;
+    struct dl_aoreq *osettle;  /* the objects' requests owed (object.c) */
     int depth;                 /* inside dlock_async_process / a callback */
     int freeing;               /* dlock_async_client_free under way (or the
                                 * client is unusable): operations refused */
@@ -235,5 +242,32 @@ void dl_alock_free_all(dl_aclient *c);
 /* A new command connection: queues the releases owed for acquires whose
  * outcome a failure left unknown, first (the pipe's up). */
 void dl_alock_pipe_up(dl_apipe *p);
+
+/* ---- object.c ---- */
+/* An object operation (DL_AOP_*; NONE: none pending, ONE: one request
+ * answers) and its requests (DL_AOR_*: GET, or the blocking objects'
+ * scripts). */
+enum { DL_AOP_NONE = 0, DL_AOP_SEM_ACQ, DL_AOP_PM_ACQ, DL_AOP_LA_AWAIT, DL_AOP_ONE };
+enum { DL_AOR_GET = 1, DL_AOR_SEM_ACQ, DL_AOR_SEM_ADD, DL_AOR_SEM_SET, DL_AOR_PM_ACQ,
+       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD,
+       DL_AOR_LA_SET };
+/* A new handle of kind on c (dlock_async_semaphore_new's contract). */
+int dl_aobj_new(dl_aclient *c, const char *name, size_t name_len, dlock_kind kind,
+                dlock_async_object **out);
+/* Records err as o's message; returns its code. */
+int dl_aobj_fail(dlock_async_object *o, const dl_err *err);
+/* Starts o's operation type (DL_AOP_*) on an object of kind: its first
+ * request what with n (permits, delta, count, lease) and raw (a permit's
+ * id, or NULL); a waiting type waits up to wait_ms. DLOCK_OK (cb runs
+ * once, later), or the failure recorded on o (cb never runs). */
+int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
+                  const char *raw, int64_t wait_ms, dlock_async_object_fn cb, void *ud);
+/* Every pending operation of an object handle of c ends with
+ * DLOCK_ECANCELED, every object handle is freed, what was owed is dropped
+ * (client free; before dl_alock_free_all fails the connections). */
+void dl_aobj_free_all(dl_aclient *c);
+/* A new command connection: queues the objects' requests owed (the pipe's
+ * up, after dl_alock_pipe_up). */
+void dl_aobj_pipe_up(dl_apipe *p);
 
 #endif

@@ -51,6 +51,12 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     return rc;
 }
 
+/* A new command connection: what the locks and the objects owe goes first. */
+static void cmd_up(dl_apipe *p) {
+    dl_alock_pipe_up(p);
+    dl_aobj_pipe_up(p);
+}
+
 static void destroy(dl_aclient *c) {
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
@@ -67,7 +73,7 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     if (!c) return DLOCK_ENOMEM;
     dl_aloop_init(&c->loop, adapter);
     dl_apipe_init(&c->cmd, c, 0);
-    c->cmd.up = dl_alock_pipe_up;
+    c->cmd.up = cmd_up;
     c->destroy = destroy;
     dl_asubs_init(&c->subs, c);
     dl_arenew_init(&c->renew, c);
@@ -90,6 +96,7 @@ void dlock_async_client_free(dlock_async_client *c) {
     if (!c || c->doomed) return;
     c->freeing = 1;
     c->depth++;
+    dl_aobj_free_all(c); /* before the locks': they fail the connections */
     dl_alock_free_all(c);
     c->depth--;
     if (c->depth > 0) {

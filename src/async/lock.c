@@ -760,7 +760,8 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     }
     dlock_async_lock *l = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!dl_aloop_reserve(&c->loop, c->nlocks + 2 + DLOCK_ASYNC_SLOTS)) l = calloc(1, sizeof *l);
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+        l = calloc(1, sizeof *l);
     if (l) {
         l->c = c;
         l->refs = 1;
