@@ -14,7 +14,10 @@
  *            client trying every millisecond gets the lock
  *   restart  the server restarted empty under a hold: found lost; the
  *            client works again; a client freed with holds and a round
- *            out leaks nothing and leaves the holds to run out */
+ *            out leaks nothing and leaves the holds to run out
+ *   counter  exact-counter exclusion through sections three times as long
+ *            as the watchdog lease: async and blocking watchdog holders
+ *            mixed on one name, each a GET, a pause, a SET + 1 */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -338,11 +341,122 @@ static void t_restart(th_server *s) {
     client_free(c);
 }
 
+/* ---- counter ---- */
+
+#define CT_LEASE 300         /* the watchdog lease, renewed every 100 ms */
+#define CT_SECTION 900       /* each section: three leases */
+#define CT_ASYNC 3
+#define CT_BLOCKING 2
+#define CT_ROUNDS 2
+
+typedef struct ctworker {
+    dlock_async_lock *l;
+    redisContext *rc;
+    long long seen;
+    int done, in;
+    lostrec lost;
+} ctworker;
+static ctworker ctw[CT_ASYNC];
+static atomic_int ct_inside, ct_overlap;
+static void ct_next(ctworker *w);
+
+static void ct_released(dlock_async_lock *l, int code, uint64_t f, void *ud) {
+    (void)l, (void)f;
+    ctworker *w = ud;
+    ASSERT_CODE(code, DLOCK_OK);
+    if (++w->done < CT_ROUNDS) ct_next(w);
+}
+
+/* the section's end: write what was read + 1, leave, release */
+static void ct_write(void *arg) {
+    ctworker *w = arg;
+    ASSERT_GT(dlock_async_lock_valid_ms(w->l), 0);
+    th_cmd_ok(w->rc, "SET wdcounter %lld", w->seen + 1);
+    atomic_fetch_sub(&ct_inside, 1);
+    START(dlock_async_release(w->l, ct_released, w));
+}
+
+static void ct_got(dlock_async_lock *l, int code, uint64_t f, void *ud) {
+    (void)l, (void)f;
+    ctworker *w = ud;
+    ASSERT_CODE(code, DLOCK_OK);
+    if (atomic_fetch_add(&ct_inside, 1) != 0) atomic_store(&ct_overlap, 1);
+    char *v = th_cmd_str(w->rc, "GET wdcounter");
+    w->seen = v ? atoll(v) : 0;
+    free(v);
+    after(CT_SECTION, ct_write, w); /* the loop turns meanwhile: renewals */
+}
+
+static void ct_next(ctworker *w) {
+    START(dlock_async_acquire(w->l, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, ct_got, w));
+}
+
+static void *ct_thread(void *arg) {
+    const th_server *s = arg;
+    dlock_client *c = th_client(s, CT_LEASE);
+    dlock_lock *l = th_lock(c, "wdcounter-lock", DLOCK_KIND_PLAIN);
+    redisContext *rc = th_redis(s);
+    for (int i = 0; i < CT_ROUNDS; i++) {
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, NULL));
+        if (atomic_fetch_add(&ct_inside, 1) != 0) atomic_store(&ct_overlap, 1);
+        char *v = th_cmd_str(rc, "GET wdcounter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        th_sleep_ms(CT_SECTION);
+        ASSERT_GT(dlock_lock_valid_ms(l), 0);
+        th_cmd_ok(rc, "SET wdcounter %lld", n + 1);
+        atomic_fetch_sub(&ct_inside, 1);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+static void t_counter(th_server *s) {
+    redisContext *rc = th_redis(s);
+    th_cmd_ok(rc, "SET wdcounter 0");
+    dlock_async_client *c = wd_client(th_server_url(s), CT_LEASE);
+    pthread_t th[CT_BLOCKING];
+    for (int i = 0; i < CT_BLOCKING; i++) pthread_create(&th[i], NULL, ct_thread, s);
+    for (int i = 0; i < CT_ASYNC; i++) {
+        ctw[i].l = alock(c, "wdcounter-lock");
+        ctw[i].rc = th_redis(s);
+        dlock_async_lock_on_lost(ctw[i].l, on_lost, &ctw[i].lost);
+        ct_next(&ctw[i]);
+    }
+    int want = (CT_ASYNC + CT_BLOCKING) * CT_ROUNDS;
+    int64_t dl = th_now_ms() + want * CT_SECTION * 3 + 10000;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < CT_ASYNC; i++) all &= ctw[i].done == CT_ROUNDS;
+        if (all) break;
+        ASSERT_LT(th_now_ms(), dl);
+        loop_once();
+    }
+    for (int i = 0; i < CT_BLOCKING; i++) pthread_join(th[i], NULL);
+    char *tv = th_cmd_str(rc, "GET wdcounter");
+    long long total = atoll(tv);
+    free(tv);
+    th_log("counter %lld, want %d (sections of %d ms, leases of %d ms)", total, want,
+           CT_SECTION, CT_LEASE);
+    ASSERT_EQ(atomic_load(&ct_overlap), 0);
+    ASSERT_EQ(total, want);
+    for (int i = 0; i < CT_ASYNC; i++) {
+        ASSERT_EQ(ctw[i].lost.calls, 0);
+        redisFree(ctw[i].rc);
+    }
+    redisFree(rc);
+    client_free(c);
+}
+
 static const async_case cases[] = {
     {"kept", t_kept},
     {"taken", t_taken},
     {"cut", t_cut},
     {"restart", t_restart},
+    {"counter", t_counter},
     {NULL, NULL},
 };
 
