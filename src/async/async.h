@@ -7,8 +7,10 @@
  *            failure ending every request once
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
- *   lock.c   the plain and reentrant locks' operations (acquire with its
- *            wait, release, extend, cancel), on the blocking locks' scripts
+ *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
+ *            scripts (a table: plain, reentrant, fair)
+ *   lock.c   the locks' operations (acquire with its wait, release,
+ *            extend, cancel) for every kind of the table
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file
@@ -135,6 +137,8 @@ struct dl_awaiter {
     void (*wake)(dl_awaiter *w, int confirmed);
     /* the subscribed connection failed: the waiter is out of the table */
     void (*lost)(dl_awaiter *w, const dl_err *err);
+    /* a message, its payload msg: called instead of wake(w, 0) when set */
+    void (*message)(dl_awaiter *w, const redisReply *msg);
 };
 
 typedef struct dl_asubs {
@@ -154,6 +158,76 @@ int dl_asubs_subscribed(const dl_awaiter *w);
 void dl_asubs_leave(dl_asubs *s, dl_awaiter *w);
 /* Frees the table (every waiter left first). */
 void dl_asubs_free(dl_asubs *s);
+
+/* ---- kinds.c ---- */
+/* A lock request: what it is and the state it is built from. */
+enum { DL_AR_ATTEMPT = 1, DL_AR_RELEASE, DL_AR_EXTEND, DL_AR_ABANDON };
+typedef struct dl_aargs {
+    int what;                  /* DL_AR_* (a give back is a release) */
+    const char *token;         /* the owner (plain: the acquire's token) */
+    size_t token_len;
+    int64_t lease_ms;
+    int queue;                 /* an attempt that waits: registers, queues */
+    int reg;                   /* registered / queued by an earlier attempt
+                                * of the same acquire */
+    int joining;               /* sent before its channel was confirmed */
+    int64_t held;              /* the handle's holds when it was sent */
+    int64_t expect;            /* a release: the owner's count expected */
+} dl_aargs;
+
+/* One script call as built (pointers into the keys and into itself). */
+typedef struct dl_acall {
+    dl_script *s;
+    int nkeys, nargs;
+    const char *keys[5];
+    size_t keylens[5];
+    const char *args[8];
+    size_t arglens[8];
+    char lease[24], expect[24];
+} dl_acall;
+
+#define DL_AKEYS_MAX 6
+typedef struct dl_akeys dl_akeys;
+typedef struct dl_akind {
+    dlock_kind kind;
+    int fresh_owner;           /* a new token per acquire (plain), else the
+                                * handle's owner */
+    int counted;               /* holds are counted per owner: an acquire
+                                * re-enters, a release takes the expected
+                                * count and answers 1 / 0 still held / -1 */
+    int abandons;              /* a waiter that gives up runs the abandon
+                                * (the fair one also gives back a grant) */
+    const struct dl_akeyspec *keys;
+    int chan;
+    void (*call)(const dl_akeys *k, const dl_aargs *a, dl_acall *c);
+    /* a message on the channel: 1 with *ms to come back in ms, not now */
+    int (*message)(const redisReply *msg, int64_t *ms);
+} dl_akind;
+
+/* A handle's keys and owner, shared with the requests that outlive it. */
+struct dl_akeys {
+    int refs;
+    const dl_akind *kind;
+    char owner[DLOCK_TOKEN_LEN + 7]; /* not plain: the handle's owner */
+    size_t owner_len;
+    char *chan;                /* the channel its waiters subscribe to */
+    size_t chan_len;
+    char *s[DL_AKEYS_MAX];     /* the kind's keys, [0] the lock's name */
+    size_t len[DL_AKEYS_MAX];
+};
+
+/* The kind's table entry, or NULL when the async API lacks it. */
+const dl_akind *dl_akind_of(dlock_kind kind);
+/* The keys of lock name for kind (an owner made for the kinds that keep
+ * one per handle); NULL with err on failure. */
+dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_err *err);
+void dl_akeys_unref(dl_akeys *k);
+/* A plain acquire's token: its waiter channel becomes prefix + token. */
+void dl_akeys_token(dl_akeys *k, const char *token);
+/* Builds a's request for k's kind into c. */
+static inline void dl_akind_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    k->kind->call(k, a, c);
+}
 
 /* ---- client.c: the client ---- */
 struct dlock_async_client {

@@ -1,0 +1,256 @@
+/* The async lock's kinds: for each, the keys a handle names (derived once,
+ * when the handle is made) and how each of its requests is built from them,
+ * on the blocking kinds' own scripts (lock_plain.c, lock_reentrant.c,
+ * lock_fair.c), so that async and blocking clients exclude each
+ * other on one name and wake each other's waiters.
+ *
+ * A table of its own, not the blocking kinds' dl_kind_ops.call: those
+ * describe a dlock_lock's calls from its fields (its dl_handle, kind_state,
+ * the thread owner written into l->token, l->listening, the client's fair
+ * wait, dl_owner_expect's count over the client's handles), and an async
+ * request is built from a request's own state instead (its token, whether
+ * it waits, whether it came after the subscription, the handle's holds when
+ * it was sent), and must outlive its handle (a give back). Keeping a
+ * dlock_lock inside every async handle to borrow those descriptions would
+ * cost each handle the blocking handle's kilobyte and a copy of the request
+ * state into it before every call.
+ *
+ * Owners: the plain lock's is a fresh token per acquire; every other kind's
+ * is the handle's own random token, never
+ * <client id>:<thread id>, which on one loop thread would make every handle
+ * re-enter every other's hold. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "async.h"
+
+/* The fair lock's thread wait time W: the blocking default (the async
+ * client has no dlock_client_set_fair_wait), and the waiter's keep-alive,
+ * a third of it. */
+#define FAIR_W DLOCK_DEFAULT_FAIR_WAIT_MS
+#define FAIR_KEEPALIVE (FAIR_W / 3)
+
+/* what each kind's k->s[] holds */
+enum { S_LOCK = 0, S_FENCE = 1 };
+enum { PL_WAITERS = 2, PL_PREFIX };                     /* plain */
+enum { RE_CHAN = 2 };                                   /* reentrant */
+enum { FA_QUEUE = 2, FA_TIMEOUTS, FA_LEASES, FA_CHAN }; /* fair */
+
+#define KEY(c, i, k, j) ((c)->keys[i] = (k)->s[j], (c)->keylens[i] = (k)->len[j])
+#define ARG(c, i, p, n) ((c)->args[i] = (p), (c)->arglens[i] = (n))
+
+static size_t lease_arg(dl_acall *c, int64_t ms) { return dl_fmt_ll(c->lease, ms); }
+static size_t expect_arg(dl_acall *c, int64_t n) { return dl_fmt_ll(c->expect, n); }
+
+static void plain_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    KEY(c, 0, k, S_LOCK);
+    ARG(c, 0, a->token, a->token_len);
+    c->nkeys = 1, c->nargs = 2;
+    switch (a->what) {
+    case DL_AR_ATTEMPT: /* KEYS lock, fence, waiters; ARGV token, lease, recheck, registered */
+        c->s = &dl_script_plain_acquire;
+        KEY(c, 1, k, S_FENCE), KEY(c, 2, k, PL_WAITERS);
+        c->nkeys = 3;
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        if (a->queue) ARG(c, 2, DL_STR(DL_WAIT_RECHECK_MS), sizeof DL_STR(DL_WAIT_RECHECK_MS) - 1);
+        else ARG(c, 2, "0", 1);
+        ARG(c, 3, a->reg ? "1" : "0", 1);
+        c->nargs = 4;
+        break;
+    case DL_AR_RELEASE: /* KEYS lock, waiters; ARGV token, prefix */
+    case DL_AR_ABANDON:
+        c->s = a->what == DL_AR_RELEASE ? &dl_script_plain_release : &dl_script_plain_abandon;
+        KEY(c, 1, k, PL_WAITERS);
+        c->nkeys = 2;
+        ARG(c, 1, k->s[PL_PREFIX], k->len[PL_PREFIX]);
+        break;
+    default: /* extend: KEYS lock; ARGV token, lease */
+        c->s = &dl_script_plain_extend;
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        break;
+    }
+}
+
+static void reentrant_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    KEY(c, 0, k, S_LOCK);
+    c->nkeys = 2, c->nargs = 2;
+    switch (a->what) {
+    case DL_AR_ATTEMPT: /* KEYS lock, fence; ARGV lease, owner */
+        c->s = &dl_script_reentrant_acquire;
+        KEY(c, 1, k, S_FENCE);
+        ARG(c, 0, c->lease, lease_arg(c, a->lease_ms));
+        ARG(c, 1, a->token, a->token_len);
+        break;
+    case DL_AR_RELEASE: /* KEYS lock, channel; ARGV lease ('0': unchanged), owner, expected */
+        c->s = &dl_script_reentrant_release;
+        KEY(c, 1, k, RE_CHAN);
+        ARG(c, 0, "0", 1);
+        ARG(c, 1, a->token, a->token_len);
+        ARG(c, 2, c->expect, expect_arg(c, a->expect));
+        c->nargs = 3;
+        break;
+    default: /* extend: KEYS lock; ARGV owner, lease */
+        c->s = &dl_script_reentrant_extend;
+        c->nkeys = 1;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        break;
+    }
+}
+
+static void fair_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    for (int i = 0; i < 5; i++) KEY(c, i, k, i); /* lock, fence, queue, deadlines, leases */
+    c->nkeys = 5;
+    switch (a->what) {
+    case DL_AR_ATTEMPT: /* ARGV lease, owner, mode, queue, W, keep-alive, joining, prefix */
+        c->s = &dl_script_fair_acquire;
+        ARG(c, 0, c->lease, lease_arg(c, a->lease_ms));
+        ARG(c, 1, a->token, a->token_len);
+        /* 'w': an attempt of an acquire that queued (it takes up a grant
+         * it finds); 'r': a new acquire or a re-entry */
+        ARG(c, 2, a->held > 0 || !a->reg ? "r" : "w", 1);
+        ARG(c, 3, a->queue ? "1" : "0", 1);
+        ARG(c, 4, DL_STR(FAIR_W), sizeof DL_STR(FAIR_W) - 1);
+        ARG(c, 5, c->expect, dl_fmt_ll(c->expect, FAIR_KEEPALIVE));
+        ARG(c, 6, a->joining ? "1" : "0", 1);
+        ARG(c, 7, k->s[FA_CHAN], k->len[FA_CHAN]);
+        c->nargs = 8;
+        break;
+    case DL_AR_RELEASE: /* ARGV prefix, lease ('0': unchanged), owner, expected */
+        c->s = &dl_script_fair_release;
+        ARG(c, 0, k->s[FA_CHAN], k->len[FA_CHAN]);
+        ARG(c, 1, "0", 1);
+        ARG(c, 2, a->token, a->token_len);
+        ARG(c, 3, c->expect, expect_arg(c, a->expect));
+        c->nargs = 4;
+        break;
+    case DL_AR_ABANDON: /* ARGV prefix, owner */
+        c->s = &dl_script_fair_abandon;
+        ARG(c, 0, k->s[FA_CHAN], k->len[FA_CHAN]);
+        ARG(c, 1, a->token, a->token_len);
+        c->nargs = 2;
+        break;
+    default: /* extend: KEYS lock; ARGV owner, lease */
+        c->s = &dl_script_fair_extend;
+        c->nkeys = 1;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        c->nargs = 2;
+        break;
+    }
+}
+
+/* "next:<ms>": the waiter ahead was granted the lock, come back in <ms>
+ * (when a grant not taken up has run out), not now (lock_fair.c's
+ * fair_message). Anything else ("granted:<fence>", Redisson's "0"): now. */
+static int fair_message(const redisReply *msg, int64_t *ms) {
+    static const char pfx[] = "next:";
+    const size_t plen = sizeof pfx - 1;
+    if (msg->type != REDIS_REPLY_STRING || msg->len <= plen || msg->len > plen + 9 ||
+        memcmp(msg->str, pfx, plen) != 0)
+        return 0;
+    int64_t v = 0;
+    for (size_t i = plen; i < msg->len; i++) {
+        unsigned char ch = (unsigned char)msg->str[i];
+        if (ch < '0' || ch > '9') return 0;
+        v = v * 10 + (ch - '0');
+    }
+    *ms = v;
+    return 1;
+}
+
+/* The keys, as the blocking kinds derive them: (prefix, suffix) around the
+ * name's hash tag, "" for none; a NULL prefix: the end of the list. */
+struct dl_akeyspec {
+    const char *pre, *suf;
+};
+typedef struct dl_akeyspec keyspec;
+
+#define LOCK_KEYS {"", NULL}, {"redisson_lock_token:", ""}
+static const keyspec plain_keys[] = {LOCK_KEYS, {DL_PLAIN_WAITERS_PREFIX, ""},
+                                     {"redisson_lock__channel:", ":"}, {NULL, NULL}};
+static const keyspec reentrant_keys[] = {LOCK_KEYS, {"redisson_lock__channel:", ""},
+                                         {NULL, NULL}};
+static const keyspec fair_keys[] = {LOCK_KEYS, {"redisson_lock_queue:", ""},
+                                    {"redisson_lock_timeout:", ""},
+                                    {"redisson_lock_lease:", ""},
+                                    {"redisson_lock__channel:", ""}, {NULL, NULL}};
+/* .chan: the slot of the channel waiters subscribe to (-1: the plain
+ * waiter's own, prefix + its acquire's token; -2: the fair waiter's own,
+ * "<prefix>:<owner>") */
+static const dl_akind kinds[] = {
+    {.kind = DLOCK_KIND_PLAIN, .fresh_owner = 1, .abandons = 1, .keys = plain_keys, .chan = -1,
+     .call = plain_call},
+    {.kind = DLOCK_KIND_REENTRANT, .counted = 1, .keys = reentrant_keys, .chan = RE_CHAN,
+     .call = reentrant_call},
+    {.kind = DLOCK_KIND_FAIR, .counted = 1, .abandons = 1,
+     .keys = fair_keys, .chan = -2, .call = fair_call, .message = fair_message},
+};
+
+const dl_akind *dl_akind_of(dlock_kind kind) {
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (kinds[i].kind == kind) return &kinds[i];
+    return NULL;
+}
+
+void dl_akeys_unref(dl_akeys *k) {
+    if (!k || --k->refs > 0) return;
+    for (int i = 0; i < DL_AKEYS_MAX; i++) free(k->s[i]);
+    free(k->chan);
+    free(k);
+}
+
+dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_err *err) {
+    dl_akeys *k = calloc(1, sizeof *k);
+    if (!k) {
+        dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        return NULL;
+    }
+    k->refs = 1;
+    k->kind = kind;
+    int ok = 1;
+    if (!kind->fresh_owner) { /* the handle's owner: a random token (write: + ":write") */
+        if (dl_random_hex(k->owner, DLOCK_TOKEN_LEN / 2, err)) {
+            dl_akeys_unref(k);
+            return NULL;
+        }
+        k->owner_len = DLOCK_TOKEN_LEN;
+    }
+    for (int i = 0; kind->keys[i].pre && ok; i++) {
+        const keyspec *ks = &kind->keys[i];
+        if (!ks->suf) { /* the name itself */
+            k->s[i] = malloc(len + 1);
+            if ((ok = k->s[i] != NULL)) memcpy(k->s[i], name, len), k->s[i][len] = '\0';
+            k->len[i] = len;
+        } else {
+            ok = (k->s[i] = dl_derive_key(ks->pre, name, len, ks->suf, &k->len[i])) != NULL;
+        }
+    }
+    if (ok && kind->chan == -1) { /* plain: the prefix, the token written per acquire */
+        k->chan = malloc(k->len[PL_PREFIX] + DLOCK_TOKEN_LEN + 1);
+        if ((ok = k->chan != NULL)) {
+            memcpy(k->chan, k->s[PL_PREFIX], k->len[PL_PREFIX]);
+            k->chan_len = k->len[PL_PREFIX] + DLOCK_TOKEN_LEN;
+            k->chan[k->chan_len] = '\0';
+        }
+    } else if (ok && kind->chan == -2) { /* fair: "redisson_lock__channel:{N}:<owner>" */
+        k->chan_len = k->len[FA_CHAN] + 1 + k->owner_len;
+        k->chan = malloc(k->chan_len + 1);
+        if ((ok = k->chan != NULL))
+            snprintf(k->chan, k->chan_len + 1, "%s:%s", k->s[FA_CHAN], k->owner);
+    } else if (ok) {
+        k->chan_len = k->len[kind->chan];
+        k->chan = malloc(k->chan_len + 1);
+        if ((ok = k->chan != NULL)) memcpy(k->chan, k->s[kind->chan], k->chan_len + 1);
+    }
+    if (!ok) {
+        dl_akeys_unref(k);
+        dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        return NULL;
+    }
+    return k;
+}
+
+void dl_akeys_token(dl_akeys *k, const char *token) {
+    if (k->kind->chan == -1) memcpy(k->chan + k->len[PL_PREFIX], token, DLOCK_TOKEN_LEN);
+}
