@@ -32,6 +32,21 @@ extern dl_script dl_script_fair_acquire;
 extern dl_script dl_script_fair_release;
 extern dl_script dl_script_fair_abandon;
 extern dl_script dl_script_fair_extend;     /* KEYS lock; ARGV owner, lease */
+/* lock_rw.c: read acquire: KEYS lock, fence, timeout prefix, waiting
+ * writers; ARGV lease, owner. Write acquire: KEYS lock, fence, waiting
+ * writers; ARGV lease, owner, queue. Read release: KEYS lock, channel,
+ * timeout prefix, "{N}"; ARGV owner, expected count. Write release: KEYS
+ * lock, channel, "{N}"; ARGV owner, lease, expected count. Read extend: KEYS
+ * lock, timeout prefix, "{N}"; ARGV owner, lease. Write extend: KEYS lock,
+ * "{N}"; ARGV owner, lease. Write abandon: KEYS waiting writers, lock,
+ * channel; ARGV owner. */
+extern dl_script dl_script_read_acquire;
+extern dl_script dl_script_read_release;
+extern dl_script dl_script_read_extend;
+extern dl_script dl_script_write_acquire;
+extern dl_script dl_script_write_release;
+extern dl_script dl_script_write_extend;
+extern dl_script dl_script_write_abandon;
 
 /* ---- the synchronizer objects (object.c, semaphore.c) ---- */
 /* A backend found the permits of the semaphore whose handle o is gone:

@@ -1,4 +1,4 @@
-/* The async API's fair lock (include/dlock_async.h) on
+/* The async API's fair lock and read/write lock (include/dlock_async.h) on
  * real event loops (libuv, libevent, the bare interface: tests/async_loop.c)
  * and real servers, mixed with blocking clients on the same names.
  * argv[1] is "<case>_<loop>".
@@ -11,6 +11,16 @@
  *              first attempt still out (an orphan) and one timing out all
  *              leave the queue: the next waiter is served at the release,
  *              not after a queue entry's timeout
+ *   rw         read holds shared by async handles and blocking threads; a
+ *              write hold excludes both and is excluded by them, and each
+ *              side's release wakes the other's waiters; a waiting writer
+ *              that gives up leaves the waiting writers
+ *   rwcounter  exact-counter exclusion: async write handles and blocking
+ *              write threads mixed on one name, each a non-atomic GET,
+ *              pause, SET under the lock
+ *   freeing    a fair and a write acquire pending when the client is freed:
+ *              each callback once with DLOCK_ECANCELED, the fair queue and
+ *              the waiting writers left
  *   fairkill   the server killed under a pending fair wait: it completes
  *              once with an error; the client works again after */
 #include <pthread.h>
@@ -235,6 +245,238 @@ static void t_faircancel(th_server *s) {
     client_free(c);
 }
 
+/* ---- rw ---- */
+
+static void t_rw(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = client(s);
+    dlock_async_lock *r1 = klock(c, "rw", DLOCK_KIND_READ), *r2 = klock(c, "rw", DLOCK_KIND_READ),
+                     *w = klock(c, "rw", DLOCK_KIND_WRITE), *w2 = klock(c, "rw", DLOCK_KIND_WRITE);
+    res a = {0}, b = {0}, wr = {0}, x = {0};
+    /* two async readers and a blocking one share it */
+    hold(r1, 10000, &a);
+    hold(r2, 10000, &b);
+    bwaiter br;
+    bwaiter_start(&br, s, "rw", DLOCK_KIND_READ, DLOCK_NOWAIT);
+    RUN_UNTIL(atomic_load(&br.state) >= 2, 3000);
+    ASSERT_CODE(br.code, DLOCK_OK);
+    /* a writer waits for all three; a blocking writer is refused */
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
+    run_for(100);
+    ASSERT_EQ(wr.calls, 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {rw}:write_waiters"), 1);
+    bwaiter bw;
+    bwaiter_start(&bw, s, "rw", DLOCK_KIND_WRITE, DLOCK_NOWAIT);
+    RUN_UNTIL(atomic_load(&bw.state) == 3, 3000);
+    ASSERT_CODE(bw.code, DLOCK_EBUSY);
+    pthread_join(bw.th, NULL);
+    release_now(r1);
+    release_now(r2);
+    run_for(50);
+    ASSERT_EQ(wr.calls, 0);
+    /* the blocking reader's release frees it: the writer is woken */
+    int64_t t0 = th_now_ms();
+    bwaiter_join(&br);
+    RUN_UNTIL(wr.calls == 1, 1000);
+    ASSERT_MSG(wr.code == DLOCK_OK, "writer: %s", dlock_async_lock_errmsg(w));
+    th_log("writer served %lld ms after the last read release", (long long)(wr.at - t0));
+    ASSERT_LT(wr.at - t0, 500);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {rw}:write_waiters"), 0);
+    /* the write hold excludes: an async reader waits, a blocking reader is
+     * refused, another async writer times out and leaves the waiters */
+    memset(&a, 0, sizeof a);
+    START(dlock_async_acquire(r1, DLOCK_WAIT_FOREVER, 10000, on_done, &a));
+    bwaiter_start(&br, s, "rw", DLOCK_KIND_READ, DLOCK_NOWAIT);
+    RUN_UNTIL(atomic_load(&br.state) == 3, 3000);
+    ASSERT_CODE(br.code, DLOCK_EBUSY);
+    pthread_join(br.th, NULL);
+    START(dlock_async_acquire(w2, 300, 10000, on_done, &x));
+    WAIT_DONE(x, 3000);
+    ASSERT_CODE(x.code, DLOCK_ETIMEDOUT);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {rw}:write_waiters"), 0);
+    ASSERT_EQ(a.calls, 0);
+    /* a blocking writer waits too; the async write release wakes the async
+     * reader (the reader was first: the blocking writer may follow it) */
+    bwaiter_start(&bw, s, "rw", DLOCK_KIND_WRITE, 10000);
+    RUN_UNTIL(th_cmd_int(rc, "ZCARD {rw}:write_waiters") == 1, 3000);
+    t0 = th_now_ms();
+    release_now(w);
+    RUN_UNTIL(a.calls == 1 || atomic_load(&bw.state) >= 2, 1000);
+    th_log("after the write release: reader %d, blocking writer %d", a.calls,
+           atomic_load(&bw.state) >= 2);
+    /* writer preference: the waiting blocking writer goes first, then
+     * the reader */
+    if (atomic_load(&bw.state) >= 2) {
+        ASSERT_EQ(a.calls, 0);
+        run_for(50);
+        ASSERT_EQ(a.calls, 0);
+        bwaiter_join(&bw);
+        RUN_UNTIL(a.calls == 1, 1000);
+    } else {
+        bwaiter_join(&bw);
+    }
+    ASSERT_MSG(a.code == DLOCK_OK, "reader: %s", dlock_async_lock_errmsg(r1));
+    ASSERT_CODE(bw.code, DLOCK_OK);
+    /* read re-entry counts on the handle */
+    memset(&b, 0, sizeof b);
+    START(dlock_async_acquire(r1, DLOCK_NOWAIT, 10000, on_done, &b));
+    WAIT_DONE(b, 3000);
+    ASSERT_CODE(b.code, DLOCK_OK);
+    release_now(r1);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS rw"), 1);
+    release_now(r1);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS rw"), 0);
+    redisFree(rc);
+    client_free(c);
+}
+
+/* ---- rwcounter ---- */
+
+#define ROUNDS 40
+#define ASYNC_HANDLES 4
+#define BLOCKING_THREADS 2
+
+typedef struct worker {
+    dlock_async_lock *l;
+    int done;
+    long long seen;
+} worker;
+static worker workers[ASYNC_HANDLES];
+static redisContext *counter_rc;
+static int async_in_cs;
+
+static void counter_next(worker *w);
+
+static void counter_released(dlock_async_lock *l, int code, uint64_t f, void *ud) {
+    (void)f;
+    ASSERT_MSG(code == DLOCK_OK, "release: %s", dlock_async_lock_errmsg(l));
+    worker *w = ud;
+    if (++w->done < ROUNDS) counter_next(w);
+}
+
+static void counter_write(void *arg) {
+    worker *w = arg;
+    th_cmd_ok(counter_rc, "SET counter %lld", w->seen + 1);
+    async_in_cs--;
+    START(dlock_async_release(w->l, counter_released, w));
+}
+
+static void counter_got(dlock_async_lock *l, int code, uint64_t f, void *ud) {
+    (void)f;
+    worker *w = ud;
+    ASSERT_MSG(code == DLOCK_OK, "acquire: %s", dlock_async_lock_errmsg(l));
+    ASSERT_EQ(async_in_cs, 0);
+    async_in_cs++;
+    char *v = th_cmd_str(counter_rc, "GET counter");
+    w->seen = v ? atoll(v) : 0;
+    free(v);
+    after(1, counter_write, w); /* the SET a loop turn later, at least */
+}
+
+static void counter_next(worker *w) {
+    START(dlock_async_acquire(w->l, DLOCK_WAIT_FOREVER, 10000, counter_got, w));
+}
+
+static void *counter_thread(void *arg) {
+    const th_server *s = arg;
+    dlock_client *c = th_client(s, 0);
+    dlock_lock *l = th_lock(c, "wcount", DLOCK_KIND_WRITE);
+    redisContext *rc = th_redis(s);
+    for (int i = 0; i < ROUNDS; i++) {
+        ASSERT_LOK(l, dlock_acquire(l, DLOCK_WAIT_FOREVER, 10000, NULL));
+        char *v = th_cmd_str(rc, "GET counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        usleep(1000);
+        th_cmd_ok(rc, "SET counter %lld", n + 1);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+static void t_rwcounter(th_server *s) {
+    counter_rc = th_redis(s);
+    th_cmd_ok(counter_rc, "SET counter 0");
+    dlock_async_client *c = client(s);
+    pthread_t th[BLOCKING_THREADS];
+    for (int i = 0; i < BLOCKING_THREADS; i++) pthread_create(&th[i], NULL, counter_thread, s);
+    for (int i = 0; i < ASYNC_HANDLES; i++) {
+        workers[i].l = klock(c, "wcount", DLOCK_KIND_WRITE);
+        counter_next(&workers[i]);
+    }
+    int all = 0;
+    int64_t dl = th_now_ms() + 15000;
+    while (!all) {
+        ASSERT_LT(th_now_ms(), dl);
+        loop_once();
+        all = 1;
+        for (int i = 0; i < ASYNC_HANDLES; i++) all &= workers[i].done == ROUNDS;
+    }
+    for (int i = 0; i < BLOCKING_THREADS; i++) pthread_join(th[i], NULL);
+    char *v = th_cmd_str(counter_rc, "GET counter");
+    long long total = v ? atoll(v) : -1;
+    free(v);
+    th_log("counter %lld, want %d", total, (ASYNC_HANDLES + BLOCKING_THREADS) * ROUNDS);
+    ASSERT_EQ(total, (ASYNC_HANDLES + BLOCKING_THREADS) * ROUNDS);
+    ASSERT_EQ(th_cmd_int(counter_rc, "EXISTS wcount"), 0);
+    ASSERT_EQ(th_cmd_int(counter_rc, "EXISTS {wcount}:write_waiters"), 0);
+    redisFree(counter_rc);
+    client_free(c);
+}
+
+/* ---- freeing ---- */
+
+static void t_freeing(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_client *bc = th_client(s, 0);
+    dlock_lock *fh = th_lock(bc, "fq", DLOCK_KIND_FAIR), *wh = th_lock(bc, "wq", DLOCK_KIND_READ);
+    ASSERT_LOK(fh, dlock_acquire(fh, DLOCK_NOWAIT, 20000, NULL));
+    ASSERT_LOK(wh, dlock_acquire(wh, DLOCK_NOWAIT, 20000, NULL));
+    dlock_async_client *c = client(s);
+    dlock_async_lock *f = klock(c, "fq", DLOCK_KIND_FAIR), *w = klock(c, "wq", DLOCK_KIND_WRITE);
+    res fr = {0}, wr = {0};
+    START(dlock_async_acquire(f, DLOCK_WAIT_FOREVER, 10000, on_done, &fr));
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
+    RUN_UNTIL(qlen(rc, "fq") == 1, 3000);
+    RUN_UNTIL(th_cmd_int(rc, "ZCARD {wq}:write_waiters") == 1, 3000);
+    /* a blocking fair waiter queues behind the async one */
+    bwaiter bf;
+    bwaiter_start(&bf, s, "fq", DLOCK_KIND_FAIR, 10000);
+    RUN_UNTIL(qlen(rc, "fq") == 2, 3000);
+    run_for(50);
+    ASSERT_EQ(fr.calls + wr.calls, 0);
+    client_free(c);
+    ASSERT_EQ(fr.calls, 1);
+    ASSERT_EQ(wr.calls, 1);
+    ASSERT_CODE(fr.code, DLOCK_ECANCELED);
+    ASSERT_CODE(wr.code, DLOCK_ECANCELED);
+    /* the queue has the blocking waiter only; no writer waits any more */
+    int64_t t0 = th_now_ms();
+    while (qlen(rc, "fq") != 1 || th_cmd_int(rc, "ZCARD {wq}:write_waiters") != 0) {
+        ASSERT_LT(th_now_ms() - t0, 1000);
+        th_sleep_ms(5);
+    }
+    ASSERT_EQ(th_cmd_int(rc, "LLEN redisson_lock_queue:{fq}"), 1);
+    /* which the release serves */
+    ASSERT_LOK(fh, dlock_release(fh));
+    while (atomic_load(&bf.state) < 2) {
+        ASSERT_LT(th_now_ms() - t0, 2000);
+        th_sleep_ms(2);
+    }
+    ASSERT_CODE(bf.code, DLOCK_OK);
+    bwaiter_join(&bf);
+    ASSERT_LOK(wh, dlock_release(wh));
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS fq"), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS wq"), 0);
+    dlock_lock_free(fh);
+    dlock_lock_free(wh);
+    dlock_client_free(bc);
+    redisFree(rc);
+}
+
 /* ---- fairkill ---- */
 
 static void t_fairkill(th_server *s) {
@@ -265,7 +507,8 @@ static void t_fairkill(th_server *s) {
 
 int main(int argc, char **argv) {
     static const async_case cases[] = {
-        {"fair", t_fair}, {"faircancel", t_faircancel}, {"fairkill", t_fairkill},
+        {"fair", t_fair},       {"faircancel", t_faircancel}, {"rw", t_rw},
+        {"rwcounter", t_rwcounter}, {"freeing", t_freeing}, {"fairkill", t_fairkill},
         {NULL, NULL},
     };
     return async_main(argc, argv, "async_kinds", cases);

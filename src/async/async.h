@@ -8,7 +8,7 @@
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
- *            scripts (a table: plain, reentrant, fair)
+ *            scripts (a table: plain, reentrant, fair, read, write)
  *   lock.c   the locks' operations (acquire with its wait, release,
  *            extend, cancel) for every kind of the table
  *   client.c the public client: options, URL, process, free

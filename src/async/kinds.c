@@ -1,7 +1,7 @@
 /* The async lock's kinds: for each, the keys a handle names (derived once,
  * when the handle is made) and how each of its requests is built from them,
  * on the blocking kinds' own scripts (lock_plain.c, lock_reentrant.c,
- * lock_fair.c), so that async and blocking clients exclude each
+ * lock_fair.c, lock_rw.c), so that async and blocking clients exclude each
  * other on one name and wake each other's waiters.
  *
  * A table of its own, not the blocking kinds' dl_kind_ops.call: those
@@ -16,7 +16,8 @@
  * state into it before every call.
  *
  * Owners: the plain lock's is a fresh token per acquire; every other kind's
- * is the handle's own random token, never
+ * is the handle's own random token (the write side's with ":write", as the
+ * blocking write owner is its reader identity + ":write"), never
  * <client id>:<thread id>, which on one loop thread would make every handle
  * re-enter every other's hold. */
 #include <stdlib.h>
@@ -35,6 +36,8 @@ enum { S_LOCK = 0, S_FENCE = 1 };
 enum { PL_WAITERS = 2, PL_PREFIX };                     /* plain */
 enum { RE_CHAN = 2 };                                   /* reentrant */
 enum { FA_QUEUE = 2, FA_TIMEOUTS, FA_LEASES, FA_CHAN }; /* fair */
+enum { RD_PREFIX = 2, RD_WAITERS, RD_CHAN, RD_BRACE };  /* read */
+enum { WR_WAITERS = 2, WR_CHAN, WR_BRACE };             /* write */
 
 #define KEY(c, i, k, j) ((c)->keys[i] = (k)->s[j], (c)->keylens[i] = (k)->len[j])
 #define ARG(c, i, p, n) ((c)->args[i] = (p), (c)->arglens[i] = (n))
@@ -159,8 +162,77 @@ static int fair_message(const redisReply *msg, int64_t *ms) {
     return 1;
 }
 
+static void read_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    KEY(c, 0, k, S_LOCK);
+    c->nargs = 2;
+    switch (a->what) {
+    case DL_AR_ATTEMPT: /* KEYS lock, fence, timeout prefix, waiting writers; ARGV lease, owner */
+        c->s = &dl_script_read_acquire;
+        KEY(c, 1, k, S_FENCE), KEY(c, 2, k, RD_PREFIX), KEY(c, 3, k, RD_WAITERS);
+        c->nkeys = 4;
+        ARG(c, 0, c->lease, lease_arg(c, a->lease_ms));
+        ARG(c, 1, a->token, a->token_len);
+        break;
+    case DL_AR_RELEASE: /* KEYS lock, channel, timeout prefix, "{N}"; ARGV owner, expected */
+        c->s = &dl_script_read_release;
+        KEY(c, 1, k, RD_CHAN), KEY(c, 2, k, RD_PREFIX), KEY(c, 3, k, RD_BRACE);
+        c->nkeys = 4;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, c->expect, expect_arg(c, a->expect));
+        break;
+    default: /* extend: KEYS lock, timeout prefix, "{N}"; ARGV owner, lease */
+        c->s = &dl_script_read_extend;
+        KEY(c, 1, k, RD_PREFIX), KEY(c, 2, k, RD_BRACE);
+        c->nkeys = 3;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        break;
+    }
+}
+
+static void write_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    KEY(c, 0, k, S_LOCK);
+    c->nargs = 2;
+    switch (a->what) {
+    case DL_AR_ATTEMPT: /* KEYS lock, fence, waiting writers; ARGV lease, owner, queue */
+        c->s = &dl_script_write_acquire;
+        KEY(c, 1, k, S_FENCE), KEY(c, 2, k, WR_WAITERS);
+        c->nkeys = 3;
+        ARG(c, 0, c->lease, lease_arg(c, a->lease_ms));
+        ARG(c, 1, a->token, a->token_len);
+        ARG(c, 2, a->queue ? "1" : "0", 1);
+        c->nargs = 3;
+        break;
+    case DL_AR_RELEASE: /* KEYS lock, channel, "{N}"; ARGV owner, lease ('0'), expected */
+        c->s = &dl_script_write_release;
+        KEY(c, 1, k, WR_CHAN), KEY(c, 2, k, WR_BRACE);
+        c->nkeys = 3;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, "0", 1);
+        ARG(c, 2, c->expect, expect_arg(c, a->expect));
+        c->nargs = 3;
+        break;
+    case DL_AR_ABANDON: /* KEYS waiting writers, lock, channel; ARGV owner */
+        c->s = &dl_script_write_abandon;
+        KEY(c, 0, k, WR_WAITERS), KEY(c, 1, k, S_LOCK), KEY(c, 2, k, WR_CHAN);
+        c->nkeys = 3;
+        ARG(c, 0, a->token, a->token_len);
+        c->nargs = 1;
+        break;
+    default: /* extend: KEYS lock, "{N}"; ARGV owner, lease */
+        c->s = &dl_script_write_extend;
+        KEY(c, 1, k, WR_BRACE);
+        c->nkeys = 2;
+        ARG(c, 0, a->token, a->token_len);
+        ARG(c, 1, c->lease, lease_arg(c, a->lease_ms));
+        break;
+    }
+}
+
 /* The keys, as the blocking kinds derive them: (prefix, suffix) around the
- * name's hash tag, "" for none; a NULL prefix: the end of the list. */
+ * name's hash tag, "" for none; a NULL prefix: the end of the list. The
+ * read side's timeout prefix names its owner ("{N}:<owner>:rwlock_timeout"),
+ * and is made in dl_akeys_new. */
 struct dl_akeyspec {
     const char *pre, *suf;
 };
@@ -175,6 +247,12 @@ static const keyspec fair_keys[] = {LOCK_KEYS, {"redisson_lock_queue:", ""},
                                     {"redisson_lock_timeout:", ""},
                                     {"redisson_lock_lease:", ""},
                                     {"redisson_lock__channel:", ""}, {NULL, NULL}};
+static const keyspec read_keys[] = {LOCK_KEYS, {"", ":<owner>:rwlock_timeout"},
+                                    {"", ":write_waiters"},
+                                    {"redisson_rwlock:", ""}, {"", ""}, {NULL, NULL}};
+static const keyspec write_keys[] = {LOCK_KEYS, {"", ":write_waiters"},
+                                     {"redisson_rwlock:", ""}, {"", ""}, {NULL, NULL}};
+
 /* .chan: the slot of the channel waiters subscribe to (-1: the plain
  * waiter's own, prefix + its acquire's token; -2: the fair waiter's own,
  * "<prefix>:<owner>") */
@@ -185,6 +263,10 @@ static const dl_akind kinds[] = {
      .call = reentrant_call},
     {.kind = DLOCK_KIND_FAIR, .counted = 1, .abandons = 1,
      .keys = fair_keys, .chan = -2, .call = fair_call, .message = fair_message},
+    {.kind = DLOCK_KIND_READ, .counted = 1, .keys = read_keys, .chan = RD_CHAN,
+     .call = read_call},
+    {.kind = DLOCK_KIND_WRITE, .counted = 1, .abandons = 1, .keys = write_keys, .chan = WR_CHAN,
+     .call = write_call},
 };
 
 const dl_akind *dl_akind_of(dlock_kind kind) {
@@ -215,6 +297,10 @@ dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_er
             return NULL;
         }
         k->owner_len = DLOCK_TOKEN_LEN;
+        if (kind->kind == DLOCK_KIND_WRITE) {
+            memcpy(k->owner + k->owner_len, ":write", 7);
+            k->owner_len += 6;
+        }
     }
     for (int i = 0; kind->keys[i].pre && ok; i++) {
         const keyspec *ks = &kind->keys[i];
@@ -222,6 +308,10 @@ dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_er
             k->s[i] = malloc(len + 1);
             if ((ok = k->s[i] != NULL)) memcpy(k->s[i], name, len), k->s[i][len] = '\0';
             k->len[i] = len;
+        } else if (kind->kind == DLOCK_KIND_READ && i == RD_PREFIX) {
+            char suf[DLOCK_TOKEN_LEN + 32];
+            snprintf(suf, sizeof suf, ":%s:rwlock_timeout", k->owner);
+            ok = (k->s[i] = dl_derive_key("", name, len, suf, &k->len[i])) != NULL;
         } else {
             ok = (k->s[i] = dl_derive_key(ks->pre, name, len, ks->suf, &k->len[i])) != NULL;
         }

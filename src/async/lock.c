@@ -8,21 +8,23 @@
  * own channel (redisson_lock__channel:{N}:<token>), registering its token in
  * dlock_waiters:{N} at each failed waiting attempt; a fair waiter on its own
  * (redisson_lock__channel:{N}:<owner>), joining the queue; a reentrant one
- * on Redisson's unlock channel (redisson_lock__channel:{N}), shared by
- * every waiter of the name. Every kind but the plain lock
+ * on Redisson's unlock channel (redisson_lock__channel:{N}) and the read
+ * and write sides on redisson_rwlock:{N}, shared by every waiter of the
+ * name, a writer entering {N}:write_waiters. Every kind but the plain lock
  * has the handle's own token for its owner (kinds.c). As in wait.c, a
  * release between an attempt and the subscription must not be missed: an
  * attempt sent before the channel was confirmed is followed, once it is,
  * by another (a fair one sent before is "joining": a release does not take
  * it for dead). The waiter then attempts again at a message on its channel
  * (the fair lock's "next:<ms>" says when instead), when the holder's lease
- * runs out (the attempt's PTTL + 1 ms; a fair waiter's attempt
+ * runs out (the attempt's PTTL + 1 ms; a fair or write waiter's attempt
  * answers its keep-alive at most, so that its queue entry is refreshed
  * before it expires), and at least every DL_WAIT_RECHECK_MS; the attempt at
  * the deadline is a try-once, as the blocking wait's. A waiter that gives
  * up (deadline, cancel, failure, its handle or client freed) runs its
  * kind's abandon: the plain one passes on a wake it may have been sent, the
- * fair one leaves the queue (and gives back a grant that came meanwhile).
+ * fair one leaves the queue (and gives back a grant that came meanwhile),
+ * the write one leaves the waiting writers.
  *
  * Each operation ends once: its handle's op.gen counts operations, and a
  * reply for an operation that ended already (cancelled, failed) is an
@@ -179,7 +181,7 @@ static void settle_later(oreq *o) {
  * queue others wait behind). A counted kind's give back takes one hold of
  * a count expected at `expect` (one found lower was given back already, or
  * never taken: the script leaves it); kinds without an abandon
- * (reentrant) have nothing to leave. */
+ * (reentrant, read) have nothing to leave. */
 static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect) {
     dl_aclient *c = l->c;
     if (what == R_ABANDON && !l->k->kind->abandons) return;
@@ -615,7 +617,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     if (!rc) rc = dl_check_name(name, &name_len, &err);
     if (!rc && !ak)
         rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async API has no locks of this kind yet "
-                                            "(plain, reentrant and fair)");
+                                            "(plain, reentrant, fair, read and write)");
     dlock_async_lock *l = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
     if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + 1 + DLOCK_ASYNC_SLOTS))
