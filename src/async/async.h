@@ -76,7 +76,7 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
-#define DL_APIPE_LOADED 16
+#define DL_APIPE_LOADED 32 /* above every async kind's scripts (kinds.c: 18) */
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
@@ -204,16 +204,17 @@ typedef struct dl_akind {
     int (*message)(const redisReply *msg, int64_t *ms);
 } dl_akind;
 
-/* A handle's keys and owner, shared with the requests that outlive it. */
+/* A handle's keys and owner, shared with the requests that outlive it;
+ * one allocation (the strings in buf). */
 struct dl_akeys {
     int refs;
+    uint32_t owner_len, chan_len;
+    uint32_t len[DL_AKEYS_MAX];
     const dl_akind *kind;
-    char owner[DLOCK_TOKEN_LEN + 7]; /* not plain: the handle's owner */
-    size_t owner_len;
+    char *owner;               /* the handle's owner ("": plain) */
     char *chan;                /* the channel its waiters subscribe to */
-    size_t chan_len;
     char *s[DL_AKEYS_MAX];     /* the kind's keys, [0] the lock's name */
-    size_t len[DL_AKEYS_MAX];
+    char buf[];
 };
 
 /* The kind's table entry, or NULL when the async API lacks it. */

@@ -276,68 +276,72 @@ const dl_akind *dl_akind_of(dlock_kind kind) {
 }
 
 void dl_akeys_unref(dl_akeys *k) {
-    if (!k || --k->refs > 0) return;
-    for (int i = 0; i < DL_AKEYS_MAX; i++) free(k->s[i]);
-    free(k->chan);
-    free(k);
+    if (k && --k->refs <= 0) free(k);
 }
 
+/* One allocation for the keys, the owner and the channel: a handle per
+ * wait is the async API's memory per wait (bench async_waits). */
 dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_err *err) {
-    dl_akeys *k = calloc(1, sizeof *k);
-    if (!k) {
-        dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        return NULL;
-    }
-    k->refs = 1;
-    k->kind = kind;
-    int ok = 1;
+    char owner[DLOCK_TOKEN_LEN + 7];
+    size_t owner_len = 0;
     if (!kind->fresh_owner) { /* the handle's owner: a random token (write: + ":write") */
-        if (dl_random_hex(k->owner, DLOCK_TOKEN_LEN / 2, err)) {
-            dl_akeys_unref(k);
-            return NULL;
-        }
-        k->owner_len = DLOCK_TOKEN_LEN;
+        if (dl_random_hex(owner, DLOCK_TOKEN_LEN / 2, err)) return NULL;
+        owner_len = DLOCK_TOKEN_LEN;
         if (kind->kind == DLOCK_KIND_WRITE) {
-            memcpy(k->owner + k->owner_len, ":write", 7);
-            k->owner_len += 6;
+            memcpy(owner + owner_len, ":write", 7);
+            owner_len += 6;
         }
     }
-    for (int i = 0; kind->keys[i].pre && ok; i++) {
-        const keyspec *ks = &kind->keys[i];
+    char *tmp[DL_AKEYS_MAX] = {0}; /* derived keys (NULL: the name itself) */
+    size_t tl[DL_AKEYS_MAX] = {0}, total = owner_len + 1;
+    int n = 0, ok = 1;
+    for (; kind->keys[n].pre; n++) {
+        const keyspec *ks = &kind->keys[n];
         if (!ks->suf) { /* the name itself */
-            k->s[i] = malloc(len + 1);
-            if ((ok = k->s[i] != NULL)) memcpy(k->s[i], name, len), k->s[i][len] = '\0';
-            k->len[i] = len;
-        } else if (kind->kind == DLOCK_KIND_READ && i == RD_PREFIX) {
+            tl[n] = len;
+        } else if (kind->kind == DLOCK_KIND_READ && n == RD_PREFIX) {
             char suf[DLOCK_TOKEN_LEN + 32];
-            snprintf(suf, sizeof suf, ":%s:rwlock_timeout", k->owner);
-            ok = (k->s[i] = dl_derive_key("", name, len, suf, &k->len[i])) != NULL;
+            snprintf(suf, sizeof suf, ":%.*s:rwlock_timeout", (int)owner_len, owner);
+            ok &= (tmp[n] = dl_derive_key("", name, len, suf, &tl[n])) != NULL;
         } else {
-            ok = (k->s[i] = dl_derive_key(ks->pre, name, len, ks->suf, &k->len[i])) != NULL;
+            ok &= (tmp[n] = dl_derive_key(ks->pre, name, len, ks->suf, &tl[n])) != NULL;
         }
+        total += tl[n] + 1;
     }
-    if (ok && kind->chan == -1) { /* plain: the prefix, the token written per acquire */
-        k->chan = malloc(k->len[PL_PREFIX] + DLOCK_TOKEN_LEN + 1);
-        if ((ok = k->chan != NULL)) {
-            memcpy(k->chan, k->s[PL_PREFIX], k->len[PL_PREFIX]);
-            k->chan_len = k->len[PL_PREFIX] + DLOCK_TOKEN_LEN;
-            k->chan[k->chan_len] = '\0';
+    /* the waiter's own channel: plain, prefix + the acquire's token; fair,
+     * "redisson_lock__channel:{N}:<owner>"; else one of the keys */
+    size_t chan_len = kind->chan == -1   ? tl[PL_PREFIX] + DLOCK_TOKEN_LEN
+                      : kind->chan == -2 ? tl[FA_CHAN] + 1 + owner_len
+                                         : 0;
+    dl_akeys *k = ok ? calloc(1, sizeof *k + total + (chan_len ? chan_len + 1 : 0)) : NULL;
+    if (k) {
+        k->refs = 1;
+        k->kind = kind;
+        char *p = k->buf;
+        for (int i = 0; i < n; i++) {
+            k->s[i] = p;
+            memcpy(p, tmp[i] ? tmp[i] : name, tl[i]);
+            k->len[i] = (uint32_t)tl[i];
+            p += tl[i] + 1;
         }
-    } else if (ok && kind->chan == -2) { /* fair: "redisson_lock__channel:{N}:<owner>" */
-        k->chan_len = k->len[FA_CHAN] + 1 + k->owner_len;
-        k->chan = malloc(k->chan_len + 1);
-        if ((ok = k->chan != NULL))
-            snprintf(k->chan, k->chan_len + 1, "%s:%s", k->s[FA_CHAN], k->owner);
-    } else if (ok) {
-        k->chan_len = k->len[kind->chan];
-        k->chan = malloc(k->chan_len + 1);
-        if ((ok = k->chan != NULL)) memcpy(k->chan, k->s[kind->chan], k->chan_len + 1);
+        k->owner = p;
+        memcpy(p, owner, owner_len);
+        k->owner_len = (uint32_t)owner_len;
+        p += owner_len + 1;
+        if (kind->chan == -1) {
+            k->chan = p;
+            memcpy(p, k->s[PL_PREFIX], tl[PL_PREFIX]); /* the token: dl_akeys_token */
+        } else if (kind->chan == -2) {
+            k->chan = p;
+            snprintf(p, chan_len + 1, "%s:%s", k->s[FA_CHAN], k->owner);
+        } else {
+            k->chan = k->s[kind->chan];
+            chan_len = tl[kind->chan];
+        }
+        k->chan_len = (uint32_t)chan_len;
     }
-    if (!ok) {
-        dl_akeys_unref(k);
-        dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        return NULL;
-    }
+    for (int i = 0; i < n; i++) free(tmp[i]);
+    if (!k) dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     return k;
 }
 
