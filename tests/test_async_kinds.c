@@ -21,7 +21,10 @@
  *   freeing    a fair and a write acquire pending when the client is freed:
  *              each callback once with DLOCK_ECANCELED, the fair queue and
  *              the waiting writers left
- *   fairkill   the server killed under a pending fair wait: it completes
+ *   fairkill   the connections lost under a pending fair wait (the server
+ *              up): it completes once with an error, and the next
+ *              operation's connection takes it out of the queue first; the
+ *              server killed under a fair and a write wait: each completes
  *              once with an error; the client works again after */
 #include <pthread.h>
 #include <signal.h>
@@ -127,6 +130,13 @@ static void t_fair(th_server *s) {
     START(dlock_async_acquire(other, DLOCK_NOWAIT, 10000, on_done, &x));
     WAIT_DONE(x, 3000);
     ASSERT_CODE(x.code, DLOCK_EBUSY);
+    /* extend: the lease set from now, owner-checked */
+    memset(&x, 0, sizeof x);
+    START(dlock_async_extend(h, 20000, on_done, &x));
+    WAIT_DONE(x, 3000);
+    ASSERT_CODE(x.code, DLOCK_OK);
+    ASSERT_GT(th_cmd_int(rc, "PTTL ff"), 15000);
+    ASSERT_GT(dlock_async_lock_valid_ms(h), 15000);
     release_now(h); /* one of two */
     ASSERT_EQ(th_cmd_int(rc, "EXISTS ff"), 1);
 
@@ -282,6 +292,11 @@ static void t_rw(th_server *s) {
     th_log("writer served %lld ms after the last read release", (long long)(wr.at - t0));
     ASSERT_LT(wr.at - t0, 500);
     ASSERT_EQ(th_cmd_int(rc, "ZCARD {rw}:write_waiters"), 0);
+    res ex = {0};
+    START(dlock_async_extend(w, 20000, on_done, &ex));
+    WAIT_DONE(ex, 3000);
+    ASSERT_CODE(ex.code, DLOCK_OK);
+    ASSERT_GT(th_cmd_int(rc, "PTTL rw"), 15000);
     /* the write hold excludes: an async reader waits, a blocking reader is
      * refused, another async writer times out and leaves the waiters */
     memset(&a, 0, sizeof a);
@@ -317,6 +332,12 @@ static void t_rw(th_server *s) {
     }
     ASSERT_MSG(a.code == DLOCK_OK, "reader: %s", dlock_async_lock_errmsg(r1));
     ASSERT_CODE(bw.code, DLOCK_OK);
+    /* read extend: the hold's timeout key and the hash */
+    res ex2 = {0};
+    START(dlock_async_extend(r1, 30000, on_done, &ex2));
+    WAIT_DONE(ex2, 3000);
+    ASSERT_CODE(ex2.code, DLOCK_OK);
+    ASSERT_GT(th_cmd_int(rc, "PTTL rw"), 25000);
     /* read re-entry counts on the handle */
     memset(&b, 0, sizeof b);
     START(dlock_async_acquire(r1, DLOCK_NOWAIT, 10000, on_done, &b));
@@ -480,21 +501,58 @@ static void t_freeing(th_server *s) {
 /* ---- fairkill ---- */
 
 static void t_fairkill(th_server *s) {
+    redisContext *rc = th_redis(s);
     dlock_async_client *c = client(s);
-    dlock_async_lock *h = klock(c, "fk", DLOCK_KIND_FAIR), *w = klock(c, "fk", DLOCK_KIND_FAIR);
-    res hr = {0}, wr = {0};
-    hold(h, 30000, &hr);
+    dlock_async_lock *h = klock(c, "fk", DLOCK_KIND_FAIR), *w = klock(c, "fk", DLOCK_KIND_FAIR),
+                     *rd = klock(c, "wk", DLOCK_KIND_READ), *wt = klock(c, "wk", DLOCK_KIND_WRITE);
+    res hr = {0}, wr = {0}, rr = {0}, tr = {0};
+    /* the connections lost under a fair wait, the server up: the wait ends
+     * once with an error, and the next operation's new connection takes it
+     * out of the queue first */
+    dlock_client *bc = th_client(s, 0);
+    dlock_lock *bh = th_lock(bc, "fk", DLOCK_KIND_FAIR);
+    ASSERT_LOK(bh, dlock_acquire(bh, DLOCK_NOWAIT, 30000, NULL));
     START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
-    run_for(200);
-    ASSERT_EQ(wr.calls, 0);
-    th_server_halt(s, SIGKILL);
-    WAIT_DONE(wr, 5000);
-    run_for(300);
+    RUN_UNTIL(qlen(rc, "fk") == 1, 3000);
+    run_for(50);
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE pubsub"));
+    freeReplyObject(th_cmd(rc, "CLIENT KILL TYPE normal SKIPME yes"));
+    WAIT_DONE(wr, 3000);
+    run_for(100);
     ASSERT_EQ(wr.calls, 1);
     ASSERT_MSG(wr.code == DLOCK_EIO, "waiter: %s (%s)", dlock_strerror(wr.code),
                dlock_async_lock_errmsg(w));
+    ASSERT_EQ(qlen(rc, "fk"), 1);
+    res other = {0};
+    START(dlock_async_acquire(rd, DLOCK_NOWAIT, 1000, on_done, &other));
+    WAIT_DONE(other, 3000);
+    ASSERT_CODE(other.code, DLOCK_OK);
+    ASSERT_EQ(qlen(rc, "fk"), 0);
+    release_now(rd);
+    ASSERT_LOK(bh, dlock_release(bh));
+    dlock_lock_free(bh);
+    dlock_client_free(bc);
+
+    /* the server killed under a fair wait and a write wait */
+    memset(&wr, 0, sizeof wr);
+    hold(h, 30000, &hr);
+    hold(rd, 30000, &rr);
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
+    START(dlock_async_acquire(wt, 20000, 10000, on_done, &tr));
+    run_for(200);
+    ASSERT_EQ(wr.calls + tr.calls, 0);
+    th_server_halt(s, SIGKILL);
+    RUN_UNTIL(wr.calls + tr.calls == 2, 5000);
+    run_for(300);
+    ASSERT_EQ(wr.calls, 1);
+    ASSERT_EQ(tr.calls, 1);
+    ASSERT_MSG(wr.code == DLOCK_EIO, "waiter: %s (%s)", dlock_strerror(wr.code),
+               dlock_async_lock_errmsg(w));
+    ASSERT_MSG(tr.code == DLOCK_EIO, "writer: %s (%s)", dlock_strerror(tr.code),
+               dlock_async_lock_errmsg(wt));
     th_log("waiter's message: %s", dlock_async_lock_errmsg(w));
     ASSERT_EQ(hr.calls, 1);
+    ASSERT_EQ(rr.calls, 1);
     th_server_resume(s);
     /* the client works again: the restarted server is empty */
     res again = {0};
@@ -502,6 +560,7 @@ static void t_fairkill(th_server *s) {
     WAIT_DONE(again, 5000);
     ASSERT_MSG(again.code == DLOCK_OK, "after restart: %s", dlock_async_lock_errmsg(w));
     release_now(w);
+    redisFree(rc);
     client_free(c);
 }
 
