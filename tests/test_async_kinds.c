@@ -11,6 +11,10 @@
  *              first attempt still out (an orphan) and one timing out all
  *              leave the queue: the next waiter is served at the release,
  *              not after a queue entry's timeout
+ *   fairlong   a fair waiter queued longer than its entry's first deadline
+ *              (the holder extending its lease) is still in the queue, its
+ *              deadline moved on by its attempts, and is served at the
+ *              release
  *   rw         read holds shared by async handles and blocking threads; a
  *              write hold excludes both and is excluded by them, and each
  *              side's release wakes the other's waiters; a waiting writer
@@ -210,6 +214,15 @@ static void t_fair(th_server *s) {
 
 /* ---- faircancel ---- */
 
+/* the server's connections subscribed to something */
+static long long pubsub_conns(redisContext *rc) {
+    redisReply *r = th_cmd(rc, "CLIENT LIST TYPE pubsub");
+    long long n = 0;
+    for (const char *p = r->str; p && (p = strchr(p, '\n')); p++) n++;
+    freeReplyObject(r);
+    return n;
+}
+
 static void t_faircancel(th_server *s) {
     redisContext *rc = th_redis(s);
     dlock_async_client *c = client(s), *c2 = client(s);
@@ -222,14 +235,18 @@ static void t_faircancel(th_server *s) {
     RUN_UNTIL(qlen(rc, "fc") == 1, 3000);
     START(dlock_async_acquire(w2, DLOCK_WAIT_FOREVER, 10000, on_done, &r2));
     RUN_UNTIL(qlen(rc, "fc") == 2, 3000);
+    /* each client's waiters on its one subscribed connection */
+    RUN_UNTIL(pubsub_conns(rc) == 2, 1000);
     /* w3 queues behind, cancelled before its first attempt's reply: the
      * orphan reply's abandon takes it out */
     START(dlock_async_acquire(w3, DLOCK_WAIT_FOREVER, 10000, on_done, &r3));
     ASSERT_OK(dlock_async_cancel(w3));
     ASSERT_EQ(r3.calls, 1);
     ASSERT_CODE(r3.code, DLOCK_ECANCELED);
-    /* w4 times out in the queue */
+    /* w4 times out in the queue; c's waiters still share one connection */
     START(dlock_async_acquire(w4, 300, 10000, on_done, &r4));
+    RUN_UNTIL(qlen(rc, "fc") == 3, 1000);
+    ASSERT_EQ(pubsub_conns(rc), 2);
     WAIT_DONE(r4, 3000);
     ASSERT_CODE(r4.code, DLOCK_ETIMEDOUT);
     /* w1, at the head, cancelled */
@@ -252,6 +269,72 @@ static void t_faircancel(th_server *s) {
     ASSERT_EQ(th_cmd_int(rc, "EXISTS fc"), 0);
     redisFree(rc);
     client_free(c2);
+    client_free(c);
+}
+
+/* ---- fairlong ---- */
+
+static dlock_async_lock *long_holder;
+static int long_extends, long_stop;
+static res long_ext;
+
+static void long_extend(void *arg) {
+    (void)arg;
+    if (long_stop) return;
+    if (long_ext.calls || !long_extends) {
+        ASSERT_MSG(!long_extends || long_ext.code == DLOCK_OK, "extend: %s",
+                   dlock_async_lock_errmsg(long_holder));
+        memset(&long_ext, 0, sizeof long_ext);
+        START(dlock_async_extend(long_holder, 2000, on_done, &long_ext));
+        long_extends++;
+    }
+    after(700, long_extend, NULL);
+}
+
+/* the server's clock in ms */
+static long long server_ms(redisContext *rc) {
+    redisReply *r = th_cmd(rc, "TIME");
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+static void t_fairlong(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = client(s);
+    long_holder = klock(c, "fl", DLOCK_KIND_FAIR);
+    dlock_async_lock *w = klock(c, "fl", DLOCK_KIND_FAIR);
+    res hr = {0}, wr = {0};
+    hold(long_holder, 2000, &hr);
+    long_extend(NULL); /* the 2 s lease extended every 0.7 s */
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
+    RUN_UNTIL(qlen(rc, "fl") == 1, 3000);
+    redisReply *z = th_cmd(rc, "ZRANGE redisson_lock_timeout:{fl} 0 -1 WITHSCORES");
+    ASSERT_EQ(z->elements, 2);
+    long long first = atoll(z->element[1]->str);
+    freeReplyObject(z);
+    /* past the entry's first deadline (the lease left + W = 7 s): the
+     * waiter's attempts (its keep-alive) moved it on */
+    run_for(8000);
+    ASSERT_EQ(wr.calls, 0);
+    ASSERT_EQ(qlen(rc, "fl"), 1);
+    z = th_cmd(rc, "ZRANGE redisson_lock_timeout:{fl} 0 -1 WITHSCORES");
+    ASSERT_EQ(z->elements, 2);
+    long long now = server_ms(rc), d = atoll(z->element[1]->str);
+    freeReplyObject(z);
+    th_log("entry deadline %lld ms ahead (first %lld ms behind now), %d extends", d - now,
+           now - first, long_extends);
+    ASSERT_GT(now, first);
+    ASSERT_GT(d - now, 2000);
+    long_stop = 1;
+    RUN_UNTIL(long_ext.calls == 1, 3000);
+    int64_t t0 = th_now_ms();
+    release_now(long_holder);
+    RUN_UNTIL(wr.calls == 1, 1000);
+    ASSERT_MSG(wr.code == DLOCK_OK, "waiter: %s", dlock_async_lock_errmsg(w));
+    ASSERT_LT(wr.at - t0, 500);
+    release_now(w);
+    redisFree(rc);
     client_free(c);
 }
 
@@ -566,7 +649,8 @@ static void t_fairkill(th_server *s) {
 
 int main(int argc, char **argv) {
     static const async_case cases[] = {
-        {"fair", t_fair},       {"faircancel", t_faircancel}, {"rw", t_rw},
+        {"fair", t_fair},       {"faircancel", t_faircancel}, {"fairlong", t_fairlong},
+        {"rw", t_rw},
         {"rwcounter", t_rwcounter}, {"freeing", t_freeing}, {"fairkill", t_fairkill},
         {NULL, NULL},
     };
