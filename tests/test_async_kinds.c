@@ -353,6 +353,13 @@ static void t_rw(th_server *s) {
     bwaiter_start(&br, s, "rw", DLOCK_KIND_READ, DLOCK_NOWAIT);
     RUN_UNTIL(atomic_load(&br.state) >= 2, 3000);
     ASSERT_CODE(br.code, DLOCK_OK);
+    /* each hold's lease key named as the blocking reader's,
+     * {N}:<owner>:rwlock_timeout:<k>, which the releases read */
+    redisReply *keys = th_cmd(rc, "KEYS {rw}:*:rwlock_timeout:1");
+    ASSERT_EQ(keys->elements, 3);
+    for (size_t i = 0; i < keys->elements; i++)
+        ASSERT_GT(th_cmd_int(rc, "PTTL %s", keys->element[i]->str), 5000);
+    freeReplyObject(keys);
     /* a writer waits for all three; a blocking writer is refused */
     START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
     run_for(100);
