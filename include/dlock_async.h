@@ -58,8 +58,9 @@
  * or release whose request went out has an unknown outcome and is never
  * sent again by itself. An acquire whose outcome is unknown is given back
  * (a release with its token, owner-checked) once a connection is open
- * again; until then the lock runs out with its lease. The next operation
- * opens a new connection.
+ * again, and a wait that ended so leaves the fair queue or the waiting
+ * writers then (its abandon is kept until it can be sent); until then the
+ * lock runs out with its lease. The next operation opens a new connection.
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
