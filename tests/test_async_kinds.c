@@ -8,9 +8,10 @@
  *              hold's owner is its handle (re-entry counts, another handle
  *              of the same client is excluded)
  *   faircancel a fair waiter cancelled while queued, one cancelled with its
- *              first attempt still out (an orphan) and one timing out all
- *              leave the queue: the next waiter is served at the release,
- *              not after a queue entry's timeout
+ *              first attempt still out (an orphan), one timing out and one
+ *              whose handle is freed all leave the queue: the next waiter
+ *              is served at the release, not after a queue entry's timeout;
+ *              a handle freed while it holds gives the lock back
  *   fairlong   a fair waiter queued longer than its entry's first deadline
  *              (the holder extending its lease) is still in the queue, its
  *              deadline moved on by its attempts, and is served at the
@@ -249,6 +250,15 @@ static void t_faircancel(th_server *s) {
     ASSERT_EQ(pubsub_conns(rc), 2);
     WAIT_DONE(r4, 3000);
     ASSERT_CODE(r4.code, DLOCK_ETIMEDOUT);
+    /* w5 queued, its handle freed: its wait ends and it leaves */
+    dlock_async_lock *w5 = klock(c, "fc", DLOCK_KIND_FAIR);
+    res r5 = {0};
+    START(dlock_async_acquire(w5, DLOCK_WAIT_FOREVER, 10000, on_done, &r5));
+    RUN_UNTIL(qlen(rc, "fc") == 3, 1000);
+    dlock_async_lock_free(w5);
+    ASSERT_EQ(r5.calls, 1);
+    ASSERT_CODE(r5.code, DLOCK_ECANCELED);
+    RUN_UNTIL(qlen(rc, "fc") == 2, 1000);
     /* w1, at the head, cancelled */
     run_for(50);
     ASSERT_OK(dlock_async_cancel(w1));
@@ -263,7 +273,9 @@ static void t_faircancel(th_server *s) {
     th_log("served %lld ms after the release", (long long)(r2.at - t0));
     ASSERT_LT(r2.at - t0, 500);
     ASSERT_EQ(qlen(rc, "fc"), 0);
-    release_now(w2);
+    /* a handle freed while it holds gives its hold back */
+    dlock_async_lock_free(w2);
+    RUN_UNTIL(th_cmd_int(rc, "EXISTS fc") == 0, 1000);
     run_for(100);
     ASSERT_EQ(r1.calls + r3.calls + r4.calls, 3);
     ASSERT_EQ(th_cmd_int(rc, "EXISTS fc"), 0);
