@@ -34,18 +34,27 @@
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
  * on its own channel; a reentrant waiter listens on Redisson's unlock
- * channel; a semaphore, permit or latch waiter listens on the blocking
- * object's channel. A waiter tries again when its channel says so, when the
+ * channel; a fair waiter joins the fair lock's queue (FIFO with the
+ * blocking waiters) and listens on its own channel, where a release grants
+ * it the lock; read and write waiters listen on the read/write lock's
+ * channel, a writer entering its waiting writers (writer preference); a
+ * semaphore, permit or latch waiter listens on the blocking object's
+ * channel. A waiter tries again when its channel says so, when the
  * holder's lease runs out (PTTL; a permit's lease), and at least every 2 s
- * (the backstop of docs/design.md).
+ * (the backstop of docs/design.md). A lock waiter that gives up (deadline,
+ * cancel, failure, its handle or client freed) leaves the registry, the
+ * fair queue or the waiting writers.
  *
  * Owner. An async hold's owner is its handle: the plain lock takes a fresh
  * random token for each acquire, as the blocking plain lock does; the
- * reentrant lock's owner field (Redisson's layout) is a random token of
- * the handle, made with it, where the blocking API writes
- * "<client id>:<thread id>" (on one loop thread that would make every
- * handle re-enter every other). So two handles of one client exclude each
- * other, and a handle re-enters only its own hold.
+ * reentrant, fair, read and write locks' owner field (Redisson's layouts)
+ * is a random token of the handle, made with it (the write side's with
+ * ":write"), where the blocking API writes "<client id>:<thread id>" (on
+ * one loop thread that would make every handle re-enter every other). So
+ * two handles of one client exclude each other (two read handles share the
+ * read side, as two readers do), and a handle re-enters only its own hold;
+ * a read handle and a write handle are two owners (no downgrade between
+ * them).
  *
  * Failures. A connection lost, a server that stops answering or a reply
  * that is not RESP ends every operation pending on that connection, each
@@ -59,8 +68,10 @@
  * and is never sent again by itself (an object's change that may be
  * repeated is sent again once: "Outcomes" below). An acquire whose outcome
  * is unknown is given back (a release with its token, owner-checked) once
- * a connection is open again, before anything else on it; until then the
- * lock runs out with its lease. The next operation opens a new connection.
+ * a connection is open again, before anything else on it, and a wait that
+ * ended so leaves the fair queue or the waiting writers then (its abandon
+ * is kept until it can be sent); until then the lock runs out with its
+ * lease. The next operation opens a new connection.
  *
  * The watchdog. A hold taken with the lease DLOCK_WATCHDOG is renewed from
  * the loop (the client's timer) to the client's watchdog_lease_ms every
@@ -80,9 +91,10 @@
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), the fair and read/write locks (dlock_async_lock_new), and
- * DLOCK_WATCHDOG leases of permits; the ID worker, the multi-lock and
- * holder identity have no async calls yet.
+ * PostgreSQL), and DLOCK_WATCHDOG leases of permits; the ID worker, the
+ * multi-lock and holder identity have no async calls yet. The fair lock's
+ * thread wait time is the default (DLOCK_DEFAULT_FAIR_WAIT_MS): no async
+ * dlock_client_set_fair_wait.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -163,12 +175,15 @@ DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
  * up, and frees the client and its handles. Holds are not released (their
  * leases run out; a semaphore's permits stay taken); an acquire whose
  * request was out may have taken the lock, which then runs out with its
- * lease too (a semaphore acquire's permits stay taken, a permit runs out
- * with its lease); what was owed is dropped. Called from a callback of
- * this client, the memory goes when the call that ran the callback
- * (dlock_async_process, dlock_async_cancel, dlock_async_lock_free,
- * dlock_async_object_cancel, dlock_async_object_free) returns. NULL is a
- * no-op. */
+ * lease too (a fair one is given back by the abandon; a semaphore
+ * acquire's permits stay taken, a permit runs out with its lease); what
+ * was owed is dropped, but a pending lock acquire's abandon (leaving the
+ * fair queue, the waiting writers, the plain registry), which is written
+ * on the open command connection before it closes, behind the attempt
+ * still out, if any. Called from a callback of this client, the memory
+ * goes when the call that ran the callback (dlock_async_process,
+ * dlock_async_cancel, dlock_async_lock_free, dlock_async_object_cancel,
+ * dlock_async_object_free) returns. NULL is a no-op. */
 DLOCK_EXPORT void dlock_async_client_free(dlock_async_client *c);
 
 /* The client's last client-level failure message ("" if none). NULL c: a
@@ -192,9 +207,11 @@ DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd
  * no socket is ready (0: now), or -1 when nothing is timed. */
 DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);
 
-/* Creates a handle for the lock name of kind on c (DLOCK_KIND_PLAIN or
- * DLOCK_KIND_REENTRANT: the others DLOCK_ENOTSUP). A reentrant handle's
- * owner is a random token made here (see "Owner"). Nothing is sent.
+/* Creates a handle for the lock name of kind on c (DLOCK_KIND_PLAIN,
+ * DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR, DLOCK_KIND_READ or
+ * DLOCK_KIND_WRITE: the others DLOCK_ENOTSUP). The owner of every kind but
+ * the plain lock is a random token made here (see "Owner"). Nothing is
+ * sent.
  * name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name),
  * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM; the message of a failure
@@ -204,8 +221,8 @@ DLOCK_EXPORT int dlock_async_lock_new(dlock_async_client *c, const char *name, s
 
 /* Completes the handle's pending operation with DLOCK_ECANCELED (its
  * callback runs before this returns), releases the holds it has (every
- * hold of a reentrant handle; best effort, no callback), and frees the
- * handle. NULL is a no-op. */
+ * hold of a reentrant, fair, read or write handle; best effort, no
+ * callback), and frees the handle. NULL is a no-op. */
 DLOCK_EXPORT void dlock_async_lock_free(dlock_async_lock *l);
 
 /* The handle's last failure message ("" if none). */
@@ -221,9 +238,9 @@ DLOCK_EXPORT const char *dlock_async_lock_errmsg(const dlock_async_lock *l);
  * (dlock_async_cancel, dlock_async_lock_free, dlock_async_client_free), or
  * a failure; on any code but DLOCK_OK nothing is held (an acquire whose
  * outcome a failure left unknown is given back, see "Failures" above).
- * A reentrant handle that holds re-enters (hold count + 1, a new fencing
- * token, the lease raised, never shortened); a plain one that holds is
- * DLOCK_EINVAL.
+ * A reentrant, fair, read or write handle that holds re-enters (hold
+ * count + 1, a new fencing token, the lease raised, never shortened); a
+ * plain one that holds is DLOCK_EINVAL.
  * Returns DLOCK_OK (started), DLOCK_EINVAL (NULL l or cb, a bad wait or
  * lease, a plain l holds already (also when its hold was found lost:
  * release it first), or l has an operation pending), DLOCK_ENOMEM, or a
@@ -234,8 +251,9 @@ DLOCK_EXPORT int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64
 
 /* Starts releasing one of l's holds (owner-checked, as dlock_release: never
  * someone else's lock; the last hold of the lock wakes the plain lock's
- * first registered waiter, or publishes the reentrant lock's unlock
- * message). The callback gets
+ * first registered waiter, publishes the reentrant lock's unlock message,
+ * grants the fair lock to its queue's head, or publishes the read/write
+ * lock's message). The callback gets
  * DLOCK_OK, DLOCK_ELOST (the lease had run out or the lock was taken over),
  * DLOCK_ECANCELED, or a failure (DLOCK_EIO...: the outcome may be unknown;
  * as with dlock_release, the handle still counts as holding, so that a
@@ -253,8 +271,9 @@ DLOCK_EXPORT int dlock_async_extend(dlock_async_lock *l, int64_t lease_ms, dlock
                                     void *udata);
 
 /* Ends l's pending operation with DLOCK_ECANCELED: its callback runs before
- * this returns. An acquire leaves the waiter registry; if its request was
- * out, a lock it took is given back when the reply comes. A release or
+ * this returns. An acquire leaves the waiter registry (the fair queue, the
+ * waiting writers); if its request was out, a lock it took is given back,
+ * and a queue it joined left, when the reply comes. A release or
  * extend whose request was out may still be applied by the server.
  * Returns DLOCK_OK (one was cancelled), DLOCK_ENOTHELD (none was pending),
  * DLOCK_EINVAL (NULL). */

@@ -22,6 +22,31 @@ extern dl_script dl_script_reentrant_release;
 extern dl_script dl_script_reentrant_extend;   /* lock_plain.c: KEYS lock, channel; ARGV token */
 extern dl_script dl_script_plain_extend;    /* lock_plain.c: KEYS lock; ARGV token, lease */
 extern dl_script dl_script_force_unlock;    /* query.c */
+/* lock_fair.c (the queue's keys: KEYS lock, fence, queue, deadlines, leases):
+ * acquire: ARGV lease, owner, mode ('r' new or re-entry, 'w' queued before),
+ *   queue ('1' join, '0' try once), W, keep-alive, joining ('1' not
+ *   subscribed yet), channel prefix -> {1, fence, n} | {0, ms}
+ * release: ARGV channel prefix, lease, owner, expected count -> -1 | 0 | 1
+ * abandon: ARGV channel prefix, owner -> 1 a grant given back | 0 left the queue */
+extern dl_script dl_script_fair_acquire;
+extern dl_script dl_script_fair_release;
+extern dl_script dl_script_fair_abandon;
+extern dl_script dl_script_fair_extend;     /* KEYS lock; ARGV owner, lease */
+/* lock_rw.c: read acquire: KEYS lock, fence, timeout prefix, waiting
+ * writers; ARGV lease, owner. Write acquire: KEYS lock, fence, waiting
+ * writers; ARGV lease, owner, queue. Read release: KEYS lock, channel,
+ * timeout prefix, "{N}"; ARGV owner, expected count. Write release: KEYS
+ * lock, channel, "{N}"; ARGV owner, lease, expected count. Read extend: KEYS
+ * lock, timeout prefix, "{N}"; ARGV owner, lease. Write extend: KEYS lock,
+ * "{N}"; ARGV owner, lease. Write abandon: KEYS waiting writers, lock,
+ * channel; ARGV owner. */
+extern dl_script dl_script_read_acquire;
+extern dl_script dl_script_read_release;
+extern dl_script dl_script_read_extend;
+extern dl_script dl_script_write_acquire;
+extern dl_script dl_script_write_release;
+extern dl_script dl_script_write_extend;
+extern dl_script dl_script_write_abandon;
 
 /* The synchronizer objects' scripts on Redis, shared with the async API
  * (src/async/object.c), so that both run the same text on the same keys.

@@ -235,7 +235,7 @@
  * deadline, and comes back when that grant has run out. Under contention this is the attempt of the process
  * that has just released and queues again, which the server runs while the
  * next owner starts its critical section. */
-static dl_script acquire_script = DL_SCRIPT("fair_acquire",
+dl_script dl_script_fair_acquire = DL_SCRIPT("fair_acquire",
     "local me, W = ARGV[2], tonumber(ARGV[5]) "
     "if redis.call('hexists', KEYS[1], me) == 1 then "
     DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[1]")
@@ -286,7 +286,7 @@ static dl_script acquire_script = DL_SCRIPT("fair_acquire",
  * this release ('': not known; a count below it: this release was counted
  * already, a copy of its request).
  * -> -1 not held | 0 still held (count > 0) | 1 released */
-static dl_script release_script = DL_SCRIPT("fair_release",
+dl_script dl_script_fair_release = DL_SCRIPT("fair_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[3]) "
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[4] ~= '' and tonumber(v) < tonumber(ARGV[4]) then return 0 end "
@@ -303,7 +303,7 @@ static dl_script release_script = DL_SCRIPT("fair_release",
  * -> 1 the lock had been handed to it (given back) | 0 left the queue
  * An owner field found here is a handoff that came after the waiter gave up
  * (or an attempt whose reply was lost): the lock is given back. */
-static dl_script abandon_script = DL_SCRIPT("fair_abandon",
+dl_script dl_script_fair_abandon = DL_SCRIPT("fair_abandon",
     "local me = ARGV[2] "
     "local res, go = 0, false "
     "if redis.pcall('hexists', KEYS[1], me) == 1 then res = 1 "
@@ -316,7 +316,7 @@ static dl_script abandon_script = DL_SCRIPT("fair_abandon",
     "return res");
 
 /* KEYS: lock. ARGV: owner field, lease ms. -> 1 extended | 0 not ours */
-static dl_script extend_script = DL_SCRIPT("fair_extend",
+dl_script dl_script_fair_extend = DL_SCRIPT("fair_extend",
     "if redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then "
     DL_LUA_RAISE_TTL("KEYS[1]", "ARGV[2]") "return 1 end return 0");
 
@@ -405,14 +405,14 @@ static void fair_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         const char *args[8] = {call->num, l->token, mode, d->waiting ? "1" : "0", call->num2,
                                call->num3, l->listening ? "0" : "1", d->chan};
         size_t arglens[8] = {ll, l->token_len, 1, 1, lifel, kal, 1, d->chan_len};
-        call->script = &acquire_script;
+        call->script = &dl_script_fair_acquire;
         memcpy(call->args, args, sizeof args);
         memcpy(call->arglens, arglens, sizeof arglens);
         call->nargs = 8;
         break;
     }
     case DL_OP_RELEASE: /* ARGV channel, lease, owner, expected count */
-        call->script = &release_script;
+        call->script = &dl_script_fair_release;
         call->args[0] = d->chan, call->arglens[0] = d->chan_len;
         call->args[1] = call->num, call->arglens[1] = ll;
         call->args[2] = l->token, call->arglens[2] = l->token_len;
@@ -422,7 +422,7 @@ static void fair_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->opts = DL_EVAL_PING_FIRST;
         break;
     default: /* extend: KEYS lock; ARGV owner, lease */
-        call->script = &extend_script;
+        call->script = &dl_script_fair_extend;
         call->nkeys = 1;
         call->args[0] = l->token, call->arglens[0] = l->token_len;
         call->args[1] = call->num, call->arglens[1] = ll;
@@ -489,7 +489,7 @@ static void fair_abandon(dlock_lock *l, dl_conn *conn) {
     size_t arglens[2] = {d->chan_len, l->token_len};
     long long res = 0;
     dl_err ignored = {0};
-    run_script(l, conn, 0, &abandon_script, 2, args, arglens, "abandon", &res, &ignored);
+    run_script(l, conn, 0, &dl_script_fair_abandon, 2, args, arglens, "abandon", &res, &ignored);
     d->queued = 0;
 }
 

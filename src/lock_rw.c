@@ -66,7 +66,7 @@
 /* KEYS: lock, fence counter, this reader's timeout prefix
  * "{N}:<owner>:rwlock_timeout", waiting writers. ARGV: lease ms, owner.
  * -> {1, fence, holds} | {0, ms to wait at most} */
-static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
+dl_script dl_script_read_acquire = DL_SCRIPT("rw_read_acquire",
     LUA_NOW("now")
     "redis.call('zremrangebyscore', KEYS[4], '-inf', now); "
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
@@ -94,7 +94,7 @@ static dl_script read_acquire_script = DL_SCRIPT("rw_read_acquire",
 /* KEYS: lock, fence counter, waiting writers. ARGV: lease ms, owner
  * "<uuid>:<tid>:write", "1" to queue as a waiting writer.
  * -> {1, fence, holds} | {0, ms to wait at most} */
-static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
+dl_script dl_script_write_acquire = DL_SCRIPT("rw_write_acquire",
     "local mode = redis.call('hget', KEYS[1], 'mode'); "
     "if (not mode and redis.call('exists', KEYS[1]) == 0) or "
     "   (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
@@ -116,7 +116,7 @@ static dl_script write_acquire_script = DL_SCRIPT("rw_write_acquire",
 
 /* A waiting writer gives up. KEYS: waiting writers, lock, channel. ARGV: owner.
  * When it was the last waiting writer, readers it held back are woken. */
-static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
+dl_script dl_script_write_abandon = DL_SCRIPT("rw_write_abandon",
     LUA_NOW("now")
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now); "
     "if redis.call('zrem', KEYS[1], ARGV[1]) == 1 and redis.call('zcard', KEYS[1]) == 0 and "
@@ -128,7 +128,7 @@ static dl_script write_abandon_script = DL_SCRIPT("rw_write_abandon",
  * count expected before this release ('': not known; a count below it: this
  * release was counted already, a copy of its request).
  * -> -1 not held | 0 this owner still holds | 1 this owner's last hold */
-static dl_script read_release_script = DL_SCRIPT("rw_read_release",
+dl_script dl_script_read_release = DL_SCRIPT("rw_read_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return -1 end "
     "if ARGV[2] ~= '' and tonumber(v) < tonumber(ARGV[2]) then return 0 end "
@@ -158,7 +158,7 @@ static dl_script read_release_script = DL_SCRIPT("rw_read_release",
  * count expected before this release ('': not known; below it: counted
  * already, a copy of this release's request).
  * -> -1 not held | 0 still held | 1 released */
-static dl_script write_release_script = DL_SCRIPT("rw_write_release",
+dl_script dl_script_write_release = DL_SCRIPT("rw_write_release",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' or redis.call('hget', KEYS[1], 'mode') ~= 'write' then "
     "  return -1 end "
@@ -179,7 +179,7 @@ static dl_script write_release_script = DL_SCRIPT("rw_write_release",
 
 /* KEYS: lock, this reader's timeout prefix, "{N}". ARGV: owner, lease ms.
  * -> 1 extended | 0 not ours */
-static dl_script read_extend_script = DL_SCRIPT("rw_read_extend",
+dl_script dl_script_read_extend = DL_SCRIPT("rw_read_extend",
     "local v = redis.pcall('hget', KEYS[1], ARGV[1]); "
     "if type(v) ~= 'string' then return 0 end "
     "for k = 1, tonumber(v) do local t = KEYS[2] .. ':' .. k; "
@@ -192,7 +192,7 @@ static dl_script read_extend_script = DL_SCRIPT("rw_read_extend",
 
 /* KEYS: lock, "{N}". ARGV: owner "<uuid>:<tid>:write", lease ms.
  * -> 1 extended | 0 not ours */
-static dl_script write_extend_script = DL_SCRIPT("rw_write_extend",
+dl_script dl_script_write_extend = DL_SCRIPT("rw_write_extend",
     "if redis.pcall('hget', KEYS[1], 'mode') ~= 'write' or "
     "   redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end "
     LUA_MAXREAD("m", "KEYS[1]", "KEYS[2]")
@@ -305,7 +305,7 @@ static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     call->nargs = 2;
     switch (op) {
     case DL_OP_ACQUIRE: /* KEYS lock, fence, timeout prefix, waiters; ARGV lease, owner */
-        call->script = &read_acquire_script;
+        call->script = &dl_script_read_acquire;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
         call->keys[2] = k->prefix, call->keylens[2] = k->prefix_len;
         call->keys[3] = k->waiters, call->keylens[3] = k->waiters_len;
@@ -314,7 +314,7 @@ static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->args[1] = l->token, call->arglens[1] = l->token_len;
         break;
     case DL_OP_RELEASE: /* KEYS lock, channel, timeout prefix, "{N}"; ARGV owner, expected count */
-        call->script = &read_release_script;
+        call->script = &dl_script_read_release;
         call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
         call->keys[2] = k->prefix, call->keylens[2] = k->prefix_len;
         call->keys[3] = k->brace, call->keylens[3] = k->brace_len;
@@ -323,7 +323,7 @@ static void read_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->args[1] = call->expect, call->arglens[1] = dl_owner_expect(l, call->expect);
         break;
     default: /* extend: KEYS lock, timeout prefix, "{N}"; ARGV owner, lease */
-        call->script = &read_extend_script;
+        call->script = &dl_script_read_extend;
         call->keys[1] = k->prefix, call->keylens[1] = k->prefix_len;
         call->keys[2] = k->brace, call->keylens[2] = k->brace_len;
         call->nkeys = 3;
@@ -341,7 +341,7 @@ static void write_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
     call->keys[0] = l->h.name, call->keylens[0] = l->h.name_len;
     switch (op) {
     case DL_OP_ACQUIRE: /* KEYS lock, fence, waiters; ARGV lease, owner, queue */
-        call->script = &write_acquire_script;
+        call->script = &dl_script_write_acquire;
         call->keys[1] = l->fence_key, call->keylens[1] = l->fence_key_len;
         call->keys[2] = k->waiters, call->keylens[2] = k->waiters_len;
         call->nkeys = 3;
@@ -351,7 +351,7 @@ static void write_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->nargs = 3;
         break;
     case DL_OP_RELEASE: /* KEYS lock, channel, "{N}"; ARGV owner, lease, expected count */
-        call->script = &write_release_script;
+        call->script = &dl_script_write_release;
         call->keys[1] = l->h.channel, call->keylens[1] = l->h.channel_len;
         call->keys[2] = k->brace, call->keylens[2] = k->brace_len;
         call->nkeys = 3;
@@ -361,7 +361,7 @@ static void write_call(dlock_lock *l, int op, int64_t lease_ms, dl_call *call) {
         call->nargs = 3;
         break;
     default: /* extend: KEYS lock, "{N}"; ARGV owner, lease */
-        call->script = &write_extend_script;
+        call->script = &dl_script_write_extend;
         call->keys[1] = k->brace, call->keylens[1] = k->brace_len;
         call->nkeys = 2;
         call->args[0] = l->token, call->arglens[0] = l->token_len;
@@ -390,7 +390,7 @@ static void write_abandon(dlock_lock *l, dl_conn *conn) {
     size_t arglens[1] = {l->token_len};
     redisReply *r = NULL;
     dl_err ignored = {0};
-    if (dl_eval(conn, dl_cmd_deadline(l->h.c), &write_abandon_script, 3, keys, keylens, 1, args,
+    if (dl_eval(conn, dl_cmd_deadline(l->h.c), &dl_script_write_abandon, 3, keys, keylens, 1, args,
                 arglens, &r, &ignored) == DLOCK_OK)
         freeReplyObject(r);
 }

@@ -317,7 +317,7 @@ static void t_badinput(th_server *s) {
     memset(big, 'n', sizeof big - 1);
     ASSERT_CODE(dlock_async_lock_new(c, big, DLOCK_CSTR, DLOCK_KIND_PLAIN, &l),
                 DLOCK_ENAMETOOLONG);
-    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_FAIR, &l), DLOCK_ENOTSUP);
+    ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, DLOCK_KIND_SEMAPHORE, &l), DLOCK_ENOTSUP);
     ASSERT_CODE(dlock_async_lock_new(c, "x", DLOCK_CSTR, (dlock_kind)99, &l), DLOCK_ENOTSUP);
     l = alock(c, "bad");
     res r = {0};

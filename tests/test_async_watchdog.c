@@ -2,7 +2,7 @@
  * event loops (tests/async_loop.c) and real servers. argv[1] is
  * "<case>_<loop>".
  *
- *   kept     DLOCK_WATCHDOG holds (plain, reentrant, 300 at once) outlive
+ *   kept     DLOCK_WATCHDOG holds (plain, reentrant, fair, write, 300 at once) outlive
  *            their lease many times over, renewed in batches (far fewer
  *            script calls than holds); a blocking client finds them held;
  *            an extend makes a hold an explicit-lease one; no loss told
@@ -78,6 +78,15 @@ static void t_kept(th_server *s) {
     ASSERT_GT(rp.fence, 0);
     ASSERT_LE(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE);
     ASSERT_GT(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE - 500);
+    /* the fair and the write lock's holds too (their kinds' renewals) */
+    dlock_async_lock *fl = NULL, *wl = NULL;
+    ASSERT_OK(dlock_async_lock_new(c, "wd-fair", DLOCK_CSTR, DLOCK_KIND_FAIR, &fl));
+    ASSERT_OK(dlock_async_lock_new(c, "wd-rw", DLOCK_CSTR, DLOCK_KIND_WRITE, &wl));
+    dlock_async_lock_on_lost(fl, on_lost, &lost);
+    dlock_async_lock_on_lost(wl, on_lost, &lost);
+    res rf = {0}, rwr = {0};
+    hold(fl, DLOCK_WATCHDOG, &rf);
+    hold(wl, DLOCK_WATCHDOG, &rwr);
     dlock_async_lock *m[MANY];
     res mr[MANY];
     memset(mr, 0, sizeof mr);
@@ -95,16 +104,27 @@ static void t_kept(th_server *s) {
     long long before = evalsha_calls(rc);
     run_for(3 * KEPT_LEASE);
     long long used = evalsha_calls(rc) - before;
-    th_log("%d holds over 3 leases: %lld script calls by SHA", MANY + 2, used);
+    th_log("%d holds over 3 leases: %lld script calls by SHA", MANY + 4, used);
     /* one call per script per 100 holds per round (some rounds go by EVAL
-     * once per connection): 9 rounds of 5 calls at most, against 2,718 for
+     * once per connection): 9 rounds of 7 calls at most, against 2,736 for
      * one call per hold */
-    ASSERT_LT(used, 9 * 5 + 20);
+    ASSERT_LT(used, 9 * 7 + 20);
     ASSERT_GT(used, 0);
     ASSERT_EQ(lost.calls, 0);
     ASSERT_GT(th_cmd_int(rc, "PTTL wd-plain"), KEPT_LEASE / 2);
     ASSERT_GT(th_cmd_int(rc, "PTTL wd-re"), KEPT_LEASE / 2);
     for (int i = 0; i < MANY; i++) ASSERT_GT(th_cmd_int(rc, "PTTL wd-many%d", i), 0);
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-fair"), KEPT_LEASE / 2);
+    ASSERT_GT(th_cmd_int(rc, "PTTL wd-rw"), KEPT_LEASE / 2);
+    res frel = {0}, wrel = {0};
+    START(dlock_async_release(fl, on_done, &frel));
+    START(dlock_async_release(wl, on_done, &wrel));
+    WAIT_DONE(frel, 3000);
+    WAIT_DONE(wrel, 3000);
+    ASSERT_CODE(frel.code, DLOCK_OK);
+    ASSERT_CODE(wrel.code, DLOCK_OK);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS wd-fair"), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS wd-rw"), 0);
     ASSERT_GT(dlock_async_lock_valid_ms(p), KEPT_LEASE / 3);
     ASSERT_EQ(dlock_async_lock_is_lost(p), 0);
 

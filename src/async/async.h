@@ -9,8 +9,10 @@
  *            client, a channel -> waiters table, messages dispatched
  *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
  *            from the loop, batched, and their loss found in time
- *   lock.c   the plain and reentrant locks' operations (acquire with its
- *            wait, release, extend, cancel), on the blocking locks' scripts
+ *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
+ *            scripts (a table: plain, reentrant, fair, read, write)
+ *   lock.c   the locks' operations (acquire with its wait, release,
+ *            extend, cancel) for every kind of the table
  *   object.c the semaphore's, permit semaphore's and latch's handles and
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
@@ -80,7 +82,7 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
-#define DL_APIPE_LOADED 16
+#define DL_APIPE_LOADED 32 /* above every async kind's scripts (kinds.c: 18) */
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
@@ -141,6 +143,8 @@ struct dl_awaiter {
     void (*wake)(dl_awaiter *w, int confirmed);
     /* the subscribed connection failed: the waiter is out of the table */
     void (*lost)(dl_awaiter *w, const dl_err *err);
+    /* a message, its payload msg: called instead of wake(w, 0) when set */
+    void (*message)(dl_awaiter *w, const redisReply *msg);
 };
 
 typedef struct dl_asubs {
@@ -210,6 +214,78 @@ void dl_arenew_remove(dl_arenew *r, dl_alease *l);
 int64_t dl_alease_due(const dl_alease *l);
 /* Frees the table (every lease removed, every request ended first). */
 void dl_arenew_free(dl_arenew *r);
+
+/* ---- kinds.c ---- */
+/* A lock request: what it is and the state it is built from. */
+enum { DL_AR_ATTEMPT = 1, DL_AR_RELEASE, DL_AR_EXTEND, DL_AR_ABANDON };
+typedef struct dl_aargs {
+    int what;                  /* DL_AR_* (a give back is a release) */
+    const char *token;         /* the owner (plain: the acquire's token) */
+    size_t token_len;
+    int64_t lease_ms;
+    int queue;                 /* an attempt that waits: registers, queues */
+    int reg;                   /* registered / queued by an earlier attempt
+                                * of the same acquire */
+    int joining;               /* sent before its channel was confirmed */
+    int64_t held;              /* the handle's holds when it was sent */
+    int64_t expect;            /* a release: the owner's count expected */
+} dl_aargs;
+
+/* One script call as built (pointers into the keys and into itself). */
+typedef struct dl_acall {
+    dl_script *s;
+    int nkeys, nargs;
+    const char *keys[5];
+    size_t keylens[5];
+    const char *args[8];
+    size_t arglens[8];
+    char lease[24], expect[24];
+} dl_acall;
+
+#define DL_AKEYS_MAX 6
+typedef struct dl_akeys dl_akeys;
+typedef struct dl_akind {
+    dlock_kind kind;
+    int fresh_owner;           /* a new token per acquire (plain), else the
+                                * handle's owner */
+    int counted;               /* holds are counted per owner: an acquire
+                                * re-enters, a release takes the expected
+                                * count and answers 1 / 0 still held / -1 */
+    int abandons;              /* a waiter that gives up runs the abandon
+                                * (the fair one also gives back a grant) */
+    const struct dl_akeyspec *keys;
+    int chan;
+    void (*call)(const dl_akeys *k, const dl_aargs *a, dl_acall *c);
+    /* a message on the channel: 1 with *ms to come back in ms, not now */
+    int (*message)(const redisReply *msg, int64_t *ms);
+    const dl_kind_ops *ops;    /* the blocking kind: its watchdog's renewal script */
+} dl_akind;
+
+/* A handle's keys and owner, shared with the requests that outlive it;
+ * one allocation (the strings in buf). */
+struct dl_akeys {
+    int refs;
+    uint32_t owner_len, chan_len;
+    uint32_t len[DL_AKEYS_MAX];
+    const dl_akind *kind;
+    char *owner;               /* the handle's owner ("": plain) */
+    char *chan;                /* the channel its waiters subscribe to */
+    char *s[DL_AKEYS_MAX];     /* the kind's keys, [0] the lock's name */
+    char buf[];
+};
+
+/* The kind's table entry, or NULL when the async API lacks it. */
+const dl_akind *dl_akind_of(dlock_kind kind);
+/* The keys of lock name for kind (an owner made for the kinds that keep
+ * one per handle); NULL with err on failure. */
+dl_akeys *dl_akeys_new(const dl_akind *kind, const char *name, size_t len, dl_err *err);
+void dl_akeys_unref(dl_akeys *k);
+/* A plain acquire's token: its waiter channel becomes prefix + token. */
+void dl_akeys_token(dl_akeys *k, const char *token);
+/* Builds a's request for k's kind into c. */
+static inline void dl_akind_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
+    k->kind->call(k, a, c);
+}
 
 /* ---- client.c: the client ---- */
 struct dlock_async_client {

@@ -1,32 +1,43 @@
-/* The plain and reentrant locks from an event loop, on the blocking locks'
- * keys and scripts (lock_plain.c, lock_reentrant.c), so that async and
- * blocking clients exclude each other on one name and wake each other's
+/* The locks from an event loop, on the blocking locks' keys and scripts
+ * (each kind's requests are built by its entry in kinds.c), so that async
+ * and blocking clients exclude each other on one name and wake each other's
  * waiters.
  *
- * A plain acquire that may wait joins the client's subscription table on
- * its own channel (redisson_lock__channel:{N}:<token>) and attempts at once,
- * in parallel; each failed waiting attempt registers the token in
- * dlock_waiters:{N}. A reentrant one joins Redisson's unlock channel
- * (redisson_lock__channel:{N}), shared by every waiter of the name; its
- * owner field is the handle's own token. As in wait.c, a release between an
- * attempt and the subscription must not be missed: an attempt sent before
- * the channel was confirmed is followed, once it is, by another. The waiter
- * then attempts again at a message on its channel, when the holder's lease
- * runs out (the attempt's PTTL + 1 ms), and at least every
- * DL_WAIT_RECHECK_MS; the attempt at the deadline is a try-once, as the
- * blocking wait's. A plain waiter that gives up (deadline, cancel, failure)
- * runs the abandon script, which passes on a wake it may have been sent.
+ * An acquire that may wait joins the client's subscription table on its
+ * kind's channel and attempts at once, in parallel: a plain waiter on its
+ * own channel (redisson_lock__channel:{N}:<token>), registering its token in
+ * dlock_waiters:{N} at each failed waiting attempt; a fair waiter on its own
+ * (redisson_lock__channel:{N}:<owner>), joining the queue; a reentrant one
+ * on Redisson's unlock channel (redisson_lock__channel:{N}) and the read
+ * and write sides on redisson_rwlock:{N}, shared by every waiter of the
+ * name, a writer entering {N}:write_waiters. Every kind but the plain lock
+ * has the handle's own token for its owner (kinds.c). As in wait.c, a
+ * release between an attempt and the subscription must not be missed: an
+ * attempt sent before the channel was confirmed is followed, once it is,
+ * by another (a fair one sent before is "joining": a release does not take
+ * it for dead). The waiter then attempts again at a message on its channel
+ * (the fair lock's "next:<ms>" says when instead), when the holder's lease
+ * runs out (the attempt's PTTL + 1 ms; a fair or write waiter's attempt
+ * answers its keep-alive at most, so that its queue entry is refreshed
+ * before it expires), and at least every DL_WAIT_RECHECK_MS; the attempt at
+ * the deadline is a try-once, as the blocking wait's. A waiter that gives
+ * up (deadline, cancel, failure, its handle or client freed) runs its
+ * kind's abandon: the plain one passes on a wake it may have been sent, the
+ * fair one leaves the queue (and gives back a grant that came meanwhile),
+ * the write one leaves the waiting writers.
  *
  * Each operation ends once: its handle's op.gen counts operations, and a
  * reply for an operation that ended already (cancelled, failed) is an
  * orphan: an acquire it won is given back, a registration it made is
  * abandoned. An acquire whose reply was lost with the connection may have
  * won: its token is kept (the client's settle list) and given back by the
- * owner-checked release once the command connection is up again (a
- * reentrant one expecting the count it would have made: a lower count means
- * it never ran, and the release changes nothing). A wait that meets a
- * connection failure with time left waits on (ride_out), as wait.c's does:
- * the give back goes first on the next connection, then the next attempt. */
+ * owner-checked release once the command connection is up again, with the
+ * abandon if it waited (a counted kind's release expecting the count it
+ * would have made: a lower count means it never ran, and the release
+ * changes nothing). A wait that meets a connection failure with time left
+ * waits on (ride_out), as wait.c's does: what is owed goes first on the
+ * next connection, then the next attempt. A DLOCK_WATCHDOG hold is renewed
+ * by renew.c with its kind's blocking renewal script. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +51,11 @@
 #define OUTAGE_PAUSE_MAX_MS 1000
 
 enum { OP_NONE = 0, OP_ACQUIRE, OP_RELEASE, OP_EXTEND };
-enum { R_ATTEMPT = 1, R_RELEASE, R_EXTEND, R_GIVEBACK, R_ABANDON };
+/* a request: kinds.c's DL_AR_*, and the give back (a release owed) */
+enum { R_ATTEMPT = DL_AR_ATTEMPT, R_RELEASE = DL_AR_RELEASE, R_EXTEND = DL_AR_EXTEND,
+       R_ABANDON = DL_AR_ABANDON, R_GIVEBACK };
+
+typedef struct lreq lreq;
 
 typedef struct aop {
     int type;                  /* OP_*, OP_NONE: none pending */
@@ -53,7 +68,7 @@ typedef struct aop {
     char token[DLOCK_TOKEN_LEN + 1];
     dl_awaiter w;              /* in the subscription table while waiting */
     dl_atimer timer;           /* the next attempt */
-    struct lreq *inflight;     /* the attempt whose reply is awaited */
+    lreq *inflight;            /* the attempt whose reply is awaited */
     int woken;                 /* a message came while an attempt was out */
     int registered;            /* an attempt of this acquire registered it */
     int64_t nottl;             /* backoff for a key without expiry */
@@ -63,14 +78,7 @@ typedef struct aop {
 struct dlock_async_lock {
     dl_aclient *c;
     dlock_async_lock *prev, *next; /* the client's handles */
-    int reentrant;             /* DLOCK_KIND_REENTRANT, else plain */
-    /* waiters: the plain lock's registry, the reentrant lock's unlock
-     * channel (its release's KEYS[2]); prefix: the plain waiters' channel
-     * prefix; chan: the channel a waiter subscribes to (plain: prefix +
-     * its token; reentrant: the unlock channel) */
-    char *name, *fence_key, *waiters, *prefix, *chan;
-    size_t name_len, fence_key_len, waiters_len, prefix_len, chan_len;
-    char owner[DLOCK_TOKEN_LEN + 1]; /* reentrant: the handle's owner field */
+    dl_akeys *k;               /* its kind, keys, owner and channel */
     int refs;                  /* 1 for the handle, 1 per request out */
     int64_t holds;             /* the hold count (plain: 0 or 1) */
     char token[DLOCK_TOKEN_LEN + 1];
@@ -86,7 +94,7 @@ struct dlock_async_lock {
 };
 
 /* A request of a live handle's operation. */
-typedef struct lreq {
+struct lreq {
     dl_areq q;
     dlock_async_lock *l;
     unsigned gen;
@@ -98,36 +106,39 @@ typedef struct lreq {
     int64_t lease_ms, t0;
     int64_t held;              /* the handle's holds when it was sent */
     char token[DLOCK_TOKEN_LEN + 1];
-} lreq;
+};
 
-/* A request that owes nobody an answer (give back, abandon): it carries
- * copies of its keys, so it outlives its handle. Also the client's settle
- * list entry, before it is sent. */
+/* A request that owes nobody an answer (give back, abandon): it holds a
+ * reference to its handle's keys, so it outlives its handle. Also the
+ * client's settle list entry, before it is sent. */
 typedef struct dl_asettle {
     dl_areq q;
     struct dl_asettle *next;
     dl_aclient *c;
-    int what;                  /* R_GIVEBACK, R_ABANDON (plain only) */
-    int reentrant;             /* a give back of one reentrant hold */
+    dl_akeys *k;
+    int what;                  /* R_GIVEBACK, R_ABANDON */
     int by_text;
-    char token[DLOCK_TOKEN_LEN + 1];
-    char expect[24];           /* reentrant: the count it expects to find */
-    size_t name_len, waiters_len, prefix_len;
-    char *name, *waiters, *prefix; /* in buf */
-    char buf[];
+    char token[DLOCK_TOKEN_LEN + 1]; /* plain: the acquire's token */
+    int64_t expect;            /* counted kinds: the count it expects to find */
 } oreq;
 
 static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err);
 static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err);
 static void attempt(dlock_async_lock *l);
 
+/* The owner a request names: the plain acquire's token, else the handle's. */
+static const char *owner_of(const dl_akeys *k, const char *token, size_t *len) {
+    if (k->kind->fresh_owner) {
+        *len = DLOCK_TOKEN_LEN;
+        return token;
+    }
+    *len = k->owner_len;
+    return k->owner;
+}
+
 static void unref(dlock_async_lock *l) {
     if (--l->refs > 0) return;
-    free(l->name);
-    free(l->fence_key);
-    free(l->waiters);
-    free(l->prefix);
-    free(l->chan);
+    dl_akeys_unref(l->k);
     free(l->errmsg);
     free(l);
 }
@@ -142,74 +153,70 @@ static int fail(dlock_async_lock *l, const dl_err *err) {
 /* ---- requests without an owner to answer ---- */
 
 static oreq *oreq_new(dlock_async_lock *l, int what, const char *token, int64_t expect) {
-    oreq *o = calloc(1, sizeof *o + l->name_len + l->waiters_len + l->prefix_len + 3);
+    oreq *o = calloc(1, sizeof *o);
     if (!o) return NULL;
     o->c = l->c;
+    o->k = l->k;
+    o->k->refs++;
     o->what = what;
-    o->reentrant = l->reentrant;
-    dl_fmt_ll(o->expect, expect);
+    o->expect = expect;
     memcpy(o->token, token, DLOCK_TOKEN_LEN);
-    o->name = o->buf;
-    memcpy(o->name, l->name, l->name_len);
-    o->name_len = l->name_len;
-    o->waiters = o->name + l->name_len + 1;
-    memcpy(o->waiters, l->waiters, l->waiters_len);
-    o->waiters_len = l->waiters_len;
-    o->prefix = o->waiters + l->waiters_len + 1;
-    if (l->prefix) memcpy(o->prefix, l->prefix, l->prefix_len);
-    o->prefix_len = l->prefix_len;
     return o;
+}
+
+static void oreq_free(oreq *o) {
+    dl_akeys_unref(o->k);
+    free(o);
 }
 
 /* Sends o; DLOCK_OK or the failure (o not sent, still the caller's). */
 static int oreq_send(oreq *o) {
     dl_err err;
-    const char *keys[2] = {o->name, o->waiters};
-    size_t keylens[2] = {o->name_len, o->waiters_len};
-    const char *args[2] = {o->token, o->prefix};
-    size_t arglens[2] = {DLOCK_TOKEN_LEN, o->prefix_len};
+    dl_aargs a = {.what = o->what == R_GIVEBACK ? DL_AR_RELEASE : DL_AR_ABANDON,
+                  .expect = o->expect};
+    a.token = owner_of(o->k, o->token, &a.token_len);
+    dl_acall call;
+    dl_akind_call(o->k, &a, &call);
     o->q.done = oreq_done;
-    if (o->reentrant) { /* KEYS lock, channel; ARGV lease ('0': unchanged), owner, expected */
-        const char *rargs[3] = {"0", o->token, o->expect};
-        size_t rlens[3] = {1, DLOCK_TOKEN_LEN, strlen(o->expect)};
-        return dl_apipe_eval(&o->c->cmd, &o->q, &dl_script_reentrant_release, o->by_text, 2,
-                             keys, keylens, 3, rargs, rlens, &err);
-    }
-    return dl_apipe_eval(&o->c->cmd, &o->q,
-                         o->what == R_GIVEBACK ? &dl_script_plain_release : &dl_script_plain_abandon,
-                         o->by_text, 2, keys, keylens, 2, args, arglens, &err);
+    return dl_apipe_eval(&o->c->cmd, &o->q, call.s, o->by_text, call.nkeys, call.keys,
+                         call.keylens, call.nargs, call.args, call.arglens, &err);
 }
 
 /* Keeps o to send once the command connection is up again. A plain give
  * back already kept for the same token is enough for both (one owner-checked
- * release undoes every attempt made with the token); a reentrant one is not
- * (each attempt may have counted one hold). */
+ * release undoes every attempt made with the token); a counted kind's is
+ * not (each attempt may have counted one hold). */
 static void settle_later(oreq *o) {
-    if (!o->reentrant && o->what == R_GIVEBACK)
+    if (o->k->kind->fresh_owner && o->what == R_GIVEBACK)
         for (oreq *k = o->c->settle; k; k = k->next)
-            if (!k->reentrant && k->what == R_GIVEBACK && !memcmp(k->token, o->token, DLOCK_TOKEN_LEN)) {
-                free(o);
+            if (k->k == o->k && k->what == R_GIVEBACK &&
+                !memcmp(k->token, o->token, DLOCK_TOKEN_LEN)) {
+                oreq_free(o);
                 return;
             }
     o->next = o->c->settle;
     o->c->settle = o;
 }
 
-/* Sends a give back or an abandon for l's token now, or, for a give back
- * that cannot go now, once the connection is up again. Nothing while the
- * client is being freed. A reentrant give back takes one hold of a count
- * expected at `expect` (one found lower was given back already, or never
- * taken: the script leaves it); reentrant waiters have nothing to abandon. */
+/* Sends a give back or an abandon for l's token now, or once the
+ * connection is up again. While the client is being freed, only an abandon
+ * on a connection that is ready (written out before it closes: it leaves a
+ * queue others wait behind). A counted kind's give back takes one hold of
+ * a count expected at `expect` (one found lower was given back already, or
+ * never taken: the script leaves it); kinds without an abandon
+ * (reentrant, read) have nothing to leave. */
 static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect) {
-    if (l->c->freeing || (l->reentrant && what == R_ABANDON)) return;
+    dl_aclient *c = l->c;
+    if (what == R_ABANDON && !l->k->kind->abandons) return;
+    if (c->freeing && (what != R_ABANDON || !c->cmd.ready)) return;
     oreq *o = oreq_new(l, what, token, expect);
     if (!o) return; /* the lease runs out; the registry entry expires */
     /* on the connection there is, never a new one of its own: after a
      * failure the server may be down, and the next operation's connect
      * would find this one's refused */
-    if (l->c->cmd.conn && !oreq_send(o)) return;
-    if (what == R_GIVEBACK) settle_later(o);
-    else free(o);
+    if (c->cmd.conn && !oreq_send(o)) return;
+    if (!c->freeing) settle_later(o);
+    else oreq_free(o);
 }
 
 static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
@@ -220,12 +227,12 @@ static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
         o->by_text = 1;
         if (!oreq_send(o)) return;
     }
-    /* a give back whose reply was lost may not have run: again later */
-    if (!r && o->what == R_GIVEBACK && !o->c->freeing) {
+    /* a request whose reply was lost may not have run: again later */
+    if (!r && !o->c->freeing) {
         settle_later(o);
         return;
     }
-    free(o);
+    oreq_free(o);
 }
 
 void dl_alock_pipe_up(dl_apipe *p) {
@@ -255,8 +262,9 @@ static void finish(dlock_async_lock *l, int code, uint64_t fence, const dl_err *
     if (!code) l->msg_lost = 0;
     dl_atimer_stop(&c->loop, &op->timer);
     dl_asubs_leave(&c->subs, &op->w);
-    /* an attempt still out is settled when its reply comes (an orphan) */
-    if (op->type == OP_ACQUIRE && code && op->registered && !op->inflight)
+    /* an attempt still out is settled when its reply comes (an orphan),
+     * unless the client is going: then the abandon goes behind it */
+    if (op->type == OP_ACQUIRE && code && (op->inflight ? c->freeing : op->registered))
         owe(l, R_ABANDON, op->token, 0);
     op->type = OP_NONE;
     op->gen++;
@@ -271,7 +279,7 @@ static void finish(dlock_async_lock *l, int code, uint64_t fence, const dl_err *
 static void finish_msg(dlock_async_lock *l, int code, const char *fmt) {
     dl_err err = {code, ""};
     char nm[80];
-    snprintf(err.msg, sizeof err.msg, fmt, dl_name_msg(l->name, l->name_len, nm, sizeof nm));
+    snprintf(err.msg, sizeof err.msg, fmt, dl_name_msg(l->k->s[0], l->k->len[0], nm, sizeof nm));
     finish(l, code, 0, &err);
 }
 
@@ -292,55 +300,14 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     rq->held = l->holds;
     rq->after_sub = dl_asubs_subscribed(&l->op.w);
     memcpy(rq->token, token, DLOCK_TOKEN_LEN);
-    char lease[24];
-    size_t ll = dl_fmt_ll(lease, lease_ms);
-    const char *keys[3] = {l->name};
-    size_t keylens[3] = {l->name_len};
-    const char *args[4] = {rq->token};
-    size_t arglens[4] = {DLOCK_TOKEN_LEN};
-    int nkeys = 1, nargs = 2;
-    dl_script *s;
-    char expect[24];
-    if (l->reentrant && what == R_ATTEMPT) { /* KEYS lock, fence; ARGV lease, owner */
-        s = &dl_script_reentrant_acquire;
-        keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
-        nkeys = 2;
-        args[0] = lease, arglens[0] = ll;
-        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
-    } else if (l->reentrant && what == R_RELEASE) { /* KEYS lock, channel; ARGV lease, owner, count */
-        s = &dl_script_reentrant_release;
-        keys[1] = l->waiters, keylens[1] = l->waiters_len;
-        nkeys = 2;
-        args[0] = lease, arglens[0] = ll; /* 0: the expiry stays as it is */
-        args[1] = rq->token, arglens[1] = DLOCK_TOKEN_LEN;
-        args[2] = expect, arglens[2] = dl_fmt_ll(expect, l->holds);
-        nargs = 3;
-    } else if (l->reentrant) { /* extend: KEYS lock; ARGV owner, lease */
-        s = &dl_script_reentrant_extend;
-        args[0] = rq->token, arglens[0] = DLOCK_TOKEN_LEN;
-        args[1] = lease, arglens[1] = ll;
-    } else if (what == R_ATTEMPT) { /* KEYS lock, fence, waiters; ARGV token, lease, recheck, reg */
-        s = &dl_script_plain_acquire;
-        keys[1] = l->fence_key, keylens[1] = l->fence_key_len;
-        keys[2] = l->waiters, keylens[2] = l->waiters_len;
-        nkeys = 3;
-        args[1] = lease, arglens[1] = ll;
-        args[2] = recheck ? DL_STR(DL_WAIT_RECHECK_MS) : "0";
-        arglens[2] = strlen(args[2]);
-        args[3] = registered ? "1" : "0", arglens[3] = 1;
-        nargs = 4;
-    } else if (what == R_RELEASE) { /* KEYS lock, waiters; ARGV token, prefix */
-        s = &dl_script_plain_release;
-        keys[1] = l->waiters, keylens[1] = l->waiters_len;
-        nkeys = 2;
-        args[1] = l->prefix, arglens[1] = l->prefix_len;
-    } else { /* extend: KEYS lock; ARGV token, lease */
-        s = &dl_script_plain_extend;
-        args[1] = lease, arglens[1] = ll;
-    }
+    dl_aargs a = {.what = what, .lease_ms = lease_ms, .queue = recheck, .reg = registered,
+                  .joining = !rq->after_sub, .held = l->holds, .expect = l->holds};
+    a.token = owner_of(l->k, rq->token, &a.token_len);
+    dl_acall call;
+    dl_akind_call(l->k, &a, &call);
     rq->t0 = dl_now_ms();
-    int rc = dl_apipe_eval(&l->c->cmd, &rq->q, s, by_text, nkeys, keys, keylens, nargs, args,
-                           arglens, err);
+    int rc = dl_apipe_eval(&l->c->cmd, &rq->q, call.s, by_text, call.nkeys, call.keys,
+                           call.keylens, call.nargs, call.args, call.arglens, err);
     if (rc) {
         free(rq);
         return rc;
@@ -385,7 +352,8 @@ static void attempt(dlock_async_lock *l) {
     int recheck = op->waiting && dl_now_ms() < op->deadline;
     op->woken = 0;
     int rc = DLOCK_OK;
-    if (op->waiting && !op->w.chan) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
+    if (op->waiting && !op->w.chan)
+        rc = dl_asubs_join(&l->c->subs, &op->w, l->k->chan, l->k->chan_len, &err);
     if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, recheck, op->registered, 0,
                            &op->inflight, &err);
     if (rc && !ride_out(l, &err)) finish(l, rc, 0, &err);
@@ -402,6 +370,22 @@ static void on_wake(dl_awaiter *w, int confirmed) {
     if (l->op.type != OP_ACQUIRE) return;
     if (l->op.inflight) l->op.woken = 1; /* attempt again after its reply */
     else attempt(l);
+}
+
+/* A message the kind reads (the fair lock's "next:<ms>": come back then,
+ * not now, unless the next attempt is due sooner), else a wake. */
+static void on_message(dl_awaiter *w, const redisReply *msg) {
+    dlock_async_lock *l = (dlock_async_lock *)((char *)w - offsetof(dlock_async_lock, op.w));
+    aop *op = &l->op;
+    int64_t ms = 0;
+    if (op->type != OP_ACQUIRE || !l->k->kind->message || !l->k->kind->message(msg, &ms)) {
+        on_wake(w, 0);
+        return;
+    }
+    if (op->inflight) return; /* its reply says when */
+    int64_t at = dl_now_ms() + ms + 1;
+    if (at > op->deadline) at = op->deadline;
+    if (!op->timer.idx || at < op->timer.at) dl_atimer_arm(&l->c->loop, &op->timer, at);
 }
 
 /* The subscribed connection failed: the waiter is out of the table. It
@@ -437,12 +421,11 @@ static int keep_renewed(dlock_async_lock *l, const lreq *rq, dl_err *err) {
         return DLOCK_OK;
     }
     if (!l->op.watchdog) return DLOCK_OK;
-    ls->renew = l->reentrant ? dl_reentrant_ops.renew : dl_plain_ops.renew;
-    ls->key = l->name;
-    ls->key_len = l->name_len;
+    ls->renew = l->k->kind->ops->renew;
+    ls->key = l->k->s[0];
+    ls->key_len = l->k->len[0];
     memcpy(l->token, rq->token, sizeof l->token);
-    ls->owner = l->token;
-    ls->owner_len = DLOCK_TOKEN_LEN;
+    ls->owner = owner_of(l->k, l->token, &ls->owner_len);
     ls->lease_ms = l->op.lease_ms;
     ls->last_ok = rq->t0;
     ls->lost = on_lease_lost;
@@ -480,7 +463,8 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
     }
     if (a == 1) {
         long long n = 1;
-        if (l->reentrant && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1)) n = l->holds + 1;
+        if (l->k->kind->counted && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1))
+            n = l->holds + 1;
         if (keep_renewed(l, rq, &e)) {
             owe(l, R_GIVEBACK, rq->token, n);
             finish(l, e.code, 0, &e);
@@ -541,9 +525,10 @@ static void orphan_attempt(dlock_async_lock *l, lreq *rq, redisReply *r) {
         return;
     }
     /* registered by it or before it: the abandon also passes on a wake
-     * this waiter may have been sent meanwhile */
+     * this waiter may have been sent meanwhile (and leaves a queue); a
+     * known win left no entry behind, a lost reply may have */
     if (won) owe(l, R_GIVEBACK, rq->token, rq->held + 1);
-    else if (rq->recheck || rq->reg) owe(l, R_ABANDON, rq->token, 0);
+    if ((!won || !r) && (rq->recheck || rq->reg)) owe(l, R_ABANDON, rq->token, 0);
 }
 
 static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
@@ -580,7 +565,7 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
         if (!r) rc = (e = *err).code;
         else rc = dl_reply_expect_int(r, rq->what == R_RELEASE ? "release" : "extend", &v, &e);
         l->lease.releasing = 0;
-        if (!rc && l->reentrant && rq->what == R_RELEASE && v == 0) {
+        if (!rc && l->k->kind->counted && rq->what == R_RELEASE && v == 0) {
             l->holds = l->holds > 1 ? l->holds - 1 : 0; /* still held: one hold less */
             finish(l, DLOCK_OK, 0, NULL);
         } else if (!rc && v != 1) {
@@ -638,15 +623,14 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     if (wait_ms < DLOCK_WAIT_FOREVER)
         return fail(l, &(dl_err){DLOCK_EINVAL, "wait must be >= 0 ms, or DLOCK_WAIT_FOREVER"});
     if (lease_ms < 0) return fail(l, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms, or DLOCK_WATCHDOG"});
-    if (l->holds && !l->reentrant && !l->op.type)
+    if (l->holds && !l->k->kind->counted && !l->op.type)
         return fail(l, &(dl_err){DLOCK_EINVAL, "the handle holds the lock already (plain "
                                                "locks are not reentrant)"});
     int rc = begin(l, cb, udata, OP_ACQUIRE, &err);
     if (rc) return fail(l, &err);
-    /* the plain lock's owner is a fresh token per acquire, the reentrant
-     * lock's the handle's */
-    if (l->reentrant) memcpy(l->op.token, l->owner, sizeof l->owner);
-    else rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
+    /* the plain lock's owner is a fresh token per acquire, the other
+     * kinds' the handle's (kinds.c) */
+    if (l->k->kind->fresh_owner) rc = dl_random_hex(l->op.token, DLOCK_TOKEN_LEN / 2, &err);
     if (rc) {
         l->op.type = OP_NONE;
         return fail(l, &err);
@@ -658,13 +642,14 @@ int dlock_async_acquire(dlock_async_lock *l, int64_t wait_ms, int64_t lease_ms, 
     op->deadline = dl_deadline(wait_ms);
     op->nottl = NOTTL_MIN_MS;
     op->outage = OUTAGE_PAUSE_MIN_MS;
-    if (!l->reentrant) memcpy(l->chan + l->prefix_len, op->token, DLOCK_TOKEN_LEN);
+    if (l->k->kind->fresh_owner) dl_akeys_token(l->k, op->token);
     memset(&op->w, 0, sizeof op->w);
     op->w.wake = on_wake;
     op->w.lost = on_lost;
-    if (op->waiting) rc = dl_asubs_join(&l->c->subs, &op->w, l->chan, l->chan_len, &err);
-    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, op->waiting, 0, 0, &op->inflight,
-                           &err);
+    op->w.message = on_message;
+    if (op->waiting) rc = dl_asubs_join(&l->c->subs, &op->w, l->k->chan, l->k->chan_len, &err);
+    if (!rc) rc = send_req(l, R_ATTEMPT, op->token, op->lease_ms, op->waiting, 0, 0,
+                           &op->inflight, &err);
     /* a wait whose connection cannot open now (refused at once) waits on
      * as after any connection failure: started, its callback comes later */
     if (rc && ride_out(l, &err)) rc = DLOCK_OK;
@@ -691,7 +676,8 @@ static int start_hold_op(dlock_async_lock *l, int type, int64_t lease_ms, dlock_
     rc = send_req(l, type == OP_RELEASE ? R_RELEASE : R_EXTEND, l->token, lease_ms, 0, 0,
                            0, NULL, &err);
     /* the final release is out: the watchdog's "not ours" is no loss now */
-    if (!rc && type == OP_RELEASE && (!l->reentrant || l->holds == 1)) l->lease.releasing = 1;
+    if (!rc && type == OP_RELEASE && (!l->k->kind->counted || l->holds == 1))
+        l->lease.releasing = 1;
     if (rc) {
         l->op.type = OP_NONE;
         l->op.gen++;
@@ -748,59 +734,26 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     if (!c) return DLOCK_EINVAL;
     dl_err err = {0};
     int rc = DLOCK_OK;
+    const dl_akind *ak = dl_akind_of(kind);
     if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "dlock_async_lock_new: NULL out");
     else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
-    if (!rc && kind != DLOCK_KIND_PLAIN && kind != DLOCK_KIND_REENTRANT)
-        rc = dl_seterr(&err, DLOCK_ENOTSUP,
-                       "the async API has only plain and reentrant locks yet");
+    if (!rc && !ak)
+        rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async API has no locks of this kind yet "
+                                            "(plain, reentrant, fair, read and write)");
+    dlock_async_lock *l = NULL;
+    /* its timer's place in the heap, so that arming it cannot fail */
+    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+        rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    if (!rc && !(l = calloc(1, sizeof *l))) rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    if (!rc && !(l->k = dl_akeys_new(ak, name, name_len, &err))) rc = err.code;
     if (rc) {
+        free(l);
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
         return rc;
     }
-    dlock_async_lock *l = NULL;
-    /* its timer's place in the heap, so that arming it cannot fail */
-    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
-        l = calloc(1, sizeof *l);
-    if (l) {
-        l->c = c;
-        l->refs = 1;
-        l->reentrant = kind == DLOCK_KIND_REENTRANT;
-        l->name = malloc(name_len + 1);
-        l->fence_key = dl_derive_key("redisson_lock_token:", name, name_len, "", &l->fence_key_len);
-        if (l->reentrant) { /* Redisson's unlock channel, the waiters' too */
-            l->waiters =
-                dl_derive_key("redisson_lock__channel:", name, name_len, "", &l->waiters_len);
-            l->prefix = calloc(1, 1);
-            l->chan = l->waiters ? malloc(l->waiters_len + 1) : NULL;
-        } else {
-            l->waiters = dl_derive_key(DL_PLAIN_WAITERS_PREFIX, name, name_len, "", &l->waiters_len);
-            l->prefix = dl_derive_key("redisson_lock__channel:", name, name_len, ":", &l->prefix_len);
-            if (l->prefix) l->chan = malloc(l->prefix_len + DLOCK_TOKEN_LEN + 1);
-        }
-    }
-    dl_err rerr;
-    if (l && l->reentrant && dl_random_hex(l->owner, DLOCK_TOKEN_LEN / 2, &rerr)) {
-        unref(l);
-        snprintf(c->errmsg, sizeof c->errmsg, "%s", rerr.msg);
-        return rerr.code;
-    }
-    if (!l || !l->name || !l->fence_key || !l->waiters || !l->prefix || !l->chan) {
-        if (l) unref(l);
-        snprintf(c->errmsg, sizeof c->errmsg, "out of memory");
-        return DLOCK_ENOMEM;
-    }
-    memcpy(l->name, name, name_len);
-    l->name[name_len] = '\0';
-    l->name_len = name_len;
-    if (l->reentrant) {
-        memcpy(l->chan, l->waiters, l->waiters_len + 1);
-        l->chan_len = l->waiters_len;
-    } else {
-        memcpy(l->chan, l->prefix, l->prefix_len);
-        l->chan_len = l->prefix_len + DLOCK_TOKEN_LEN;
-        l->chan[l->chan_len] = '\0';
-    }
+    l->c = c;
+    l->refs = 1;
     l->next = c->locks;
     if (c->locks) c->locks->prev = l;
     c->locks = l;
@@ -814,7 +767,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
 static void lock_free(dlock_async_lock *l) {
     dl_aclient *c = l->c;
     if (l->op.type) finish_msg(l, DLOCK_ECANCELED, "the handle of lock '%s' was freed");
-    /* every hold, in order: a reentrant count expected from holds down to 1 */
+    /* every hold, in order: a counted kind's count expected from holds down to 1 */
     for (int64_t h = l->holds; h > 0; h--) owe(l, R_GIVEBACK, l->token, h);
     l->holds = 0;
     dl_arenew_remove(&c->renew, &l->lease);
@@ -844,6 +797,8 @@ void dl_alock_free_all(dl_aclient *c) {
         finish_msg(l, DLOCK_ECANCELED, "the client was freed while waiting for lock '%s'");
     }
     dl_err err;
+    /* the abandons owed go out with what the socket takes now */
+    if (c->cmd.conn && c->cmd.ready && c->cmd.conn->olen) dl_conn_write_some(c->cmd.conn, &err);
     dl_seterr(&err, DLOCK_ECANCELED, "the client was freed");
     dl_apipe_fail(&c->cmd, &err);
     dl_apipe_fail(&c->subs.pipe, &err);
@@ -851,6 +806,6 @@ void dl_alock_free_all(dl_aclient *c) {
     while (c->settle) {
         oreq *o = c->settle;
         c->settle = o->next;
-        free(o);
+        oreq_free(o);
     }
 }

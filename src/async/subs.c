@@ -75,6 +75,12 @@ static int send_cmd(dl_asubs *s, const char *cmd, const char *name, size_t len, 
     return rc;
 }
 
+/* Tells w of a confirmation (subscribed) or of r, a message. */
+static void tell(dl_awaiter *w, int subscribed, const redisReply *r) {
+    if (!subscribed && w->message && r->elements >= 3) w->message(w, r->element[2]);
+    else w->wake(w, subscribed);
+}
+
 /* A push: a message, or a confirmation. A subscribe confirmation is a
  * reply (the SUBSCRIBE request's) and also marks its channel confirmed. */
 static int push(dl_apipe *p, redisReply *r) {
@@ -106,11 +112,11 @@ static int push(dl_apipe *p, redisReply *r) {
                 if (!now) break;
                 int on = 0;
                 for (dl_awaiter *w = now->waiters; w; w = w->next) on |= w == ws[i];
-                if (on) ws[i]->wake(ws[i], subscribed);
+                if (on) tell(ws[i], subscribed, r);
             }
             free(ws);
         } else if (ch->waiters) {
-            ch->waiters->wake(ch->waiters, subscribed);
+            tell(ch->waiters, subscribed, r);
         }
     }
     /* a subscribe confirmation is also its request's reply */
