@@ -184,6 +184,7 @@ struct dl_alease {
     /* found lost (DLOCK_LOST_TAKEN, DLOCK_LOST_UNREACHABLE): unregistered
      * first; runs on the loop thread, from dlock_async_process */
     void (*lost)(dl_alease *l, int reason);
+    void *arg;                 /* the holder's (lost's) */
 };
 
 typedef struct dl_arenew_slot {

@@ -84,7 +84,8 @@ struct dlock_async_lock {
     char token[DLOCK_TOKEN_LEN + 1];
     int64_t expires_at;
     aop op;
-    dl_alease lease;           /* the watchdog's, while it keeps the hold */
+    dl_alease *lease;          /* the watchdog's (made for the handle's first
+                                * DLOCK_WATCHDOG hold: most handles have none) */
     int lost;                  /* the watchdog found the hold lost */
     dlock_async_lost_fn lost_fn;
     void *lost_ud;
@@ -139,6 +140,7 @@ static const char *owner_of(const dl_akeys *k, const char *token, size_t *len) {
 static void unref(dlock_async_lock *l) {
     if (--l->refs > 0) return;
     dl_akeys_unref(l->k);
+    free(l->lease);
     free(l->errmsg);
     free(l);
 }
@@ -401,8 +403,13 @@ static void on_lost(dl_awaiter *w, const dl_err *err) {
 
 /* ---- the watchdog's holds (renew.c) ---- */
 
+/* l's hold is renewed no more */
+static void unwatch(dlock_async_lock *l) {
+    if (l->lease) dl_arenew_remove(&l->c->renew, l->lease);
+}
+
 static void on_lease_lost(dl_alease *ls, int reason) {
-    dlock_async_lock *l = (dlock_async_lock *)((char *)ls - offsetof(dlock_async_lock, lease));
+    dlock_async_lock *l = ls->arg;
     l->lost = 1;
     if (!l->lost_fn) return;
     l->refs++; /* the callback may free the handle */
@@ -415,12 +422,15 @@ static void on_lease_lost(dl_alease *ls, int reason) {
  * renewal when it asked for the watchdog's lease). DLOCK_OK, or
  * DLOCK_ENOMEM (the hold must then be given back). */
 static int keep_renewed(dlock_async_lock *l, const lreq *rq, dl_err *err) {
-    dl_alease *ls = &l->lease;
-    if (ls->slot) {
+    dl_alease *ls = l->lease;
+    if (ls && ls->slot) {
         if (l->op.watchdog && rq->t0 > ls->last_ok) ls->last_ok = rq->t0;
         return DLOCK_OK;
     }
     if (!l->op.watchdog) return DLOCK_OK;
+    if (!ls && !(ls = l->lease = calloc(1, sizeof *ls)))
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory registering a lease");
+    ls->arg = l;
     ls->renew = l->k->kind->ops->renew;
     ls->key = l->k->s[0];
     ls->key_len = l->k->len[0];
@@ -564,20 +574,20 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
         int rc;
         if (!r) rc = (e = *err).code;
         else rc = dl_reply_expect_int(r, rq->what == R_RELEASE ? "release" : "extend", &v, &e);
-        l->lease.releasing = 0;
+        if (l->lease) l->lease->releasing = 0;
         if (!rc && l->k->kind->counted && rq->what == R_RELEASE && v == 0) {
             l->holds = l->holds > 1 ? l->holds - 1 : 0; /* still held: one hold less */
             finish(l, DLOCK_OK, 0, NULL);
         } else if (!rc && v != 1) {
             l->holds = 0;
             l->lost = 0;
-            dl_arenew_remove(&l->c->renew, &l->lease);
+            unwatch(l);
             finish_msg(l, DLOCK_ELOST, "lock '%s' was no longer held: its lease ran out or it "
                                        "was taken over");
         } else if (!rc) {
             /* released; or extended, which makes a watchdog hold an
              * explicit-lease one (as dlock_extend) */
-            dl_arenew_remove(&l->c->renew, &l->lease);
+            unwatch(l);
             l->lost = 0;
             if (rq->what == R_RELEASE) l->holds = 0;
             else l->expires_at = rq->t0 + rq->lease_ms;
@@ -677,7 +687,7 @@ static int start_hold_op(dlock_async_lock *l, int type, int64_t lease_ms, dlock_
                            0, NULL, &err);
     /* the final release is out: the watchdog's "not ours" is no loss now */
     if (!rc && type == OP_RELEASE && (!l->k->kind->counted || l->holds == 1))
-        l->lease.releasing = 1;
+        if (l->lease) l->lease->releasing = 1;
     if (rc) {
         l->op.type = OP_NONE;
         l->op.gen++;
@@ -717,7 +727,7 @@ int dlock_async_lock_is_lost(const dlock_async_lock *l) { return l ? l->lost : 0
 int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
     if (!l || !l->holds || l->lost) return 0;
     /* a watchdog hold: until it would be found lost (renew.c) */
-    int64_t until = l->lease.slot ? dl_alease_due(&l->lease) : l->expires_at;
+    int64_t until = l->lease && l->lease->slot ? dl_alease_due(l->lease) : l->expires_at;
     int64_t left = until - dl_now_ms();
     return left > 0 ? left : 0;
 }
@@ -770,7 +780,7 @@ static void lock_free(dlock_async_lock *l) {
     /* every hold, in order: a counted kind's count expected from holds down to 1 */
     for (int64_t h = l->holds; h > 0; h--) owe(l, R_GIVEBACK, l->token, h);
     l->holds = 0;
-    dl_arenew_remove(&c->renew, &l->lease);
+    unwatch(l);
     if (l->prev) l->prev->next = l->next;
     else if (c->locks == l) c->locks = l->next;
     if (l->next) l->next->prev = l->prev;
