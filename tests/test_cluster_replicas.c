@@ -159,7 +159,13 @@ int main(void)
     for (int i = 0; i < NN; i++) ASSERT_EVENTUALLY(answers(port[i]), 10000);
     snprintf(cmd + off, sizeof cmd - off,
              " --cluster-replicas 1 --cluster-yes >%s/create.log 2>&1", dir);
-    ASSERT_EQ(system(cmd), 0);
+    int created = system(cmd);
+    if (created != 0) { /* why, before the directory goes */
+        char show[300];
+        snprintf(show, sizeof show, "cat %s/create.log %s/*.log >&2", dir, dir);
+        if (system(show) != 0) th_log("no cluster logs to show");
+    }
+    ASSERT_EQ(created, 0);
     for (int i = 0; i < NN; i++) ASSERT_EVENTUALLY(cluster_ok(port[i]), 20000);
     int masters[3], nm = 0;
     for (int i = 0; i < NN; i++)
