@@ -22,8 +22,15 @@
 
 /* ---- scripts: KEYS[1] = name, KEYS[2] = {name}:timeout, KEYS[3] = channel ---- */
 
-/* now: server time in ms. reclaim(): returns expired permits to the pool and
- * answers how many. wake(back): publishes the count if permits came back and
+/* now: server time in ms (TIME, rounded down). reclaim(): returns expired
+ * permits to the pool and answers how many: those whose expiry is below
+ * now, not at it, as Redis expires a key (`now > when`): an expiry is now +
+ * lease with now rounded down, so a permit taken at 100.7 ms with a lease
+ * of L expires at 100 + L; reclaimed at now = 100 + L it would go up to
+ * 1 ms before the holder's lease, counted from just before its request,
+ * has run out (a holder that sent at 100.2 counts on 100.2 + L); kept
+ * through that millisecond it goes at 101 + L at the earliest.
+ * wake(back): publishes the count if permits came back and
  * some are available. value(): the available permits. */
 #define PERMITS_PRELUDE                                                                       \
     "local t = redis.call('time') "                                                           \
@@ -37,7 +44,7 @@
     "return n end "                                                                           \
     "local function reclaim() "                                                               \
     "value() "                                                                                \
-    "local n = redis.call('zremrangebyscore', KEYS[2], '-inf', ms(now)) "                     \
+    "local n = redis.call('zremrangebyscore', KEYS[2], '-inf', '(' .. ms(now)) "              \
     "if n > 0 then redis.call('incrby', KEYS[1], n) end "                                     \
     "return n end "                                                                           \
     "local function wake(back) "                                                              \
@@ -57,7 +64,7 @@ dl_script dl_script_permits_acquire = DL_SCRIPT("permits_acquire",
     "wake(back) "
     "local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES') "
     "if first[2] then "
-    "local left = tonumber(first[2]) - now "
+    "local left = tonumber(first[2]) - now + 1 "
     "if left < 0 then left = 0 end "
     "return {0, left} end "
     "return {0, -1}");
@@ -115,7 +122,7 @@ static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
     "local res = {} "
     "for i, key in ipairs(KEYS) do "
     "local s = redis.pcall('zscore', key, ARGV[i + 1]) "
-    "if type(s) == 'string' and tonumber(s) > now then "
+    "if type(s) == 'string' and tonumber(s) >= now then "
     "if tonumber(s) < tonumber(exp) then redis.call('zadd', key, 'XX', exp, ARGV[i + 1]) end "
     "res[i] = 1 "
     "else res[i] = 0 end end "
