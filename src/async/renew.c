@@ -106,7 +106,10 @@ int dl_arenew_add(dl_arenew *r, dl_alease *l, dl_err *err) {
     l->seq = r->slots[i].seq;
     l->releasing = 0;
     if (!r->count++ || r->next_round < 0) r->next_round = dl_now_ms() + period(r);
-    arm(r);
+    /* the timer moves only when this lease is due before it fires: a scan
+     * of every lease per registration would make n holds cost n^2 */
+    int64_t at = dl_alease_due(l) < r->next_round ? dl_alease_due(l) : r->next_round;
+    if (!r->timer.idx || at < r->timer.at) (void)dl_atimer_arm(&r->cl->loop, &r->timer, at);
     return DLOCK_OK;
 }
 
