@@ -117,20 +117,27 @@ typedef struct dlock_async_lock dlock_async_lock;
 /* Socket events (a bit mask). */
 #define DLOCK_ASYNC_READ 1
 #define DLOCK_ASYNC_WRITE 2
-/* How many sockets a client has at most at once: its command connection
- * (slot 0) and its subscribed connection (slot 1). */
-#define DLOCK_ASYNC_SLOTS 2
-
 /* How the library asks a loop for events. All three run on the loop's
- * thread, from the library's calls. */
+ * thread, from the library's calls.
+ *
+ * Slots. Each socket the client watches has a slot: a small integer from
+ * 0 up, the lowest free one, and reused after the slot was told events 0.
+ * How many slots a client uses depends on its deployment: one Redis server
+ * takes 2 (0 its command connection, 1 its subscribed connection); there
+ * is no fixed bound, so an adapter grows its table on demand. */
 typedef struct dlock_async_adapter {
     void *data; /* passed to each function */
     /* Watch fd for events (DLOCK_ASYNC_READ | DLOCK_ASYNC_WRITE) in slot
-     * (0 .. DLOCK_ASYNC_SLOTS - 1), replacing what the slot watched; events
-     * 0: stop watching the slot's fd, which the library may close right
-     * after. A slot's fd changes only after a call with events 0. When the
-     * fd is ready, call dlock_async_process(client, fd, ready events). */
-    void (*watch)(void *data, int slot, int fd, int events);
+     * (>= 0, see "Slots"), replacing what the slot watched; events 0: stop
+     * watching the slot's fd, which the library may close right after (this
+     * never fails). A slot's fd changes only after a call with events 0.
+     * When the fd is ready, call dlock_async_process(client, fd, ready
+     * events). Returns 0, or nonzero when the loop cannot watch it (out of
+     * memory: the slot then watches nothing); the library ends what waits
+     * on that connection with DLOCK_ENOMEM (from dlock_async_process, at
+     * once: the timer is armed for now) and opens a new one for the next
+     * request. */
+    int (*watch)(void *data, int slot, int fd, int events);
     /* Arm the one timer to fire ms (>= 0) from now, replacing the earlier
      * time; ms -1: disarm. When it fires, call
      * dlock_async_process(client, -1, 0). */
@@ -196,13 +203,16 @@ DLOCK_EXPORT const char *dlock_async_errmsg(const dlock_async_client *c);
  * end. Other fds are ignored. NULL c is a no-op. */
 DLOCK_EXPORT void dlock_async_process(dlock_async_client *c, int fd, int events);
 
-/* The bare interface: the sockets to poll now and for what, into fds
- * (room for DLOCK_ASYNC_SLOTS); returns how many (0 .. DLOCK_ASYNC_SLOTS). */
+/* The bare interface: the sockets to poll now and for what. Writes the
+ * first min(count, cap) of them into fds (fds may be NULL when cap is 0)
+ * and returns count, how many there are (as snprintf does: a count above
+ * cap says to call again with room for count; one Redis server has at
+ * most 2, see "Slots"). NULL c: 0. */
 typedef struct dlock_async_pollfd {
     int fd;
     int events; /* DLOCK_ASYNC_READ | DLOCK_ASYNC_WRITE */
 } dlock_async_pollfd;
-DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds);
+DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds, int cap);
 /* The bare interface: ms until dlock_async_process must be called even if
  * no socket is ready (0: now), or -1 when nothing is timed. */
 DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);

@@ -39,17 +39,39 @@ struct dl_atimer {
     void *arg;
 };
 
+/* A socket slot (dlock_async.h, "Slots"): what is wanted of it, what the
+ * adapter was told. */
+typedef struct dl_aslot {
+    int used;                  /* taken by an owner (dl_aloop_slot_new) */
+    void *owner;               /* the owner's (a pipe), for dl_aloop_owner */
+    int fd, ev;                /* wanted (fd -1: none) */
+    int told_fd, told_ev;      /* the adapter's (told_fd -1: nothing) */
+    int refused;               /* the adapter's watch of fd failed: the owner
+                                * is told at the next dl_aloop_run */
+} dl_aslot;
+
 typedef struct dl_aloop {
     dlock_async_adapter ad;
     int has_ad;
-    int fd[DLOCK_ASYNC_SLOTS], ev[DLOCK_ASYNC_SLOTS];       /* wanted (fd -1: none) */
-    int told_fd[DLOCK_ASYNC_SLOTS], told_ev[DLOCK_ASYNC_SLOTS]; /* the adapter's */
+    dl_aslot *slots;           /* grown on demand, never shrunk */
+    int nslots;
+    int nrefused;              /* slots with refused set */
+    /* a slot's watch was refused (out of memory): its owner ends the
+     * connection (runs from dl_aloop_run, before the timers); returns
+     * nonzero when the client is gone (doomed): nothing more runs */
+    int (*refused)(struct dl_aloop *lp, int slot, void *owner);
     int64_t told_at;           /* the adapter's timer (dl_now_ms), -1 disarmed */
     dl_atimer **heap;
     size_t n, cap;
 } dl_aloop;
 
 void dl_aloop_init(dl_aloop *lp, const dlock_async_adapter *ad);
+/* A free slot for owner (the lowest number), or -1 for want of memory. */
+int dl_aloop_slot_new(dl_aloop *lp, void *owner);
+/* Slot is free for reuse: its socket let go of first. */
+void dl_aloop_slot_free(dl_aloop *lp, int slot);
+/* The owner of the slot whose wanted socket is fd, or NULL. */
+void *dl_aloop_owner(const dl_aloop *lp, int fd);
 /* Slot's socket is fd (-1: none), wanted for events. Told to the adapter
  * at the next dl_aloop_sync, but events 0 at once (the fd may be closed). */
 void dl_aloop_want(dl_aloop *lp, int slot, int fd, int events);
@@ -59,15 +81,17 @@ int dl_aloop_reserve(dl_aloop *lp, size_t n);
 /* Arms t at `at` (re-arms if armed). DLOCK_OK or DLOCK_ENOMEM. */
 int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at);
 void dl_atimer_stop(dl_aloop *lp, dl_atimer *t);
-/* Runs each timer due now, once (one armed again while running waits for
+/* Tells the owners of slots whose watch was refused (lp->refused), then
+ * runs each timer due now, once (one armed again while running waits for
  * the next call when it is due later). */
 void dl_aloop_run(dl_aloop *lp);
-/* The earliest armed time, or -1. */
+/* The earliest armed time (0 while a refused watch is to be told), or -1. */
 int64_t dl_aloop_next(const dl_aloop *lp);
-/* Tells the adapter what changed (fds, the timer). */
+/* Tells the adapter what changed (fds, the timer); a watch refused marks
+ * its slot, and the timer is armed for now. */
 void dl_aloop_sync(dl_aloop *lp);
 /* Every slot told events 0, the timer disarmed, the adapter cleaned up,
- * the heap freed. */
+ * the slots and the heap freed. */
 void dl_aloop_close(dl_aloop *lp);
 
 /* ---- pipe.c ---- */
@@ -153,7 +177,8 @@ typedef struct dl_asubs {
     size_t nbuckets, nchans;
 } dl_asubs;
 
-void dl_asubs_init(dl_asubs *s, dl_aclient *cl);
+/* slot: the loop's slot of its connection */
+void dl_asubs_init(dl_asubs *s, dl_aclient *cl, int slot);
 /* w (not in the table) waits on channel: SUBSCRIBE goes out when it is the
  * channel's first waiter, and w->wake(w, 1) runs once it is confirmed; a
  * channel confirmed already is not told again (dl_asubs_subscribed). */

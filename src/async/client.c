@@ -2,6 +2,7 @@
  * (dlock_async_process), the bare interface, and its end. One server
  * (redis:// or unix://) in this version; the other deployments and
  * backends answer DLOCK_ENOTSUP (dlock_async.h). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,18 @@ static void cmd_up(dl_apipe *p) {
     dl_aobj_pipe_up(p);
 }
 
+/* The loop could not watch a connection's socket: what waits on it ends
+ * (DLOCK_ENOMEM), and the next request opens a new connection. */
+static int refused(dl_aloop *lp, int slot, void *owner) {
+    (void)slot;
+    dl_aclient *c = (dl_aclient *)((char *)lp - offsetof(dl_aclient, loop));
+    dl_err err;
+    dl_seterr(&err, DLOCK_ENOMEM, "the event loop could not watch the connection's socket "
+                                  "(out of memory)");
+    dl_apipe_fail(owner, &err);
+    return c->doomed;
+}
+
 static void destroy(dl_aclient *c) {
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
@@ -72,15 +85,21 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     *out = c;
     if (!c) return DLOCK_ENOMEM;
     dl_aloop_init(&c->loop, adapter);
-    dl_apipe_init(&c->cmd, c, 0);
+    c->loop.refused = refused;
+    /* slot 0 the command connection, 1 the subscribed one (dlock_async.h) */
+    int cmd_slot = dl_aloop_slot_new(&c->loop, &c->cmd);
+    int subs_slot = dl_aloop_slot_new(&c->loop, &c->subs.pipe);
+    dl_apipe_init(&c->cmd, c, cmd_slot);
     c->cmd.up = cmd_up;
     c->destroy = destroy;
-    dl_asubs_init(&c->subs, c);
+    dl_asubs_init(&c->subs, c, subs_slot);
     dl_arenew_init(&c->renew, c);
     dlock_options defaults;
     dlock_options_init(&defaults);
     dl_err err = {0};
-    int rc = open_client(c, opts ? opts : &defaults, &err);
+    int rc = cmd_slot < 0 || subs_slot < 0
+                 ? dl_seterr(&err, DLOCK_ENOMEM, "out of memory")
+                 : open_client(c, opts ? opts : &defaults, &err);
     if (rc) {
         c->freeing = 1; /* unusable: every operation refuses */
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
@@ -110,9 +129,8 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c || c->doomed) return;
     c->depth++;
     if (fd < 0) c->loop.told_at = -2; /* the adapter's timer fired: arm it again */
-    if (fd >= 0 && c->cmd.conn && fd == c->cmd.conn->fd) dl_apipe_io(&c->cmd, events);
-    else if (fd >= 0 && c->subs.pipe.conn && fd == c->subs.pipe.conn->fd)
-        dl_apipe_io(&c->subs.pipe, events);
+    dl_apipe *p = dl_aloop_owner(&c->loop, fd);
+    if (p && p->conn && fd == p->conn->fd) dl_apipe_io(p, events);
     if (!c->doomed) dl_aloop_run(&c->loop);
     c->depth--;
     if (c->doomed) {
@@ -122,13 +140,17 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c->depth) dl_aloop_sync(&c->loop);
 }
 
-int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds) {
-    if (!c || !fds) return 0;
+int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds, int cap) {
+    if (!c) return 0;
+    if (!fds || cap < 0) cap = 0;
     int n = 0;
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) {
-        if (c->loop.fd[i] < 0 || !c->loop.ev[i]) continue;
-        fds[n].fd = c->loop.fd[i];
-        fds[n].events = c->loop.ev[i];
+    for (int i = 0; i < c->loop.nslots; i++) {
+        const dl_aslot *s = &c->loop.slots[i];
+        if (!s->used || s->fd < 0 || !s->ev) continue;
+        if (n < cap) {
+            fds[n].fd = s->fd;
+            fds[n].events = s->ev;
+        }
         n++;
     }
     return n;

@@ -753,7 +753,7 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
                                             "(plain, reentrant, fair, read and write)");
     dlock_async_lock *l = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots))
         rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && !(l = calloc(1, sizeof *l))) rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && !(l->k = dl_akeys_new(ak, name, name_len, &err))) rc = err.code;

@@ -568,7 +568,7 @@ int dl_aobj_new(dlock_async_client *c, const char *name, size_t name_len, dlock_
     }
     dlock_async_object *o = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots))
         o = calloc(1, sizeof *o);
     int ok = o != NULL;
     if (o) {

@@ -137,9 +137,9 @@ static void down(dl_apipe *p, const dl_err *err) {
     }
 }
 
-void dl_asubs_init(dl_asubs *s, dl_aclient *cl) {
+void dl_asubs_init(dl_asubs *s, dl_aclient *cl, int slot) {
     memset(s, 0, sizeof *s);
-    dl_apipe_init(&s->pipe, cl, 1);
+    dl_apipe_init(&s->pipe, cl, slot);
     s->pipe.push = push;
     s->pipe.down = down;
 }
