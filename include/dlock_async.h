@@ -89,8 +89,17 @@
  * still counts as holding until a release (DLOCK_ELOST, or DLOCK_OK if the
  * server still had it) or a new acquire of a reentrant handle.
  *
- * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
- * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
+ * Redis Cluster (redis-cluster://seeds): a connection per master, each
+ * request on its key's master (read from CLUSTER SLOTS without blocking;
+ * MOVED, ASK and TRYAGAIN followed, at most 5 times, then DLOCK_EIO); lock
+ * names whose keys would span slots refused (DLOCK_EINVAL); Redis 7 needed
+ * (a node older than that found by the first request: every later request
+ * DLOCK_ENOTSUP). Waits there are not woken by the release yet: they try
+ * again at the holder's lease end and at least every 2 s; semaphores,
+ * permit semaphores and latches are DLOCK_ENOTSUP there (docs/async.md).
+ *
+ * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel
+ * and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
  * PostgreSQL), and DLOCK_WATCHDOG leases of permits; the ID worker, the
  * multi-lock and holder identity have no async calls yet. The fair lock's
  * thread wait time is the default (DLOCK_DEFAULT_FAIR_WAIT_MS): no async
@@ -170,8 +179,8 @@ typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *ud
  * the call fails (unless memory ran out), so that dlock_async_errmsg(*out)
  * tells why; free it with dlock_async_client_free.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL out, a bad URL or option),
- * DLOCK_ENOTSUP (rediss://, Sentinel, Cluster, RedLock, another backend's
- * URL, an option above), DLOCK_ENOMEM. */
+ * DLOCK_ENOTSUP (rediss://, Sentinel, RedLock, another backend's URL, an
+ * option above), DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);
@@ -224,8 +233,9 @@ DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);
  * sent.
  * name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name),
- * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM; the message of a failure
- * is dlock_async_errmsg(c). */
+ * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM, DLOCK_EINVAL also for a
+ * name whose keys would hash to different slots on a Redis Cluster (as
+ * dlock_lock_new); the message of a failure is dlock_async_errmsg(c). */
 DLOCK_EXPORT int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_len,
                                       dlock_kind kind, dlock_async_lock **out);
 
@@ -350,8 +360,9 @@ typedef void (*dlock_async_object_fn)(dlock_async_object *o, int code, int64_t v
  * latch called name (as dlock_semaphore_new, dlock_permits_new,
  * dlock_latch_new do: same keys). Nothing is sent. name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name,
- * a client being freed or unusable), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the
- * message of a failure is dlock_async_errmsg(c). */
+ * a client being freed or unusable), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM,
+ * DLOCK_ENOTSUP (a Redis Cluster client); the message of a failure is
+ * dlock_async_errmsg(c). */
 DLOCK_EXPORT int dlock_async_semaphore_new(dlock_async_client *c, const char *name,
                                            size_t name_len, dlock_async_object **out);
 DLOCK_EXPORT int dlock_async_permits_new(dlock_async_client *c, const char *name,

@@ -7,6 +7,8 @@
  *            failure ending every request once
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
+ *   cluster.c Redis Cluster: a pipe per master, the slot map (CLUSTER
+ *            SLOTS), requests routed by key, redirects followed
  *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
  *            from the loop, batched, and their loss found in time
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
@@ -103,6 +105,12 @@ struct dl_areq {
     dl_areq *next;
     dl_areq_fn done;
     int64_t deadline;
+    struct dl_apipe *pipe;     /* the pipe it was last queued on */
+    /* a cluster pipe's request (dl_apipe.keep): its bytes as sent, to send
+     * again elsewhere after a redirect (freed before done runs) */
+    char *raw;
+    size_t rawlen;
+    int redirects;             /* redirections followed so far */
 };
 
 typedef struct dl_apipe dl_apipe;
@@ -131,6 +139,14 @@ struct dl_apipe {
      * request and sent again whole */
     const dl_script *loaded[DL_APIPE_LOADED];
     int nloaded;
+    const dl_endpoint *ep;     /* where it connects (NULL: the client's) */
+    int sharded;               /* a Redis Cluster node: sharded scripts */
+    const dl_err *gate;        /* code set: opening refused with it */
+    /* a Redis Cluster node's: each request's bytes are kept (areq.raw), and
+     * an error reply is shown to redirect first: 1 when it took the request
+     * (sent elsewhere, delayed or ended), 0 to give the reply to its done */
+    int keep;
+    int (*redirect)(dl_apipe *p, dl_areq *q, const redisReply *r);
 };
 
 void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot);
@@ -148,6 +164,10 @@ int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const
 int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err);
+/* Queues q again on p with the bytes it was sent with (q->raw), ASKING
+ * first when asking; the bytes are p's to free. DLOCK_OK, or the failure
+ * (q not queued, its bytes freed). */
+int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err);
 /* Reads and writes what p's socket allows (events: DLOCK_ASYNC_*), ending
  * requests whose replies came; on a failure, closes and ends every request
  * with it. */
@@ -190,6 +210,21 @@ void dl_asubs_leave(dl_asubs *s, dl_awaiter *w);
 /* Frees the table (every waiter left first). */
 void dl_asubs_free(dl_asubs *s);
 
+/* ---- cluster.c ---- */
+typedef struct dl_acluster dl_acluster;
+/* Cluster mode for c: a node (and its pipe) per seed of t, each pipe's up
+ * hook up. On a failure c->cluster may be half made (dl_acluster_free). */
+int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p), dl_err *err);
+/* Ends the requests waiting to be sent again (TRYAGAIN) with err. */
+void dl_acluster_end(dl_aclient *c, const dl_err *err);
+void dl_acluster_free(dl_aclient *c);
+/* The pipe for a request on key: the command pipe of one server, the pipe
+ * of the key's slot owner in a cluster (the map refreshed when stale). */
+dl_apipe *dl_aroute(dl_aclient *c, const char *key, size_t len);
+/* The command pipes: how many, and the i-th (NULL past the end). */
+size_t dl_apipe_count(const dl_aclient *c);
+dl_apipe *dl_apipe_nth(dl_aclient *c, size_t i);
+
 /* ---- renew.c ---- */
 /* A hold the watchdog renews (a DLOCK_WATCHDOG lease), inside its handle. */
 typedef struct dl_alease dl_alease;
@@ -204,6 +239,7 @@ struct dl_alease {
                                 * started the lease (acquire or renewal) */
     int releasing;             /* its final release is out: not renewed, and a
                                 * renewal's "not ours" is not a loss */
+    unsigned hslot;            /* the key's hash slot in a cluster, else 0 */
     size_t slot;               /* place in the table + 1; 0: not registered */
     uint64_t seq;              /* registration number (a slot is reused) */
     /* found lost (DLOCK_LOST_TAKEN, DLOCK_LOST_UNREACHABLE): unregistered
@@ -318,7 +354,9 @@ struct dlock_async_client {
     dl_endpoint ep;
     int64_t connect_timeout_ms, command_timeout_ms;
     dl_aloop loop;
-    dl_apipe cmd;              /* slot 0: scripts */
+    dl_apipe cmd;              /* slot 0: scripts (one server) */
+    dl_acluster *cluster;      /* Redis Cluster: the node pipes, the slot map
+                                * (NULL: one server, cmd) */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
     dl_arenew renew;           /* the watchdog's holds */

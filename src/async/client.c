@@ -1,12 +1,14 @@
 /* The async client: its URL and options, the entry point of its loop
  * (dlock_async_process), the bare interface, and its end. One server
- * (redis:// or unix://) in this version; the other deployments and
- * backends answer DLOCK_ENOTSUP (dlock_async.h). */
+ * (redis:// or unix://) or a Redis Cluster (cluster.c) in this version; the
+ * other deployments and backends answer DLOCK_ENOTSUP (dlock_async.h). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async.h"
+
+static void cmd_up(dl_apipe *p);
 
 static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->watchdog_lease_ms < 0)
@@ -39,10 +41,19 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
-    if (t.mode != DL_MODE_SINGLE || t.neps != 1 || t.eps[0].tls) {
+    int tls = 0;
+    for (size_t i = 0; i < t.neps; i++) tls |= t.eps[i].tls;
+    if (tls || (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_CLUSTER) ||
+        (t.mode == DL_MODE_SINGLE && t.neps != 1) || t.neps < 1) {
         rc = dl_seterr(err, DLOCK_ENOTSUP,
-                       "the async API supports one Redis server (redis://, unix://) only yet: "
-                       "not TLS, Sentinel, Cluster or RedLock");
+                       "the async API supports one Redis server (redis://, unix://) and Redis "
+                       "Cluster only yet: not TLS, Sentinel or RedLock");
+    } else if (t.mode == DL_MODE_CLUSTER) {
+        /* the credentials on every seed, then a node per seed; the
+         * subscribed connection goes to the first seed */
+        for (size_t i = 0; !rc && i < t.neps; i++) rc = dl_apply_credentials(&t.eps[i], o, err);
+        if (!rc) rc = dl_endpoint_copy(&c->ep, &t.eps[0]) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory") : 0;
+        if (!rc) rc = dl_acluster_new(c, &t, cmd_up, err);
     } else {
         c->ep = t.eps[0];
         memset(&t.eps[0], 0, sizeof t.eps[0]);
@@ -74,6 +85,7 @@ static void destroy(dl_aclient *c) {
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
     dl_asubs_free(&c->subs);
+    dl_acluster_free(c);
     dl_endpoint_clear(&c->ep);
     free(c);
 }

@@ -562,6 +562,9 @@ int dl_aobj_new(dlock_async_client *c, const char *name, size_t name_len, dlock_
     else if (c->freeing)
         rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
+    if (!rc && c->cluster)
+        rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async semaphores, permit semaphores and "
+                                            "latches are not supported on a Redis Cluster yet");
     if (rc) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
         return rc;

@@ -1,0 +1,423 @@
+/* The async client on a Redis Cluster of 3 masters (started once per test
+ * process, as tests/test_cluster.c does): locks of every kind on names
+ * owned by different masters, excluded by and waiting for a blocking client
+ * on the same cluster; an exact counter under the lock by async handles and
+ * a blocking thread; a slot moved to another master under a pending request
+ * and a waiter (MOVED followed); a name whose keys would span slots
+ * refused. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "async_loop.h"
+
+#define NM 3
+static pid_t pids[NM];
+static char dir[128];
+static int port[NM];
+static char url[256];
+
+static void stop_all(void) {
+    for (int i = 0; i < NM; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            pids[i] = 0;
+        }
+    if (dir[0]) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", dir);
+        dir[0] = 0;
+    }
+}
+
+static redisContext *raw(int p) {
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", p, tv);
+    ASSERT(rc && !rc->err);
+    return rc;
+}
+
+static int answers(int p) {
+    struct timeval tv = {1, 0};
+    redisContext *t = redisConnectWithTimeout("127.0.0.1", p, tv);
+    int up = t && !t->err;
+    if (t) redisFree(t);
+    return up;
+}
+
+static int cluster_ok(int p) {
+    redisContext *rc = raw(p);
+    redisReply *r = redisCommand(rc, "CLUSTER INFO");
+    int ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return ok;
+}
+
+/* The port of the master that answers key without a redirect. */
+static int owner_port(const char *key) {
+    for (int i = 0; i < NM; i++) {
+        redisContext *rc = raw(port[i]);
+        redisReply *r = redisCommand(rc, "EXISTS %s", key);
+        int mine = r && r->type == REDIS_REPLY_INTEGER;
+        if (r) freeReplyObject(r);
+        redisFree(rc);
+        if (mine) return port[i];
+    }
+    return 0;
+}
+
+/* MOVED answers given so far by the master on port p. */
+static long long moved_errors(int p) {
+    redisContext *rc = raw(p);
+    redisReply *r = redisCommand(rc, "INFO errorstats");
+    ASSERT(r && r->type == REDIS_REPLY_STRING);
+    const char *m = strstr(r->str, "errorstat_MOVED:count=");
+    long long n = m ? atoll(m + strlen("errorstat_MOVED:count=")) : 0;
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* Starts the cluster (skips when redis-server / redis-cli cannot make one). */
+static void cluster_up(void) {
+    if (system("redis-cli --version >/dev/null 2>&1") != 0)
+        th_skip("redis-cli is not installed: no cluster can be made");
+    if (system("redis-server --version 2>/dev/null | grep -q 'v=[7-9]'") != 0)
+        th_skip("redis-server is older than 7 (sharded pub/sub) or missing");
+    snprintf(dir, sizeof dir, "/tmp/dlock-acluster-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    atexit(stop_all);
+    char cmd[1024];
+    size_t off = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
+    size_t uo = (size_t)snprintf(url, sizeof url, "redis-cluster://");
+    for (int i = 0; i < NM; i++) {
+        port[i] = th_free_port();
+        char sp[16], bus[16], d[200], lg[200];
+        snprintf(sp, sizeof sp, "%d", port[i]);
+        snprintf(bus, sizeof bus, "%d", th_free_port());
+        snprintf(d, sizeof d, "%s/%d", dir, port[i]);
+        mkdir(d, 0700);
+        snprintf(lg, sizeof lg, "%s/%d.log", dir, port[i]);
+        pid_t p = th_fork();
+        if (p == 0) {
+            execlp("redis-server", "redis-server", "--port", sp, "--cluster-port", bus, "--bind",
+                   "127.0.0.1", "--dir", d, "--save", "", "--cluster-enabled", "yes",
+                   "--logfile", lg, (char *)NULL);
+            _exit(127);
+        }
+        pids[i] = p;
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, " 127.0.0.1:%d", port[i]);
+        uo += (size_t)snprintf(url + uo, sizeof url - uo, "%s127.0.0.1:%d", i ? "," : "",
+                               port[i]);
+    }
+    for (int i = 0; i < NM; i++) ASSERT_EVENTUALLY(answers(port[i]), 10000);
+    snprintf(cmd + off, sizeof cmd - off, " --cluster-yes >%s/create.log 2>&1", dir);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "cat %s/create.log >&2", dir);
+        if (system(cmd) != 0) th_log("no create.log");
+        th_fail(__FILE__, __LINE__, "redis-cli --cluster create failed");
+    }
+    for (int i = 0; i < NM; i++) ASSERT_EVENTUALLY(cluster_ok(port[i]), 15000);
+    th_log("cluster of %d masters up", NM);
+}
+
+static dlock_async_client *acluster(void) {
+    dlock_async_client *c = NULL;
+    int rc = client_new(url, NULL, &c);
+    ASSERT_MSG(rc == DLOCK_OK, "cluster client: %s", dlock_async_errmsg(c));
+    return c;
+}
+
+static dlock_client *bcluster(void) {
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    dlock_client *c = NULL;
+    ASSERT_CCODE(c, dlock_client_new(&o, &c), DLOCK_OK);
+    return c;
+}
+
+static dlock_async_lock *ahandle(dlock_async_client *c, const char *name, dlock_kind kind) {
+    dlock_async_lock *l = NULL;
+    int rc = dlock_async_lock_new(c, name, DLOCK_CSTR, kind, &l);
+    ASSERT_MSG(rc == DLOCK_OK, "lock_new %s: %s", name, dlock_async_errmsg(c));
+    return l;
+}
+
+/* n names "<prefix><i>" whose slots are owned by every master in turn */
+static void spread_names(const char *prefix, char names[][32], int n) {
+    int want = 0, i = 0;
+    for (int k = 0; k < n; i++) {
+        ASSERT(i < 10000);
+        snprintf(names[k], 32, "%s%d", prefix, i);
+        if (owner_port(names[k]) != port[want % NM]) continue;
+        want++;
+        k++;
+    }
+}
+
+/* a blocking holder in a thread: holds name (kind) for hold_ms */
+typedef struct bhold {
+    const char *name;
+    dlock_kind kind;
+    int64_t hold_ms;
+    atomic_int go;
+    int64_t released_at;
+} bhold;
+
+static void *bholder(void *arg) {
+    bhold *b = arg;
+    dlock_client *c = bcluster();
+    dlock_lock *l = th_lock(c, b->name, b->kind);
+    ASSERT_LOK(l, dlock_acquire(l, 5000, 10000, NULL));
+    atomic_store(&b->go, 1);
+    th_sleep_ms(b->hold_ms);
+    b->released_at = th_now_ms();
+    ASSERT_LOK(l, dlock_release(l));
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+/* Every kind on names of the 3 masters: an async hold excludes a blocking
+ * client; a blocking hold makes an async acquire wait until its release;
+ * connections to every master (slots beyond 2 in the adapter); a bad name
+ * refused as the blocking API refuses it. */
+static void t_kinds(th_server *s) {
+    (void)s;
+    cluster_up();
+    dlock_async_client *c = acluster();
+    dlock_client *b = bcluster();
+    static const dlock_kind kinds[] = {DLOCK_KIND_PLAIN, DLOCK_KIND_REENTRANT, DLOCK_KIND_FAIR,
+                                       DLOCK_KIND_WRITE, DLOCK_KIND_READ};
+    char names[5][32];
+    spread_names("ac:k:", names, 5);
+    for (int i = 0; i < 5; i++) {
+        dlock_async_lock *l = ahandle(c, names[i], kinds[i]);
+        res r = {0};
+        hold(l, 10000, &r);
+        ASSERT(r.fence > 0);
+        /* the blocking client on the same cluster is kept out (a read hold
+         * is kept out by a writer: the blocking side takes the write lock) */
+        dlock_lock *x = th_lock(b, names[i], kinds[i] == DLOCK_KIND_READ ? DLOCK_KIND_WRITE
+                                                                          : kinds[i]);
+        ASSERT_LCODE(x, dlock_acquire(x, DLOCK_NOWAIT, 1000, NULL), DLOCK_EBUSY);
+        r = (res){0};
+        START(dlock_async_release(l, on_done, &r));
+        WAIT_DONE(r, 3000);
+        ASSERT_MSG(r.code == DLOCK_OK, "release %s: %s", names[i], dlock_async_lock_errmsg(l));
+        ASSERT_LOK(x, dlock_acquire(x, DLOCK_NOWAIT, 1000, NULL));
+        ASSERT_LOK(x, dlock_release(x));
+        dlock_lock_free(x);
+
+        /* a blocking holder, the async acquire waits for its release */
+        bhold bh = {.name = names[i], .kind = kinds[i] == DLOCK_KIND_READ ? DLOCK_KIND_WRITE
+                                                                          : kinds[i],
+                    .hold_ms = 400};
+        pthread_t t;
+        ASSERT_EQ(pthread_create(&t, NULL, bholder, &bh), 0);
+        RUN_UNTIL(atomic_load(&bh.go), 5000);
+        r = (res){0};
+        START(dlock_async_acquire(l, 6000, 10000, on_done, &r));
+        WAIT_DONE(r, 7000);
+        pthread_join(t, NULL);
+        ASSERT_MSG(r.code == DLOCK_OK, "wait %s: %s", names[i], dlock_async_lock_errmsg(l));
+        ASSERT_MSG(r.at >= bh.released_at, "%s: acquired before the blocking release", names[i]);
+        r = (res){0};
+        START(dlock_async_release(l, on_done, &r));
+        WAIT_DONE(r, 3000);
+        ASSERT_CODE(r.code, DLOCK_OK);
+        dlock_async_lock_free(l);
+    }
+    /* one connection per master at least (and the subscribed one) */
+    ASSERT_MSG(dlock_async_fds(c, NULL, 0) >= NM, "%d sockets", dlock_async_fds(c, NULL, 0));
+
+    /* a name whose keys would hash to different slots */
+    dlock_async_lock *bad = NULL;
+    ASSERT_CODE(dlock_async_lock_new(c, "x{}y", DLOCK_CSTR, DLOCK_KIND_PLAIN, &bad),
+                DLOCK_EINVAL);
+    ASSERT(bad == NULL);
+    ASSERT(strstr(dlock_async_errmsg(c), "Redis Cluster") != NULL);
+    dlock_lock *bb = NULL;
+    ASSERT_CODE(dlock_lock_new(b, "x{}y", DLOCK_CSTR, DLOCK_KIND_PLAIN, &bb), DLOCK_EINVAL);
+    /* objects: not yet on a cluster */
+    dlock_async_object *o = NULL;
+    ASSERT_CODE(dlock_async_semaphore_new(c, "ac:sem", DLOCK_CSTR, &o), DLOCK_ENOTSUP);
+    dlock_client_free(b);
+    client_free(c);
+}
+
+/* ---- an exact counter ---- */
+
+#define ROUNDS 15
+static redisContext *ctr;
+typedef struct worker {
+    dlock_async_lock *l;
+    int done, rounds;
+    long long seen;
+} worker;
+
+static void w_acquired(dlock_async_lock *l, int code, uint64_t fence, void *ud);
+
+static void w_released(dlock_async_lock *l, int code, uint64_t fence, void *ud) {
+    (void)fence;
+    worker *w = ud;
+    ASSERT_MSG(code == DLOCK_OK, "release: %s", dlock_async_lock_errmsg(l));
+    if (++w->rounds == ROUNDS) {
+        w->done = 1;
+        return;
+    }
+    START(dlock_async_acquire(l, 20000, 10000, w_acquired, w));
+}
+
+static void w_write(void *arg) {
+    worker *w = arg;
+    th_cmd_ok(ctr, "SET ac:counter %lld", w->seen + 1);
+    START(dlock_async_release(w->l, w_released, w));
+}
+
+static void w_acquired(dlock_async_lock *l, int code, uint64_t fence, void *ud) {
+    (void)fence;
+    worker *w = ud;
+    ASSERT_MSG(code == DLOCK_OK, "acquire: %s", dlock_async_lock_errmsg(l));
+    char *v = th_cmd_str(ctr, "GET ac:counter");
+    w->seen = v ? atoll(v) : 0;
+    free(v);
+    after(2, w_write, w); /* a loop turn or two inside the section */
+}
+
+static void *b_counter(void *arg) {
+    const th_server *s = arg;
+    dlock_client *c = bcluster();
+    dlock_lock *l = th_lock(c, "ac:counter{x}", DLOCK_KIND_PLAIN);
+    redisContext *rc = th_redis(s);
+    for (int i = 0; i < ROUNDS; i++) {
+        ASSERT_LOK(l, dlock_acquire(l, 20000, 10000, NULL));
+        char *v = th_cmd_str(rc, "GET ac:counter");
+        long long n = v ? atoll(v) : 0;
+        free(v);
+        th_sleep_ms(2);
+        th_cmd_ok(rc, "SET ac:counter %lld", n + 1);
+        ASSERT_LOK(l, dlock_release(l));
+    }
+    redisFree(rc);
+    dlock_lock_free(l);
+    dlock_client_free(c);
+    return NULL;
+}
+
+static void t_counter(th_server *s) {
+    cluster_up();
+    ctr = th_redis(s);
+    th_cmd_ok(ctr, "SET ac:counter 0");
+    dlock_async_client *c = acluster();
+    enum { NW = 4 };
+    worker w[NW];
+    for (int i = 0; i < NW; i++) {
+        w[i] = (worker){.l = ahandle(c, "ac:counter{x}", DLOCK_KIND_PLAIN)};
+        START(dlock_async_acquire(w[i].l, 20000, 10000, w_acquired, &w[i]));
+    }
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, b_counter, s), 0);
+    RUN_UNTIL(w[0].done && w[1].done && w[2].done && w[3].done, 60000);
+    pthread_join(t, NULL);
+    char *v = th_cmd_str(ctr, "GET ac:counter");
+    ASSERT_EQ(atoll(v), (long long)(NW + 1) * ROUNDS);
+    free(v);
+    for (int i = 0; i < NW; i++) dlock_async_lock_free(w[i].l);
+    redisFree(ctr);
+    client_free(c);
+}
+
+/* ---- a slot moved ---- */
+
+static void move_slot(long long slot, int src, int dst) {
+    redisContext *rs = raw(src), *rd = raw(dst);
+    redisReply *sid = redisCommand(rs, "CLUSTER MYID"), *did = redisCommand(rd, "CLUSTER MYID");
+    freeReplyObject(redisCommand(rd, "CLUSTER SETSLOT %lld IMPORTING %s", slot, sid->str));
+    freeReplyObject(redisCommand(rs, "CLUSTER SETSLOT %lld MIGRATING %s", slot, did->str));
+    for (;;) {
+        redisReply *keys = redisCommand(rs, "CLUSTER GETKEYSINSLOT %lld 100", slot);
+        size_t n = keys->elements;
+        for (size_t k = 0; k < n; k++)
+            freeReplyObject(redisCommand(rs, "MIGRATE 127.0.0.1 %d %s 0 5000", dst,
+                                         keys->element[k]->str));
+        freeReplyObject(keys);
+        if (n == 0) break;
+    }
+    for (int i = 0; i < NM; i++) {
+        redisContext *x = raw(port[i]);
+        freeReplyObject(redisCommand(x, "CLUSTER SETSLOT %lld NODE %s", slot, did->str));
+        redisFree(x);
+    }
+    freeReplyObject(sid);
+    freeReplyObject(did);
+    redisFree(rs);
+    redisFree(rd);
+}
+
+/* The slot of a held lock moved to another master while an async waiter
+ * waits on it (a blocking client holds it) and another async hold lives in
+ * it: the waiter is served after the blocking release, through MOVED; the
+ * async hold's release and a new acquire go to the new owner. */
+static void t_moved(th_server *s) {
+    (void)s;
+    cluster_up();
+    const char *name = "ac:moved", *name2 = "ac:moved2{ac:moved}";
+    int src = owner_port(name), dst = src == port[0] ? port[1] : port[0];
+    redisContext *rc = raw(src);
+    redisReply *r = redisCommand(rc, "CLUSTER KEYSLOT %s", name);
+    long long slot = r->integer;
+    freeReplyObject(r);
+    redisFree(rc);
+    dlock_async_client *c = acluster();
+    dlock_async_lock *other = ahandle(c, name2, DLOCK_KIND_PLAIN);
+    res ro = {0};
+    hold(other, 20000, &ro); /* the map knows the slot's owner now */
+    bhold bh = {.name = name, .kind = DLOCK_KIND_PLAIN, .hold_ms = 1500};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, bholder, &bh), 0);
+    RUN_UNTIL(atomic_load(&bh.go), 5000);
+    dlock_async_lock *l = ahandle(c, name, DLOCK_KIND_PLAIN);
+    res rw = {0};
+    START(dlock_async_acquire(l, 8000, 10000, on_done, &rw));
+    run_for(200);
+    long long moved0 = moved_errors(src);
+    move_slot(slot, src, dst);
+    ASSERT_EQ(owner_port(name), dst);
+    WAIT_DONE(rw, 9000);
+    pthread_join(t, NULL);
+    ASSERT_MSG(rw.code == DLOCK_OK, "waiter: %s", dlock_async_lock_errmsg(l));
+    ASSERT(rw.at >= bh.released_at);
+    ASSERT_MSG(moved_errors(src) > moved0, "no MOVED answered by the old owner");
+    /* the hold taken before the move is released on the new owner */
+    ro = (res){0};
+    START(dlock_async_release(other, on_done, &ro));
+    WAIT_DONE(ro, 3000);
+    ASSERT_MSG(ro.code == DLOCK_OK, "release after the move: %s", dlock_async_lock_errmsg(other));
+    rc = raw(dst);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", name2), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS %s", name), 1);
+    redisFree(rc);
+    res rr = {0};
+    START(dlock_async_release(l, on_done, &rr));
+    WAIT_DONE(rr, 3000);
+    ASSERT_CODE(rr.code, DLOCK_OK);
+    dlock_async_lock_free(l);
+    dlock_async_lock_free(other);
+    client_free(c);
+}
+
+int main(int argc, char **argv) {
+    static const async_case cases[] = {
+        {"kinds", t_kinds}, {"counter", t_counter}, {"moved", t_moved}, {NULL, NULL},
+    };
+    return async_main(argc, argv, "async_cluster", cases);
+}
