@@ -28,8 +28,8 @@
  * timeout as its deadline (the connect timeout too while connecting); a
  * reply that does not come by then closes the connection.
  *
- * Waiting. All waiters of a client share ONE subscribed connection with a
- * table from channel to waiters. The keys, scripts and layouts are the
+ * Waiting. All waiters of a client share ONE subscribed connection (one
+ * per master on a Redis Cluster) with a table from channel to waiters. The keys, scripts and layouts are the
  * blocking API's, so async and blocking clients exclude each other on one
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
@@ -94,9 +94,10 @@
  * MOVED, ASK and TRYAGAIN followed, at most 5 times, then DLOCK_EIO); lock
  * names whose keys would span slots refused (DLOCK_EINVAL); Redis 7 needed
  * (a node older than that found by the first request: every later request
- * DLOCK_ENOTSUP). Waits there are not woken by the release yet: they try
- * again at the holder's lease end and at least every 2 s; semaphores,
- * permit semaphores and latches are DLOCK_ENOTSUP there (docs/async.md).
+ * DLOCK_ENOTSUP). Waiters there subscribe with SSUBSCRIBE on the master of
+ * their channel's slot (one subscribed connection per such master), and
+ * subscribe again where the slot went when it moves; semaphores, permit
+ * semaphores and latches are DLOCK_ENOTSUP there (docs/async.md).
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel
  * and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,

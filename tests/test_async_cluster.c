@@ -1,12 +1,15 @@
 /* The async client on a Redis Cluster of 3 masters (started once per test
  * process, as tests/test_cluster.c does): locks of every kind on names
  * owned by different masters, excluded by and waiting for a blocking client
- * on the same cluster; an exact counter under the lock by async handles and
+ * on the same cluster, woken by the release (sharded pub/sub on the
+ * channel's master); an exact counter under the lock by async handles and
  * a blocking thread; a slot moved to another master under a pending request
- * and a waiter (MOVED followed); a name whose keys would span slots
+ * and a waiter (MOVED followed, the waiter's channel subscribed again on
+ * the new master); a name whose keys would span slots
  * refused. */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,8 +92,15 @@ static long long moved_errors(int p) {
 static void cluster_up(void) {
     if (system("redis-cli --version >/dev/null 2>&1") != 0)
         th_skip("redis-cli is not installed: no cluster can be made");
-    if (system("redis-server --version 2>/dev/null | grep -q 'v=[7-9]'") != 0)
-        th_skip("redis-server is older than 7 (sharded pub/sub) or missing");
+    FILE *v = popen("redis-server --version 2>/dev/null", "r");
+    char line[256] = "";
+    if (v) {
+        if (!fgets(line, sizeof line, v)) line[0] = '\0';
+        pclose(v);
+    }
+    const char *at = strstr(line, "v=");
+    if (!at || atoi(at + 2) < 7)
+        th_skip("redis-server is missing or older than 7 (sharded pub/sub): '%s'", line);
     snprintf(dir, sizeof dir, "/tmp/dlock-acluster-XXXXXX");
     ASSERT_NOT_NULL(mkdtemp(dir));
     atexit(stop_all);
@@ -230,6 +240,10 @@ static void t_kinds(th_server *s) {
         pthread_join(t, NULL);
         ASSERT_MSG(r.code == DLOCK_OK, "wait %s: %s", names[i], dlock_async_lock_errmsg(l));
         ASSERT_MSG(r.at >= bh.released_at, "%s: acquired before the blocking release", names[i]);
+        /* woken by the release's message on the channel's master (sharded
+         * pub/sub), not by the 2 s backstop */
+        ASSERT_MSG(r.at - bh.released_at < 1000, "%s: served %lld ms after the release",
+                   names[i], (long long)(r.at - bh.released_at));
         r = (res){0};
         START(dlock_async_release(l, on_done, &r));
         WAIT_DONE(r, 3000);
@@ -381,7 +395,7 @@ static void t_moved(th_server *s) {
     dlock_async_lock *other = ahandle(c, name2, DLOCK_KIND_PLAIN);
     res ro = {0};
     hold(other, 20000, &ro); /* the map knows the slot's owner now */
-    bhold bh = {.name = name, .kind = DLOCK_KIND_PLAIN, .hold_ms = 1500};
+    bhold bh = {.name = name, .kind = DLOCK_KIND_PLAIN, .hold_ms = 2500};
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, bholder, &bh), 0);
     RUN_UNTIL(atomic_load(&bh.go), 5000);
@@ -396,6 +410,10 @@ static void t_moved(th_server *s) {
     pthread_join(t, NULL);
     ASSERT_MSG(rw.code == DLOCK_OK, "waiter: %s", dlock_async_lock_errmsg(l));
     ASSERT(rw.at >= bh.released_at);
+    /* woken by the release: its channel subscribed again on the new master
+     * (without that, the backstop 2 and 4 s into the wait serves it later) */
+    ASSERT_MSG(rw.at - bh.released_at < 1000, "served %lld ms after the release",
+               (long long)(rw.at - bh.released_at));
     ASSERT_MSG(moved_errors(src) > moved0, "no MOVED answered by the old owner");
     /* the hold taken before the move is released on the new owner */
     ro = (res){0};

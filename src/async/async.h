@@ -5,10 +5,12 @@
  *   pipe.c   a non-blocking RESP connection with its pipeline: requests
  *            queued, replies matched in order, a deadline per request,
  *            failure ending every request once
+ *   cluster.c Redis Cluster: a pipe per master (and a subscribed one),
+ *            the slot map (CLUSTER SLOTS), requests routed by key,
+ *            redirects followed
  *   subs.c   the subscription service: one subscribed connection per
- *            client, a channel -> waiters table, messages dispatched
- *   cluster.c Redis Cluster: a pipe per master, the slot map (CLUSTER
- *            SLOTS), requests routed by key, redirects followed
+ *            client (per master with waiters in a cluster: sharded), a
+ *            channel -> waiters table, messages dispatched
  *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
  *            from the loop, batched, and their loss found in time
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
@@ -177,6 +179,29 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err);
 /* Tells the loop what p's socket waits for. */
 void dl_apipe_update(dl_apipe *p);
 
+/* ---- cluster.c ---- */
+typedef struct dl_acluster dl_acluster;
+/* Cluster mode for c: a node (its pipe and its subscribed pipe) per seed
+ * of t, each pipe's up hook up, each subscribed pipe set up by sub_init. On a failure c->cluster may be half made (dl_acluster_free). */
+int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p),
+                    void (*sub_init)(dl_apipe *p), dl_err *err);
+/* Ends the requests waiting to be sent again (TRYAGAIN) with err. */
+void dl_acluster_end(dl_aclient *c, const dl_err *err);
+void dl_acluster_free(dl_aclient *c);
+/* The pipe for a request on key: the command pipe of one server, the pipe
+ * of the key's slot owner in a cluster (the map refreshed when stale). */
+dl_apipe *dl_aroute(dl_aclient *c, const char *key, size_t len);
+/* The command pipes: how many, and the i-th (NULL past the end). */
+size_t dl_apipe_count(const dl_aclient *c);
+dl_apipe *dl_apipe_nth(dl_aclient *c, size_t i);
+/* The subscribed pipes, as many: the i-th (NULL past the end). */
+dl_apipe *dl_asubpipe_nth(dl_aclient *c, size_t i);
+/* The subscribed pipe for channel: the client's one, or in a cluster the
+ * one of the master of the channel's slot (sharded pub/sub). */
+dl_apipe *dl_asub_route(dl_aclient *c, const char *chan, size_t len);
+/* r, an error reply, says MOVED: the map is updated (and refreshed). */
+void dl_acluster_moved(dl_aclient *c, const redisReply *r);
+
 /* ---- subs.c ---- */
 typedef struct dl_awaiter dl_awaiter;
 struct dl_awaiter {
@@ -199,6 +224,8 @@ typedef struct dl_asubs {
 
 /* slot: the loop's slot of its connection */
 void dl_asubs_init(dl_asubs *s, dl_aclient *cl, int slot);
+/* A subscribed pipe's hooks (its messages and failure go to cl->subs). */
+void dl_asubs_pipe_init(dl_apipe *p);
 /* w (not in the table) waits on channel: SUBSCRIBE goes out when it is the
  * channel's first waiter, and w->wake(w, 1) runs once it is confirmed; a
  * channel confirmed already is not told again (dl_asubs_subscribed). */
@@ -209,21 +236,6 @@ int dl_asubs_subscribed(const dl_awaiter *w);
 void dl_asubs_leave(dl_asubs *s, dl_awaiter *w);
 /* Frees the table (every waiter left first). */
 void dl_asubs_free(dl_asubs *s);
-
-/* ---- cluster.c ---- */
-typedef struct dl_acluster dl_acluster;
-/* Cluster mode for c: a node (and its pipe) per seed of t, each pipe's up
- * hook up. On a failure c->cluster may be half made (dl_acluster_free). */
-int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p), dl_err *err);
-/* Ends the requests waiting to be sent again (TRYAGAIN) with err. */
-void dl_acluster_end(dl_aclient *c, const dl_err *err);
-void dl_acluster_free(dl_aclient *c);
-/* The pipe for a request on key: the command pipe of one server, the pipe
- * of the key's slot owner in a cluster (the map refreshed when stale). */
-dl_apipe *dl_aroute(dl_aclient *c, const char *key, size_t len);
-/* The command pipes: how many, and the i-th (NULL past the end). */
-size_t dl_apipe_count(const dl_aclient *c);
-dl_apipe *dl_apipe_nth(dl_aclient *c, size_t i);
 
 /* ---- renew.c ---- */
 /* A hold the watchdog renews (a DLOCK_WATCHDOG lease), inside its handle. */

@@ -53,7 +53,7 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
          * subscribed connection goes to the first seed */
         for (size_t i = 0; !rc && i < t.neps; i++) rc = dl_apply_credentials(&t.eps[i], o, err);
         if (!rc) rc = dl_endpoint_copy(&c->ep, &t.eps[0]) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory") : 0;
-        if (!rc) rc = dl_acluster_new(c, &t, cmd_up, err);
+        if (!rc) rc = dl_acluster_new(c, &t, cmd_up, dl_asubs_pipe_init, err);
     } else {
         c->ep = t.eps[0];
         memset(&t.eps[0], 0, sizeof t.eps[0]);

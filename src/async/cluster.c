@@ -33,7 +33,8 @@
 
 typedef struct dl_anode {
     dl_endpoint ep;
-    dl_apipe pipe;
+    dl_apipe pipe;             /* its requests */
+    dl_apipe sub;              /* its subscribed connection (subs.c) */
 } dl_anode;
 
 struct dl_acluster {
@@ -49,6 +50,7 @@ struct dl_acluster {
     dl_areq info_q, slots_q;
     size_t turn;               /* the node a refresh tries when none is open */
     void (*up)(dl_apipe *p);   /* every node pipe's */
+    void (*sub_init)(dl_apipe *p); /* every node's subscribed pipe's hooks */
     dl_areq *later;            /* TRYAGAIN: sent again at their deadline */
     dl_atimer later_t;
 };
@@ -79,9 +81,11 @@ static dl_anode *node_for(dl_aclient *c, const char *host, int port, dl_err *err
     }
     char *h = strdup(host);
     int slot = h ? dl_aloop_slot_new(&c->loop, &n->pipe) : -1;
-    /* the pipe's timer's place in the heap beside the handles' */
-    if (slot < 0 || dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots)) {
+    int sub = slot >= 0 ? dl_aloop_slot_new(&c->loop, &n->sub) : -1;
+    /* the pipes' timers' places in the heap beside the handles' */
+    if (sub < 0 || dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots)) {
         if (slot >= 0) dl_aloop_slot_free(&c->loop, slot);
+        if (sub >= 0) dl_aloop_slot_free(&c->loop, sub);
         free(h);
         dl_endpoint_clear(&n->ep);
         free(n);
@@ -98,16 +102,22 @@ static dl_anode *node_for(dl_aclient *c, const char *host, int port, dl_err *err
     n->pipe.redirect = redirect;
     n->pipe.gate = &k->gate;
     n->pipe.up = k->up;
+    dl_apipe_init(&n->sub, c, sub);
+    n->sub.ep = &n->ep;
+    n->sub.gate = &k->gate;
+    k->sub_init(&n->sub);
     k->nodes[k->nnodes++] = n;
     return n;
 }
 
-int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p), dl_err *err) {
+int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p),
+                    void (*sub_init)(dl_apipe *p), dl_err *err) {
     dl_acluster *k = calloc(1, sizeof *k);
     if (!k) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     c->cluster = k;
     k->c = c;
     k->up = up;
+    k->sub_init = sub_init;
     k->later_t.fn = later_timer;
     k->later_t.arg = c;
     k->map = calloc(DL_SLOTS, sizeof *k->map);
@@ -115,7 +125,8 @@ int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p), dl_err
     if (dl_endpoint_copy(&k->seed, &t->eps[0])) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
     for (size_t i = 0; i < t->neps; i++) {
         if (!t->eps[i].host)
-            return dl_seterr(err, DLOCK_EINVAL, "a Redis Cluster seed must be host:port");
+            return dl_seterr(err, DLOCK_ENOTSUP,
+                             "the async API reaches Redis Cluster seeds by host:port only");
         if (!node_for(c, t->eps[i].host, t->eps[i].port, err)) return err->code;
     }
     k->stale = 1;
@@ -141,6 +152,11 @@ size_t dl_apipe_count(const dl_aclient *c) { return c->cluster ? c->cluster->nno
 dl_apipe *dl_apipe_nth(dl_aclient *c, size_t i) {
     if (!c->cluster) return i ? NULL : &c->cmd;
     return i < c->cluster->nnodes ? &c->cluster->nodes[i]->pipe : NULL;
+}
+
+dl_apipe *dl_asubpipe_nth(dl_aclient *c, size_t i) {
+    if (!c->cluster) return i ? NULL : &c->subs.pipe;
+    return i < c->cluster->nnodes ? &c->cluster->nodes[i]->sub : NULL;
 }
 
 /* ---- the slot map ---- */
@@ -246,6 +262,13 @@ dl_apipe *dl_aroute(dl_aclient *c, const char *key, size_t len) {
     if (k->stale || !k->map[s]) refresh(c);
     uint32_t n = k->map[s];
     return n && n <= k->nnodes ? &k->nodes[n - 1]->pipe : any_pipe(k);
+}
+
+dl_apipe *dl_asub_route(dl_aclient *c, const char *chan, size_t len) {
+    dl_acluster *k = c->cluster;
+    if (!k) return &c->subs.pipe;
+    dl_apipe *p = dl_aroute(c, chan, len);
+    return &((dl_anode *)((char *)p - offsetof(dl_anode, pipe)))->sub;
 }
 
 /* ---- redirects ---- */
@@ -359,6 +382,24 @@ static int redirect(dl_apipe *p, dl_areq *q, const redisReply *r) {
     if (dl_apipe_resend(&n->pipe, q, ask, &err)) end(q, &err);
     if (moved) refresh(c);
     return 1;
+}
+
+void dl_acluster_moved(dl_aclient *c, const redisReply *r) {
+    dl_acluster *k = c->cluster;
+    unsigned slot;
+    char host[300];
+    int port;
+    if (!k || !r || r->type != REDIS_REPLY_ERROR ||
+        !parse_redirect(r, "MOVED", &slot, host, sizeof host, &port))
+        return;
+    dl_err err;
+    dl_anode *n = node_for(c, host, port, &err);
+    if (!n) return;
+    size_t idx = 0;
+    while (k->nodes[idx] != n) idx++;
+    k->map[slot] = (uint32_t)(idx + 1);
+    k->stale = 1;
+    refresh(c);
 }
 
 void dl_acluster_end(dl_aclient *c, const dl_err *err) {

@@ -830,7 +830,7 @@ void dl_alock_free_all(dl_aclient *c) {
     dl_seterr(&err, DLOCK_ECANCELED, "the client was freed");
     dl_acluster_end(c, &err);
     for (size_t i = 0; i < dl_apipe_count(c); i++) dl_apipe_fail(dl_apipe_nth(c, i), &err);
-    dl_apipe_fail(&c->subs.pipe, &err);
+    for (size_t i = 0; dl_asubpipe_nth(c, i); i++) dl_apipe_fail(dl_asubpipe_nth(c, i), &err);
     while (c->locks) lock_free(c->locks);
     while (c->settle) {
         oreq *o = c->settle;
