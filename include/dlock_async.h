@@ -96,8 +96,7 @@
  * (a node older than that found by the first request: every later request
  * DLOCK_ENOTSUP). Waiters there subscribe with SSUBSCRIBE on the master of
  * their channel's slot (one subscribed connection per such master), and
- * subscribe again where the slot went when it moves; semaphores, permit
- * semaphores and latches are DLOCK_ENOTSUP there (docs/async.md).
+ * subscribe again where the slot went when it moves (docs/async.md).
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel
  * and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
@@ -361,9 +360,10 @@ typedef void (*dlock_async_object_fn)(dlock_async_object *o, int code, int64_t v
  * latch called name (as dlock_semaphore_new, dlock_permits_new,
  * dlock_latch_new do: same keys). Nothing is sent. name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name,
- * a client being freed or unusable), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM,
- * DLOCK_ENOTSUP (a Redis Cluster client); the message of a failure is
- * dlock_async_errmsg(c). */
+ * a client being freed or unusable; on a Redis Cluster, as the blocking
+ * calls, a name whose keys, or a latch's key and channel, would hash to
+ * different slots), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the message of a
+ * failure is dlock_async_errmsg(c). */
 DLOCK_EXPORT int dlock_async_semaphore_new(dlock_async_client *c, const char *name,
                                            size_t name_len, dlock_async_object **out);
 DLOCK_EXPORT int dlock_async_permits_new(dlock_async_client *c, const char *name,

@@ -261,9 +261,6 @@ static void t_kinds(th_server *s) {
     ASSERT(strstr(dlock_async_errmsg(c), "Redis Cluster") != NULL);
     dlock_lock *bb = NULL;
     ASSERT_CODE(dlock_lock_new(b, "x{}y", DLOCK_CSTR, DLOCK_KIND_PLAIN, &bb), DLOCK_EINVAL);
-    /* objects: not yet on a cluster */
-    dlock_async_object *o = NULL;
-    ASSERT_CODE(dlock_async_semaphore_new(c, "ac:sem", DLOCK_CSTR, &o), DLOCK_ENOTSUP);
     dlock_client_free(b);
     client_free(c);
 }
@@ -433,9 +430,135 @@ static void t_moved(th_server *s) {
     client_free(c);
 }
 
+/* ---- the synchronizer objects ---- */
+
+typedef struct ores {
+    int calls, code;
+    int64_t value, at;
+} ores;
+
+static void on_obj(dlock_async_object *o, int code, int64_t value, void *ud) {
+    (void)o;
+    ores *r = ud;
+    r->calls++;
+    r->code = code;
+    r->value = value;
+    r->at = th_now_ms();
+}
+
+static dlock_async_object *aobj(dlock_async_client *c, dlock_kind kind, const char *name) {
+    dlock_async_object *o = NULL;
+    int rc = kind == DLOCK_KIND_SEMAPHORE ? dlock_async_semaphore_new(c, name, DLOCK_CSTR, &o)
+             : kind == DLOCK_KIND_LATCH   ? dlock_async_latch_new(c, name, DLOCK_CSTR, &o)
+                                          : dlock_async_permits_new(c, name, DLOCK_CSTR, &o);
+    ASSERT_MSG(rc == DLOCK_OK, "object %s: %s", name, dlock_async_errmsg(c));
+    return o;
+}
+
+#define OSTART(expr) ASSERT_CODE(expr, DLOCK_OK)
+#define OWAIT(r) RUN_UNTIL((r).calls > 0, 5000)
+
+/* A semaphore, a latch and a permit semaphore on names of different
+ * masters: an async waiter woken within 1 s by a blocking client's release
+ * or count-down (sharded pub/sub); the blocking client kept out by an async
+ * permit; a latch name whose channel would hash elsewhere refused. */
+static void t_objects(th_server *s) {
+    (void)s;
+    cluster_up();
+    dlock_async_client *c = acluster();
+    dlock_client *b = bcluster();
+    char names[3][32];
+    spread_names("ac:o:", names, 3);
+
+    /* semaphore of 1: an async holder, an async waiter, a blocking release */
+    dlock_async_object *s1 = aobj(c, DLOCK_KIND_SEMAPHORE, names[0]);
+    dlock_async_object *s2 = aobj(c, DLOCK_KIND_SEMAPHORE, names[0]);
+    ores r = {0}, w = {0};
+    OSTART(dlock_async_semaphore_try_set(s1, 1, on_obj, &r));
+    OWAIT(r);
+    ASSERT_EQ(r.value, 1);
+    r = (ores){0};
+    OSTART(dlock_async_semaphore_acquire(s1, 1, DLOCK_NOWAIT, on_obj, &r));
+    OWAIT(r);
+    ASSERT_CODE(r.code, DLOCK_OK);
+    OSTART(dlock_async_semaphore_acquire(s2, 1, 5000, on_obj, &w));
+    run_for(300);
+    ASSERT_EQ(w.calls, 0);
+    dlock_semaphore *bs = NULL;
+    ASSERT_CODE(dlock_semaphore_new(b, names[0], DLOCK_CSTR, &bs), DLOCK_OK);
+    ASSERT_CODE(dlock_semaphore_acquire(bs, 1, DLOCK_NOWAIT), DLOCK_EBUSY);
+    int64_t t0 = th_now_ms();
+    ASSERT_CODE(dlock_semaphore_release(bs, 1), DLOCK_OK);
+    OWAIT(w);
+    ASSERT_CODE(w.code, DLOCK_OK);
+    ASSERT_MSG(w.at - t0 < 1000, "semaphore waiter served %lld ms after the release",
+               (long long)(w.at - t0));
+    dlock_semaphore_free(bs);
+
+    /* latch: an async await, a blocking count-down */
+    dlock_async_object *la = aobj(c, DLOCK_KIND_LATCH, names[1]);
+    r = (ores){0};
+    OSTART(dlock_async_latch_try_set(la, 2, on_obj, &r));
+    OWAIT(r);
+    ASSERT_EQ(r.value, 1);
+    w = (ores){0};
+    OSTART(dlock_async_latch_await(la, 5000, on_obj, &w));
+    run_for(300);
+    ASSERT_EQ(w.calls, 0);
+    dlock_latch *bl = NULL;
+    ASSERT_CODE(dlock_latch_new(b, names[1], DLOCK_CSTR, &bl), DLOCK_OK);
+    ASSERT_CODE(dlock_latch_count_down(bl, 1), DLOCK_OK);
+    run_for(200);
+    ASSERT_EQ(w.calls, 0);
+    t0 = th_now_ms();
+    ASSERT_CODE(dlock_latch_count_down(bl, 1), DLOCK_OK);
+    OWAIT(w);
+    ASSERT_CODE(w.code, DLOCK_OK);
+    ASSERT_MSG(w.at - t0 < 1000, "latch waiter served %lld ms after the count-down",
+               (long long)(w.at - t0));
+    dlock_latch_free(bl);
+
+    /* permit semaphore of 1: an async permit keeps the blocking client out */
+    dlock_async_object *pm = aobj(c, DLOCK_KIND_PERMIT_SEMAPHORE, names[2]);
+    r = (ores){0};
+    OSTART(dlock_async_permits_try_set(pm, 1, on_obj, &r));
+    OWAIT(r);
+    r = (ores){0};
+    OSTART(dlock_async_permits_acquire(pm, DLOCK_NOWAIT, 10000, on_obj, &r));
+    OWAIT(r);
+    ASSERT_MSG(r.code == DLOCK_OK, "permit: %s", dlock_async_object_errmsg(pm));
+    char id[64];
+    snprintf(id, sizeof id, "%s", dlock_async_permits_id(pm));
+    dlock_permits *bp = NULL;
+    char bid[64];
+    ASSERT_CODE(dlock_permits_new(b, names[2], DLOCK_CSTR, &bp), DLOCK_OK);
+    ASSERT_CODE(dlock_permits_acquire(bp, DLOCK_NOWAIT, 1000, bid), DLOCK_EBUSY);
+    r = (ores){0};
+    OSTART(dlock_async_permits_release(pm, id, on_obj, &r));
+    OWAIT(r);
+    ASSERT_CODE(r.code, DLOCK_OK);
+    ASSERT_CODE(dlock_permits_acquire(bp, DLOCK_NOWAIT, 1000, bid), DLOCK_OK);
+    ASSERT_CODE(dlock_permits_release(bp, bid), DLOCK_OK);
+    dlock_permits_free(bp);
+
+    /* a latch name whose channel hashes elsewhere: refused by both APIs */
+    dlock_async_object *bad = NULL;
+    ASSERT_CODE(dlock_async_latch_new(c, "l{t}", DLOCK_CSTR, &bad), DLOCK_EINVAL);
+    dlock_latch *bbad = NULL;
+    ASSERT_CODE(dlock_latch_new(b, "l{t}", DLOCK_CSTR, &bbad), DLOCK_EINVAL);
+
+    dlock_async_object_free(s1);
+    dlock_async_object_free(s2);
+    dlock_async_object_free(la);
+    dlock_async_object_free(pm);
+    dlock_client_free(b);
+    client_free(c);
+}
+
 int main(int argc, char **argv) {
     static const async_case cases[] = {
-        {"kinds", t_kinds}, {"counter", t_counter}, {"moved", t_moved}, {NULL, NULL},
+        {"kinds", t_kinds},     {"counter", t_counter}, {"moved", t_moved},
+        {"objects", t_objects}, {NULL, NULL},
     };
     return async_main(argc, argv, "async_cluster", cases);
 }
