@@ -430,6 +430,18 @@ static void t_moved(th_server *s) {
     client_free(c);
 }
 
+/* ASKING calls the master on port p has served. */
+static long long asking_calls(int p) {
+    redisContext *rc = raw(p);
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    ASSERT(r && r->type == REDIS_REPLY_STRING);
+    const char *m = strstr(r->str, "cmdstat_asking:calls=");
+    long long n = m ? atoll(m + strlen("cmdstat_asking:calls=")) : 0;
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
 /* ---- the synchronizer objects ---- */
 
 typedef struct ores {
@@ -555,10 +567,86 @@ static void t_objects(th_server *s) {
     client_free(c);
 }
 
+/* A slot half migrated (MIGRATING / IMPORTING, its keys not moved yet): a
+ * read of a key of that slot on neither master is sent on with ASKING to
+ * the importing one (ASK); a lock acquire there (a script of several keys
+ * on neither side) meets TRYAGAIN until the migration ends, and its wait
+ * goes on until then; the hold taken before is released on the new master
+ * after (MOVED). */
+static void t_ask(th_server *s) {
+    (void)s;
+    cluster_up();
+    const char *lname = "ac:askl", *held = "h{ac:askl}", *fresh = "f{ac:askl}";
+    int src = owner_port(lname), dst = src == port[0] ? port[1] : port[0];
+    redisContext *rs = raw(src), *rd = raw(dst);
+    redisReply *r = redisCommand(rs, "CLUSTER KEYSLOT %s", lname);
+    long long slot = r->integer;
+    freeReplyObject(r);
+    dlock_async_client *c = acluster();
+    dlock_async_lock *a = ahandle(c, held, DLOCK_KIND_PLAIN);
+    dlock_async_lock *f = ahandle(c, fresh, DLOCK_KIND_PLAIN);
+    res ra = {0}, rf = {0};
+    hold(a, 20000, &ra); /* its key on src, the map knows src */
+    redisReply *sid = redisCommand(rs, "CLUSTER MYID"), *did = redisCommand(rd, "CLUSTER MYID");
+    freeReplyObject(redisCommand(rd, "CLUSTER SETSLOT %lld IMPORTING %s", slot, sid->str));
+    freeReplyObject(redisCommand(rs, "CLUSTER SETSLOT %lld MIGRATING %s", slot, did->str));
+    /* ASK: a GET of the absent latch answered by dst after ASKING */
+    long long ask0 = asking_calls(dst);
+    dlock_async_object *la = NULL;
+    ASSERT_CODE(dlock_async_latch_new(c, lname, DLOCK_CSTR, &la), DLOCK_OK);
+    ores lo = {0};
+    ASSERT_CODE(dlock_async_latch_count(la, on_obj, &lo), DLOCK_OK);
+    RUN_UNTIL(lo.calls > 0, 3000);
+    ASSERT_MSG(lo.code == DLOCK_OK, "latch count: %s", dlock_async_object_errmsg(la));
+    ASSERT_EQ(lo.value, 0);
+    ASSERT_MSG(asking_calls(dst) > ask0, "no ASKING on the importing master");
+    /* a lock acquire in the slot waits for the end of the migration */
+    START(dlock_async_acquire(f, 8000, 20000, on_done, &rf));
+    run_for(600);
+    ASSERT_EQ(rf.calls, 0);
+    /* the migration ends: the held key moved, the slot given to dst */
+    redisReply *keys = redisCommand(rs, "CLUSTER GETKEYSINSLOT %lld 100", slot);
+    for (size_t k = 0; k < keys->elements; k++)
+        freeReplyObject(redisCommand(rs, "MIGRATE 127.0.0.1 %d %s 0 5000", dst,
+                                     keys->element[k]->str));
+    freeReplyObject(keys);
+    for (int i = 0; i < NM; i++) {
+        redisContext *x = raw(port[i]);
+        freeReplyObject(redisCommand(x, "CLUSTER SETSLOT %lld NODE %s", slot, did->str));
+        redisFree(x);
+    }
+    int64_t t_end = th_now_ms();
+    WAIT_DONE(rf, 8000);
+    ASSERT_MSG(rf.code == DLOCK_OK, "acquire across the migration: %s",
+               dlock_async_lock_errmsg(f));
+    ASSERT(rf.at >= t_end);
+    ASSERT_EQ(th_cmd_int(rd, "EXISTS %s", fresh), 1);
+    ASSERT_EQ(th_cmd_int(rd, "EXISTS %s", held), 1);
+    ra = (res){0};
+    START(dlock_async_release(a, on_done, &ra));
+    WAIT_DONE(ra, 3000);
+    ASSERT_MSG(ra.code == DLOCK_OK, "release after the migration: %s",
+               dlock_async_lock_errmsg(a));
+    rf = (res){0};
+    START(dlock_async_release(f, on_done, &rf));
+    WAIT_DONE(rf, 3000);
+    ASSERT_CODE(rf.code, DLOCK_OK);
+    ASSERT_EQ(th_cmd_int(rd, "EXISTS %s", fresh), 0);
+    ASSERT_EQ(th_cmd_int(rd, "EXISTS %s", held), 0);
+    freeReplyObject(sid);
+    freeReplyObject(did);
+    redisFree(rs);
+    redisFree(rd);
+    dlock_async_object_free(la);
+    dlock_async_lock_free(a);
+    dlock_async_lock_free(f);
+    client_free(c);
+}
+
 int main(int argc, char **argv) {
     static const async_case cases[] = {
         {"kinds", t_kinds},     {"counter", t_counter}, {"moved", t_moved},
-        {"objects", t_objects}, {NULL, NULL},
+        {"objects", t_objects}, {"ask", t_ask},         {NULL, NULL},
     };
     return async_main(argc, argv, "async_cluster", cases);
 }

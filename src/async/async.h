@@ -113,6 +113,8 @@ struct dl_areq {
     char *raw;
     size_t rawlen;
     int redirects;             /* redirections followed so far */
+    int asked;                 /* last sent with ASKING (an ASK): a TRYAGAIN
+                                * sends it with ASKING again */
 };
 
 typedef struct dl_apipe dl_apipe;

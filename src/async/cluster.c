@@ -11,7 +11,9 @@
  * request's bytes (dl_areq.raw), and an error reply MOVED (the map's slot
  * set, the request sent to the named node), ASK (ASKING, then the request,
  * on the named node) or TRYAGAIN (the request sent again on the same node
- * after DL_ATRYAGAIN_MS) never reaches the request's done; after
+ * after DL_ATRYAGAIN_MS, with ASKING again if it went so: a multi-key
+ * request in a slot being migrated, whose keys are not all on one side,
+ * meets it until the migration ends) never reaches the request's done; after
  * DL_AREDIRECTS_MAX of them the request ends as a connection failure
  * (DLOCK_EIO: its owner treats the outcome as unknown, which is safe: a
  * redirected request did not run). The same bytes are right on any node:
@@ -311,7 +313,7 @@ static void later_timer(dl_atimer *t) {
         *pp = q->next;
         q->next = NULL;
         dl_err err;
-        if (dl_apipe_resend(q->pipe, q, 0, &err)) end(q, &err);
+        if (dl_apipe_resend(q->pipe, q, q->asked, &err)) end(q, &err);
         pp = &k->later; /* a done may have changed the list */
     }
     int64_t at = -1;

@@ -135,6 +135,7 @@ static int queued(dl_apipe *p, dl_areq *q, size_t before) {
     q->raw = NULL;
     q->rawlen = 0;
     q->redirects = 0;
+    q->asked = 0;
     if (p->keep && p->conn->olen > before && (q->raw = malloc(p->conn->olen - before))) {
         q->rawlen = p->conn->olen - before;
         memcpy(q->raw, p->conn->obuf + before, q->rawlen);
@@ -157,6 +158,7 @@ static void asking_done(dl_areq *q, redisReply *r, const dl_err *err) {
 
 int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    q->asked = asking;
     if (!rc && asking) {
         dl_areq *a = calloc(1, sizeof *a);
         const char *argv[1] = {"ASKING"};
