@@ -23,13 +23,14 @@
  * the callback will run exactly once, later, with the outcome (the same
  * codes as the blocking call); any other code means it was not started and
  * the callback never runs. A handle has at most one operation pending.
- * Requests of all handles share one connection, pipelined: replies are
- * matched to requests in order. Every request has the client's command
+ * Requests of all handles share one connection (one per master on a Redis
+ * Cluster), pipelined: replies are matched to requests in order. Every request has the client's command
  * timeout as its deadline (the connect timeout too while connecting); a
  * reply that does not come by then closes the connection.
  *
  * Waiting. All waiters of a client share ONE subscribed connection (one
- * per master on a Redis Cluster) with a table from channel to waiters. The keys, scripts and layouts are the
+ * per master on a Redis Cluster) with a table from channel to waiters.
+ * The keys, scripts and layouts are the
  * blocking API's, so async and blocking clients exclude each other on one
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
@@ -132,8 +133,10 @@ typedef struct dlock_async_lock dlock_async_lock;
  * Slots. Each socket the client watches has a slot: a small integer from
  * 0 up, the lowest free one, and reused after the slot was told events 0.
  * How many slots a client uses depends on its deployment: one Redis server
- * takes 2 (0 its command connection, 1 its subscribed connection); there
- * is no fixed bound, so an adapter grows its table on demand. */
+ * takes 2 (0 its command connection, 1 its subscribed connection); a Redis
+ * Cluster 2 more per master it meets (a command and a subscribed
+ * connection each); there is no fixed bound, so an adapter grows its
+ * table on demand. */
 typedef struct dlock_async_adapter {
     void *data; /* passed to each function */
     /* Watch fd for events (DLOCK_ASYNC_READ | DLOCK_ASYNC_WRITE) in slot
