@@ -89,8 +89,21 @@
  * still counts as holding until a release (DLOCK_ELOST, or DLOCK_OK if the
  * server still had it) or a new acquire of a reentrant handle.
  *
- * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
- * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
+ * Sentinel (redis-sentinel://): each new connection first asks the
+ * sentinels (one at a time, the one that answered last first, 500 ms
+ * each) for the master, then checks with ROLE that it is one; requests
+ * queued meanwhile go out once it is. While connected, the sentinels are
+ * asked every second (slot 2); when they name another master, or a reply
+ * says READONLY (the master was made a replica), the connections to the
+ * old one close: their requests end with DLOCK_EIO, an acquire that may
+ * wait rides it out, and the next request connects to the new master.
+ * As with the blocking client, a failover may lose a hold not yet
+ * replicated (Redis replicates asynchronously; wait_replicas is refused
+ * here), and for up to about a second after it requests may still reach
+ * an old master that answers as one.
+ *
+ * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Cluster and
+ * RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
  * PostgreSQL), and DLOCK_WATCHDOG leases of permits; the ID worker, the
  * multi-lock and holder identity have no async calls yet. The fair lock's
  * thread wait time is the default (DLOCK_DEFAULT_FAIR_WAIT_MS): no async
@@ -118,8 +131,9 @@ typedef struct dlock_async_lock dlock_async_lock;
 #define DLOCK_ASYNC_READ 1
 #define DLOCK_ASYNC_WRITE 2
 /* How many sockets a client has at most at once: its command connection
- * (slot 0) and its subscribed connection (slot 1). */
-#define DLOCK_ASYNC_SLOTS 2
+ * (slot 0), its subscribed connection (slot 1) and, with Sentinel, the
+ * question to the sentinels whether the master moved (slot 2). */
+#define DLOCK_ASYNC_SLOTS 3
 
 /* How the library asks a loop for events. All three run on the loop's
  * thread, from the library's calls. */
@@ -163,7 +177,7 @@ typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *ud
  * the call fails (unless memory ran out), so that dlock_async_errmsg(*out)
  * tells why; free it with dlock_async_client_free.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL out, a bad URL or option),
- * DLOCK_ENOTSUP (rediss://, Sentinel, Cluster, RedLock, another backend's
+ * DLOCK_ENOTSUP (rediss://, Cluster, RedLock, another backend's
  * URL, an option above), DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,

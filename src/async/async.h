@@ -2,9 +2,13 @@
  *
  *   loop.c   the binding to the event loop: the adapter's fd slots and its
  *            one timer, over a heap of the client's timers
+ *   sentinel.c  Redis Sentinel: the master's address asked of the
+ *            sentinels without waiting
  *   pipe.c   a non-blocking RESP connection with its pipeline: requests
  *            queued, replies matched in order, a deadline per request,
  *            failure ending every request once
+ *   watch.c  Sentinel: the sentinels asked every second whether the
+ *            master moved, the connections to a demoted one closed
  *   subs.c   the subscription service: one subscribed connection per
  *            client, a channel -> waiters table, messages dispatched
  *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
@@ -70,6 +74,40 @@ void dl_aloop_sync(dl_aloop *lp);
  * the heap freed. */
 void dl_aloop_close(dl_aloop *lp);
 
+/* ---- sentinel.c ---- */
+/* The sentinels and the master's name (redis-sentinel:// URLs). */
+typedef struct dl_asent dl_asent;
+/* Takes t's sentinels and master name. */
+int dl_asent_new(dl_target *t, dl_asent **out, dl_err *err);
+void dl_asent_free(dl_asent *s);
+/* The longest asking every sentinel in turn may take. */
+int64_t dl_asent_budget(const dl_asent *s, int64_t connect_timeout_ms);
+/* One question to the sentinels, one sentinel at a time. */
+typedef struct dl_aprobe {
+    dl_conn *conn;             /* the sentinel asked now (NULL: none) */
+    size_t i;                  /* which */
+    size_t tried;              /* sentinels tried for this question */
+    int64_t deadline;          /* its answer's (dl_now_ms) */
+    dl_err last;               /* the last sentinel's failure */
+} dl_aprobe;
+/* Asks the next sentinel not tried yet (the one that answered last
+ * first; pr->conn closed first by the caller, dl_aprobe_stop): DLOCK_OK
+ * with pr->conn connecting, or DLOCK_EIO when every one was tried (the
+ * message names the last failure), DLOCK_ENOMEM. */
+int dl_aprobe_start(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err);
+/* Drives pr->conn with its socket's events: 0 no answer yet; 1 answered,
+ * *host (malloc'd) and *port the master's; -1 this sentinel failed (start
+ * the next); -2 out of memory (err). Unless 0, the caller lets the loop go
+ * of the socket and closes it (dl_aprobe_stop). */
+int dl_aprobe_io(dl_asent *s, dl_aprobe *pr, int events, char **host, int *port, dl_err *err);
+/* 1 when the sentinel asked did not answer by its deadline (the caller
+ * then closes it and asks the next). */
+int dl_aprobe_timed_out(dl_asent *s, dl_aprobe *pr);
+/* The events pr->conn waits for (DLOCK_ASYNC_*). */
+int dl_aprobe_events(const dl_aprobe *pr);
+/* Closes the question's connection (none: no-op). */
+void dl_aprobe_stop(dl_aprobe *pr);
+
 /* ---- pipe.c ---- */
 typedef struct dl_areq dl_areq;
 /* A request's end: r its reply (freed by the pipe after), or NULL with err
@@ -87,7 +125,15 @@ struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
     dl_conn *conn;             /* NULL: closed (opened by the next request) */
-    int ready;                 /* connected, handshake answered */
+    int ready;                 /* connected, handshake answered (Sentinel:
+                                * and the server confirmed a master) */
+    /* Sentinel: while the master is asked for (probe) and confirmed
+     * (role), requests queue into held, a connection that never opens,
+     * and go to the master once it answers ROLE as one */
+    dl_aprobe probe;
+    dl_conn *held;
+    int role;                  /* ROLE's reply is the next after the handshake */
+    unsigned gen;              /* the client's ep_gen conn was opened to */
     int64_t connect_deadline;
     dl_areq *head, *tail;      /* requests waiting for their replies, in order */
     size_t pending;
@@ -132,6 +178,19 @@ void dl_apipe_io(dl_apipe *p, int events);
 void dl_apipe_fail(dl_apipe *p, const dl_err *err);
 /* Tells the loop what p's socket waits for. */
 void dl_apipe_update(dl_apipe *p);
+/* The socket p waits on now (the sentinel asked, or the server), or -1. */
+int dl_apipe_fd(const dl_apipe *p);
+/* 1 when requests queued now go out on the connection there is (open, or
+ * being opened), 0 when the next request would open one. */
+int dl_apipe_opened(const dl_apipe *p);
+
+/* ---- watch.c ---- */
+/* Sentinel (c->sent set): sets c->named and the watch's timer. */
+void dl_awatch_init(dl_aclient *c);
+/* The events of the watch's socket (slot 2). */
+void dl_awatch_io(dl_aclient *c, int events);
+/* Stops watching (client free). */
+void dl_awatch_close(dl_aclient *c);
 
 /* ---- subs.c ---- */
 typedef struct dl_awaiter dl_awaiter;
@@ -290,7 +349,15 @@ static inline void dl_akind_call(const dl_akeys *k, const dl_aargs *a, dl_acall 
 
 /* ---- client.c: the client ---- */
 struct dlock_async_client {
-    dl_endpoint ep;
+    dl_endpoint ep;            /* the server (Sentinel: the master named last;
+                                * host NULL before the first answer) */
+    dl_asent *sent;            /* Sentinel: the sentinels; NULL otherwise */
+    unsigned ep_gen;           /* counts the master's moves (Sentinel) */
+    /* Sentinel: a connection to the master named (ep, ep_gen) was opened
+     * (watch.c's: closes the others to an older master, watches) */
+    void (*named)(dl_aclient *c);
+    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot 2) */
+    dl_atimer wtimer;          /* its next question, or its answer's deadline */
     int64_t connect_timeout_ms, command_timeout_ms;
     dl_aloop loop;
     dl_apipe cmd;              /* slot 0: scripts */

@@ -1,7 +1,8 @@
 /* The async client: its URL and options, the entry point of its loop
  * (dlock_async_process), the bare interface, and its end. One server
- * (redis:// or unix://) in this version; the other deployments and
- * backends answer DLOCK_ENOTSUP (dlock_async.h). */
+ * (redis:// or unix://) or the master Sentinel names (redis-sentinel://)
+ * in this version; the other deployments and backends answer
+ * DLOCK_ENOTSUP (dlock_async.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,10 +39,20 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     dl_target t;
     int rc = dl_target_parse(url, &t, err);
     if (rc) return rc;
-    if (t.mode != DL_MODE_SINGLE || t.neps != 1 || t.eps[0].tls) {
+    int tls = 0;
+    for (size_t i = 0; i < t.neps; i++) tls |= t.eps[i].tls;
+    if (tls || (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_SENTINEL) ||
+        (t.mode == DL_MODE_SINGLE && t.neps != 1)) {
         rc = dl_seterr(err, DLOCK_ENOTSUP,
-                       "the async API supports one Redis server (redis://, unix://) only yet: "
-                       "not TLS, Sentinel, Cluster or RedLock");
+                       "the async API supports one Redis server (redis://, unix://) and "
+                       "Sentinel (redis-sentinel://) only yet: not TLS, Cluster or RedLock");
+    } else if (t.mode == DL_MODE_SENTINEL) {
+        /* the master's address comes from the sentinels, at each connect */
+        c->ep.db = t.db;
+        c->ep.password = t.password;
+        t.password = NULL;
+        rc = dl_asent_new(&t, &c->sent, err);
+        if (!rc) rc = dl_apply_credentials(&c->ep, o, err);
     } else {
         c->ep = t.eps[0];
         memset(&t.eps[0], 0, sizeof t.eps[0]);
@@ -58,10 +69,12 @@ static void cmd_up(dl_apipe *p) {
 }
 
 static void destroy(dl_aclient *c) {
+    dl_awatch_close(c);
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
     dl_asubs_free(&c->subs);
     dl_endpoint_clear(&c->ep);
+    dl_asent_free(c->sent);
     free(c);
 }
 
@@ -81,6 +94,7 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     dlock_options_init(&defaults);
     dl_err err = {0};
     int rc = open_client(c, opts ? opts : &defaults, &err);
+    if (!rc && c->sent) dl_awatch_init(c);
     if (rc) {
         c->freeing = 1; /* unusable: every operation refuses */
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
@@ -110,9 +124,9 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c || c->doomed) return;
     c->depth++;
     if (fd < 0) c->loop.told_at = -2; /* the adapter's timer fired: arm it again */
-    if (fd >= 0 && c->cmd.conn && fd == c->cmd.conn->fd) dl_apipe_io(&c->cmd, events);
-    else if (fd >= 0 && c->subs.pipe.conn && fd == c->subs.pipe.conn->fd)
-        dl_apipe_io(&c->subs.pipe, events);
+    if (fd >= 0 && fd == dl_apipe_fd(&c->cmd)) dl_apipe_io(&c->cmd, events);
+    else if (fd >= 0 && fd == dl_apipe_fd(&c->subs.pipe)) dl_apipe_io(&c->subs.pipe, events);
+    else if (fd >= 0 && c->wprobe.conn && fd == c->wprobe.conn->fd) dl_awatch_io(c, events);
     if (!c->doomed) dl_aloop_run(&c->loop);
     c->depth--;
     if (c->doomed) {

@@ -216,7 +216,7 @@ static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect
     /* on the connection there is, never a new one of its own: after a
      * failure the server may be down, and the next operation's connect
      * would find this one's refused */
-    if (c->cmd.conn && !oreq_send(o)) return;
+    if (dl_apipe_opened(&c->cmd) && !oreq_send(o)) return;
     if (!c->freeing) settle_later(o);
     else oreq_free(o);
 }

@@ -214,7 +214,7 @@ static void owe(dlock_async_object *o, int what, int64_t n, const char *raw) {
     if (!rq) return; /* a permit runs out with its lease; permits stay taken */
     rq->owed = 1;
     /* not a connection of its own: after a failure the server may be down */
-    if (o->c->cmd.conn && !req_send(rq, &e)) return;
+    if (dl_apipe_opened(&o->c->cmd) && !req_send(rq, &e)) return;
     settle_later(rq);
 }
 
