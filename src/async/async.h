@@ -326,16 +326,18 @@ void dl_alock_pipe_up(dl_apipe *p);
  * scripts). */
 enum { DL_AOP_NONE = 0, DL_AOP_SEM_ACQ, DL_AOP_PM_ACQ, DL_AOP_LA_AWAIT, DL_AOP_ONE };
 enum { DL_AOR_GET = 1, DL_AOR_SEM_ACQ, DL_AOR_SEM_ADD, DL_AOR_SEM_SET, DL_AOR_PM_ACQ,
-       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD,
-       DL_AOR_LA_SET };
+       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_PM_ADD,
+       DL_AOR_LA_CD, DL_AOR_LA_SET, DL_AOR_LA_FORCE };
 /* A new handle of kind on c (dlock_async_semaphore_new's contract). */
 int dl_aobj_new(dl_aclient *c, const char *name, size_t name_len, dlock_kind kind,
                 dlock_async_object **out);
 /* Records err as o's message; returns its code. */
 int dl_aobj_fail(dlock_async_object *o, const dl_err *err);
 /* Starts o's operation type (DL_AOP_*) on an object of kind: its first
- * request what with n (permits, delta, count, lease) and raw (a permit's
- * id, or NULL); a waiting type waits up to wait_ms. DLOCK_OK (cb runs
+ * request what with n (permits, delta, count, lease; a permit acquire's
+ * DLOCK_WATCHDOG: the client's watchdog lease, the permit then renewed by
+ * renew.c) and raw (a permit's id, or NULL); a waiting type waits up to
+ * wait_ms. DLOCK_OK (cb runs
  * once, later), or the failure recorded on o (cb never runs). */
 int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
                   const char *raw, int64_t wait_ms, dlock_async_object_fn cb, void *ud);
