@@ -97,8 +97,7 @@
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel,
  * Cluster and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
  * PostgreSQL); the ID worker, the multi-lock and holder identity have no
- * async calls yet. The fair lock's thread wait time is the default
- * (DLOCK_DEFAULT_FAIR_WAIT_MS): no async dlock_client_set_fair_wait.
+ * async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -155,6 +154,19 @@ typedef void (*dlock_async_fn)(dlock_async_lock *lock, int code, uint64_t fence,
  * from dlock_async_process, and may call any function of this header (free
  * the handle, release, acquire again...). */
 typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *udata);
+
+/* The fair lock's thread wait time W of c's fair-lock waiters, in ms, from
+ * their next attempt on, as dlock_client_set_fair_wait sets the blocking
+ * client's (see there: the queue entry's deadline is the entry ahead's
+ * plus W, a live waiter keeps it at least W ahead of the server's clock,
+ * coming back at least every min(W, DLOCK_DEFAULT_FAIR_WAIT_MS) / 3 ms,
+ * and a waiter that stopped coming back keeps its place until its
+ * deadline). Default DLOCK_DEFAULT_FAIR_WAIT_MS; a queue shared with
+ * Redisson clients needs theirs (DLOCK_REDISSON_FAIR_WAIT_MS by default).
+ * On the loop thread, as every call on c. Returns DLOCK_OK, or DLOCK_EINVAL
+ * (NULL c, a client being freed or unusable, wait_ms not within 1 ms to
+ * 2^40 ms; the message is dlock_async_errmsg(c)). */
+DLOCK_EXPORT int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t wait_ms);
 
 /* Creates an async client for opts->url (opts may be NULL: $DLOCK_URL, else
  * redis://127.0.0.1:6379; password, username, the two timeouts and

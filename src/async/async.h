@@ -230,6 +230,7 @@ typedef struct dl_aargs {
     int joining;               /* sent before its channel was confirmed */
     int64_t held;              /* the handle's holds when it was sent */
     int64_t expect;            /* a release: the owner's count expected */
+    int64_t fair_wait_ms;      /* the client's fair wait time W (0: the default) */
 } dl_aargs;
 
 /* One script call as built (pointers into the keys and into itself). */
@@ -240,7 +241,7 @@ typedef struct dl_acall {
     size_t keylens[5];
     const char *args[8];
     size_t arglens[8];
-    char lease[24], expect[24];
+    char lease[24], expect[24], wait[24];
 } dl_acall;
 
 #define DL_AKEYS_MAX 6
@@ -296,6 +297,9 @@ struct dlock_async_client {
     dl_apipe cmd;              /* slot 0: scripts */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
+    int64_t fair_wait_ms;      /* the fair lock's W from the next attempt on
+                                * (dlock_async_client_set_fair_wait); 0: the
+                                * default, DLOCK_DEFAULT_FAIR_WAIT_MS */
     dl_arenew renew;           /* the watchdog's holds */
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
