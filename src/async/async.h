@@ -82,7 +82,9 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
-#define DL_APIPE_LOADED 32 /* above every async kind's scripts (kinds.c: 18) */
+/* at least every script the async client sends (36: kinds.c's 18, the
+ * kinds' 5 renewals, object.c's 13); one beyond goes by its text always */
+#define DL_APIPE_LOADED 40
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
