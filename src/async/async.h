@@ -12,7 +12,8 @@
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
  *            scripts (a table: plain, reentrant, fair, read, write)
  *   lock.c   the locks' operations (acquire with its wait, release,
- *            extend, cancel) for every kind of the table
+ *            extend, cancel) for every kind of the table, and the
+ *            client's fair wait time they send
  *   object.c the semaphore's, permit semaphore's and latch's handles and
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
