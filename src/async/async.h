@@ -16,7 +16,8 @@
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
  *            scripts (a table: plain, reentrant, fair, read, write)
  *   lock.c   the locks' operations (acquire with its wait, release,
- *            extend, cancel) for every kind of the table
+ *            extend, cancel) for every kind of the table, and the
+ *            client's fair wait time they send
  *   object.c the semaphore's, permit semaphore's and latch's handles and
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
@@ -120,7 +121,9 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
-#define DL_APIPE_LOADED 32 /* above every async kind's scripts (kinds.c: 18) */
+/* at least every script the async client sends (36: kinds.c's 18, the
+ * kinds' 5 renewals, object.c's 13); one beyond goes by its text always */
+#define DL_APIPE_LOADED 40
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
@@ -289,6 +292,7 @@ typedef struct dl_aargs {
     int joining;               /* sent before its channel was confirmed */
     int64_t held;              /* the handle's holds when it was sent */
     int64_t expect;            /* a release: the owner's count expected */
+    int64_t fair_wait_ms;      /* the client's fair wait time W (0: the default) */
 } dl_aargs;
 
 /* One script call as built (pointers into the keys and into itself). */
@@ -299,7 +303,7 @@ typedef struct dl_acall {
     size_t keylens[5];
     const char *args[8];
     size_t arglens[8];
-    char lease[24], expect[24];
+    char lease[24], expect[24], wait[24];
 } dl_acall;
 
 #define DL_AKEYS_MAX 6
@@ -363,6 +367,9 @@ struct dlock_async_client {
     dl_apipe cmd;              /* slot 0: scripts */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
+    int64_t fair_wait_ms;      /* the fair lock's W from the next attempt on
+                                * (dlock_async_client_set_fair_wait); 0: the
+                                * default, DLOCK_DEFAULT_FAIR_WAIT_MS */
     dl_arenew renew;           /* the watchdog's holds */
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
@@ -393,16 +400,18 @@ void dl_alock_pipe_up(dl_apipe *p);
  * scripts). */
 enum { DL_AOP_NONE = 0, DL_AOP_SEM_ACQ, DL_AOP_PM_ACQ, DL_AOP_LA_AWAIT, DL_AOP_ONE };
 enum { DL_AOR_GET = 1, DL_AOR_SEM_ACQ, DL_AOR_SEM_ADD, DL_AOR_SEM_SET, DL_AOR_PM_ACQ,
-       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD,
-       DL_AOR_LA_SET };
+       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_PM_ADD,
+       DL_AOR_LA_CD, DL_AOR_LA_SET, DL_AOR_LA_FORCE };
 /* A new handle of kind on c (dlock_async_semaphore_new's contract). */
 int dl_aobj_new(dl_aclient *c, const char *name, size_t name_len, dlock_kind kind,
                 dlock_async_object **out);
 /* Records err as o's message; returns its code. */
 int dl_aobj_fail(dlock_async_object *o, const dl_err *err);
 /* Starts o's operation type (DL_AOP_*) on an object of kind: its first
- * request what with n (permits, delta, count, lease) and raw (a permit's
- * id, or NULL); a waiting type waits up to wait_ms. DLOCK_OK (cb runs
+ * request what with n (permits, delta, count, lease; a permit acquire's
+ * DLOCK_WATCHDOG: the client's watchdog lease, the permit then renewed by
+ * renew.c) and raw (a permit's id, or NULL); a waiting type waits up to
+ * wait_ms. DLOCK_OK (cb runs
  * once, later), or the failure recorded on o (cb never runs). */
 int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
                   const char *raw, int64_t wait_ms, dlock_async_object_fn cb, void *ud);

@@ -303,7 +303,8 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     rq->after_sub = dl_asubs_subscribed(&l->op.w);
     memcpy(rq->token, token, DLOCK_TOKEN_LEN);
     dl_aargs a = {.what = what, .lease_ms = lease_ms, .queue = recheck, .reg = registered,
-                  .joining = !rq->after_sub, .held = l->holds, .expect = l->holds};
+                  .joining = !rq->after_sub, .held = l->holds, .expect = l->holds,
+                  .fair_wait_ms = l->c->fair_wait_ms};
     a.token = owner_of(l->k, rq->token, &a.token_len);
     dl_acall call;
     dl_akind_call(l->k, &a, &call);
@@ -723,6 +724,21 @@ void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost_fn fn, void 
 }
 
 int dlock_async_lock_is_lost(const dlock_async_lock *l) { return l ? l->lost : 0; }
+
+int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t wait_ms) {
+    if (!c) return DLOCK_EINVAL;
+    if (c->freeing) {
+        snprintf(c->errmsg, sizeof c->errmsg, "the client is being freed, or could not be created");
+        return DLOCK_EINVAL;
+    }
+    if (wait_ms < 1 || wait_ms > ((int64_t)1 << 40)) {
+        snprintf(c->errmsg, sizeof c->errmsg, "fair wait time must be 1 ms to 2^40 ms (got %lld)",
+                 (long long)wait_ms);
+        return DLOCK_EINVAL;
+    }
+    c->fair_wait_ms = wait_ms;
+    return DLOCK_OK;
+}
 
 int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
     if (!l || !l->holds || l->lost) return 0;
