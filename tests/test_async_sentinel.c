@@ -12,7 +12,12 @@
  *             the client follows the new master within about a second
  *             although the old one still answers as a master (a new
  *             acquire's key is on the new master), the holder's release
- *             reaches it and the waiter is served there */
+ *             reaches it and the waiter is served there
+ *   crash     the master killed (and the sentinel asked first paused)
+ *             while a lock is held and a waiter waits: the waiter rides
+ *             out the outage and is served on the promoted replica once
+ *             the holder's lease runs out there (the bare loop only: what
+ *             it checks is above the loop) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -350,6 +355,49 @@ static void t_failover(th_server *s) {
     client_free(c);
 }
 
-static const async_case cases[] = {{"basic", t_basic}, {"failover", t_failover}, {NULL, NULL}};
+/* ---- crash ---- */
+
+static void t_crash(th_server *s) {
+    sentinels(s);
+    int new_port = th_server_port(replica);
+    dlock_async_client *c = sclient();
+    dlock_async_lock *h = alock(c, "fc");
+    res hr = {0};
+    hold(h, 2000, &hr); /* its lease runs out on the new master */
+    dlock_async_lock *w = alock(c, "fc");
+    res wr = {0};
+    START(dlock_async_acquire(w, 20000, 20000, on_done, &wr));
+    run_for(300);
+    ASSERT_EQ(wr.calls, 0);
+    redisContext *rr = th_redis(replica);
+    ASSERT_EVENTUALLY(th_cmd_int(rr, "EXISTS fc") == 1, 3000); /* replicated */
+    redisFree(rr);
+    /* the sentinel asked first (it answered last) answers nothing now: each
+     * question waits for it 500 ms, then asks the next */
+    kill(sent_pid[0], SIGSTOP);
+    th_server_halt(s, SIGKILL);
+    int64_t killed = th_now_ms();
+    RUN_UNTIL(wr.calls > 0, 20000);
+    ASSERT_MSG(wr.code == DLOCK_OK, "%s", dlock_async_lock_errmsg(w));
+    th_log("the waiter was served on the new master %lld ms after the master died",
+           (long long)(wr.at - killed));
+    ASSERT_EQ(th_sentinel_master_port(sent_port[1]), new_port);
+    redisContext *rn = th_redis(replica);
+    ASSERT_EQ(th_cmd_int(rn, "EXISTS fc"), 1);
+    redisFree(rn);
+    /* the released lock is gone from the new master */
+    res rel = {0};
+    START(dlock_async_release(w, on_done, &rel));
+    WAIT_DONE(rel, 3000);
+    ASSERT_OK(rel.code);
+    rn = th_redis(replica);
+    ASSERT_EQ(th_cmd_int(rn, "EXISTS fc"), 0);
+    redisFree(rn);
+    kill(sent_pid[0], SIGCONT);
+    client_free(c);
+}
+
+static const async_case cases[] = {
+    {"basic", t_basic}, {"failover", t_failover}, {"crash", t_crash}, {NULL, NULL}};
 
 int main(int argc, char **argv) { return async_main(argc, argv, "async_sentinel", cases); }
