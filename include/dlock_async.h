@@ -98,7 +98,7 @@
  * sentinels (one at a time, the one that answered last first, 500 ms
  * each) for the master, then checks with ROLE that it is one; requests
  * queued meanwhile go out once it is. While connected, the sentinels are
- * asked every second (slot 2); when they name another master, or a reply
+ * asked every second (slot 2, a connection kept open); when they name another master, or a reply
  * says READONLY (the master was made a replica), the connections to the
  * old one close: their requests end with DLOCK_EIO, an acquire that may
  * wait rides it out, and the next request connects to the new master.

@@ -41,6 +41,20 @@ static void stop_sentinels(void) {
     th_rm_rf(sent_dir);
 }
 
+/* The connections sentinel i has accepted so far (INFO stats), counting
+ * the one asking. */
+static long long sentinel_connections(int i) {
+    redisContext *rc = redisConnect("127.0.0.1", sent_port[i]);
+    ASSERT(rc && !rc->err);
+    redisReply *r = th_cmd(rc, "INFO stats");
+    const char *at = r->str ? strstr(r->str, "total_connections_received:") : NULL;
+    ASSERT(at);
+    long long n = atoll(at + strlen("total_connections_received:"));
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
 static int all_name(int port) {
     for (int i = 0; i < NSENT; i++)
         if (th_sentinel_master_port(sent_port[i]) != port) return 0;
@@ -224,6 +238,16 @@ static void t_basic(th_server *s) {
     WAIT_DONE(wr, 3000);
     ASSERT_OK(wr.code);
     dlock_lock_free(bl);
+
+    /* the watch asks every second on a connection it keeps: the sentinels
+     * see no new connections while the client idles */
+    long long before = 0, after_ = 0;
+    for (int i = 0; i < NSENT; i++) before += sentinel_connections(i);
+    run_for(3300);
+    for (int i = 0; i < NSENT; i++) after_ += sentinel_connections(i);
+    after_ -= NSENT; /* this check's own */
+    th_log("connections the sentinels accepted over 3.3 s: %lld", after_ - before);
+    ASSERT(after_ - before <= 1);
 
     /* a semaphore */
     dlock_async_object *sem = NULL;

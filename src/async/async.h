@@ -96,6 +96,9 @@ typedef struct dl_aprobe {
  * with pr->conn connecting, or DLOCK_EIO when every one was tried (the
  * message names the last failure), DLOCK_ENOMEM. */
 int dl_aprobe_start(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err);
+/* Asks again on pr->conn, a sentinel that answered (kept open).
+ * DLOCK_OK or DLOCK_ENOMEM. */
+int dl_aprobe_repeat(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err);
 /* Drives pr->conn with its socket's events: 0 no answer yet; 1 answered,
  * *host (malloc'd) and *port the master's; -1 this sentinel failed (start
  * the next); -2 out of memory (err). Unless 0, the caller lets the loop go
@@ -360,7 +363,9 @@ struct dlock_async_client {
     /* Sentinel: a connection to the master named (ep, ep_gen) was opened
      * (watch.c's: closes the others to an older master, watches) */
     void (*named)(dl_aclient *c);
-    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot 2) */
+    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot 2);
+                                * its connection is kept between questions */
+    int wasking;               /* the question is out on wprobe.conn */
     dl_atimer wtimer;          /* its next question, or its answer's deadline */
     int64_t connect_timeout_ms, command_timeout_ms;
     dl_aloop loop;

@@ -41,10 +41,10 @@ void dl_asent_free(dl_asent *s) {
     free(s);
 }
 
+static int64_t one_timeout(int64_t connect_timeout_ms);
+
 int64_t dl_asent_budget(const dl_asent *s, int64_t connect_timeout_ms) {
-    int64_t one = connect_timeout_ms < DL_ASENT_TIMEOUT_MS ? connect_timeout_ms
-                                                           : DL_ASENT_TIMEOUT_MS;
-    return one * (int64_t)s->n;
+    return one_timeout(connect_timeout_ms) * (int64_t)s->n;
 }
 
 int dl_aprobe_events(const dl_aprobe *pr) {
@@ -57,21 +57,32 @@ void dl_aprobe_stop(dl_aprobe *pr) {
     pr->conn = NULL;
 }
 
+static int64_t one_timeout(int64_t connect_timeout_ms) {
+    return connect_timeout_ms < DL_ASENT_TIMEOUT_MS ? connect_timeout_ms : DL_ASENT_TIMEOUT_MS;
+}
+
+/* Queues the question on conn. */
+static int question(dl_asent *s, dl_conn *conn, dl_err *err) {
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
+    size_t lens[3] = {8, 23, strlen(s->master_name)};
+    return dl_conn_append(conn, 3, argv, lens, err);
+}
+
+int dl_aprobe_repeat(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err) {
+    int rc = question(s, pr->conn, err);
+    if (!rc) pr->deadline = dl_deadline(one_timeout(connect_timeout_ms));
+    return rc;
+}
+
 int dl_aprobe_start(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err) {
-    int64_t one = connect_timeout_ms < DL_ASENT_TIMEOUT_MS ? connect_timeout_ms
-                                                           : DL_ASENT_TIMEOUT_MS;
+    int64_t one = one_timeout(connect_timeout_ms);
     while (pr->tried < s->n) {
         size_t i = (s->good + pr->tried) % s->n;
         pr->tried++;
         dl_conn *conn = NULL;
         dl_err e = {0};
         int rc = dl_conn_open_start(&s->eps[i], &conn, &e);
-        if (!rc) {
-            const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", s->master_name};
-            size_t lens[3] = {8, 23, strlen(s->master_name)};
-            rc = dl_conn_append(conn, 3, argv, lens, &e);
-            if (rc) dl_conn_close(conn);
-        }
+        if (!rc && (rc = question(s, conn, &e)) != DLOCK_OK) dl_conn_close(conn);
         if (rc == DLOCK_ENOMEM) return dl_seterr(err, rc, "%s", e.msg);
         if (rc) {
             pr->last = e;

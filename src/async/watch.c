@@ -1,6 +1,7 @@
 /* Sentinel: while the client has a connection to the master, the sentinels
- * are asked every DL_AWATCH_MS, on a socket of their own (slot 2), which
- * master they name; when it is another (a failover), the connections to
+ * are asked every DL_AWATCH_MS, on a socket of their own (slot 2) kept open
+ * to the sentinel that answered last, which master they name (Redisson's
+ * sentinel scan does the same each second); when it is another (a failover), the connections to
  * the old one are closed: their requests end with DLOCK_EIO (an acquire
  * that may wait rides it out, lock.c) and the next connection asks the
  * sentinels again (pipe.c). The old master may go on answering as one for
@@ -48,31 +49,50 @@ static void update(dl_aclient *c) {
 static void ask(dl_aclient *c) {
     dl_err err;
     stop_probe(c);
+    c->wasking = 0;
     if (!connected(c) || dl_aprobe_start(c->sent, &c->wprobe, c->connect_timeout_ms, &err)) {
         /* no connection to watch, or no sentinel answered: the next
          * connection asks anyway */
         if (connected(c)) arm(c, dl_now_ms() + DL_AWATCH_MS);
         return;
     }
+    c->wasking = 1;
     update(c);
     arm(c, c->wprobe.deadline);
 }
 
 static void on_timer(dl_atimer *t) {
     dl_aclient *c = t->arg;
-    if (c->wprobe.conn) {
+    dl_err err;
+    if (c->wprobe.conn && c->wasking) {
         if (dl_aprobe_timed_out(c->sent, &c->wprobe)) ask(c);
         else arm(c, c->wprobe.deadline);
-        return;
+    } else if (!connected(c)) {
+        stop_probe(c); /* nothing to watch: asked again at the next connection */
+    } else if (c->wprobe.conn &&
+               !dl_aprobe_repeat(c->sent, &c->wprobe, c->connect_timeout_ms, &err)) {
+        /* the sentinel that answered last, on the connection kept */
+        c->wasking = 1;
+        update(c);
+        arm(c, c->wprobe.deadline);
+    } else {
+        stop_probe(c);
+        memset(&c->wprobe, 0, sizeof c->wprobe);
+        ask(c);
     }
-    memset(&c->wprobe, 0, sizeof c->wprobe);
-    ask(c);
 }
 
 void dl_awatch_io(dl_aclient *c, int events) {
     char *host = NULL;
     int port = 0;
     dl_err err;
+    if (!c->wasking) {
+        /* a kept connection is readable only when the sentinel closed it
+         * (or says what it was not asked): let it go, the next question
+         * opens another */
+        stop_probe(c);
+        return;
+    }
     int r = dl_aprobe_io(c->sent, &c->wprobe, events, &host, &port, &err);
     if (r == 0) {
         update(c);
@@ -82,7 +102,12 @@ void dl_awatch_io(dl_aclient *c, int events) {
         ask(c);
         return;
     }
-    stop_probe(c);
+    c->wasking = 0;
+    if (r == 1) {
+        update(c); /* kept, watched for its close */
+    } else {
+        stop_probe(c);
+    }
     if (r == 1 && (!c->ep.host || strcmp(c->ep.host, host) != 0 || c->ep.port != port)) {
         free(c->ep.host);
         c->ep.host = host;
@@ -93,7 +118,7 @@ void dl_awatch_io(dl_aclient *c, int events) {
         free(host);
     }
     if (connected(c)) arm(c, dl_now_ms() + DL_AWATCH_MS);
-    else dl_atimer_stop(&c->loop, &c->wtimer);
+    else stop_probe(c), dl_atimer_stop(&c->loop, &c->wtimer);
 }
 
 static void named(dl_aclient *c) {
