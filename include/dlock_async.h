@@ -89,6 +89,24 @@
  * hold. A lost hold is renewed no more and its valid time is 0; the handle
  * still counts as holding until a release (DLOCK_ELOST, or DLOCK_OK if the
  * server still had it) or a new acquire of a reentrant handle.
+ * A permit taken with DLOCK_WATCHDOG (dlock_async_permits_acquire) is kept
+ * the same way, in the same rounds, by the blocking watchdog's script for
+ * permits, until it is released or renewed by id through its handle, or
+ * the handle is freed; its loss goes to dlock_async_object_on_lost's
+ * callback.
+ *
+ * Sentinel (redis-sentinel://): each new connection first asks the
+ * sentinels (one at a time, the one that answered last first, 500 ms
+ * each) for the master, then checks with ROLE that it is one; requests
+ * queued meanwhile go out once it is. While connected, the sentinels are
+ * asked every second (a slot of its own, a connection kept open); when they name another master, or a reply
+ * says READONLY (the master was made a replica), the connections to the
+ * old one close: their requests end with DLOCK_EIO, an acquire that may
+ * wait rides it out, and the next request connects to the new master.
+ * As with the blocking client, a failover may lose a hold not yet
+ * replicated (Redis replicates asynchronously; wait_replicas is refused
+ * here), and for up to about a second after it requests may still reach
+ * an old master that answers as one.
  *
  * Redis Cluster (redis-cluster://seeds): a connection per master, each
  * request on its key's master (read from CLUSTER SLOTS without blocking;
@@ -99,12 +117,9 @@
  * their channel's slot (one subscribed connection per such master), and
  * subscribe again where the slot went when it moves (docs/async.md).
  *
- * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Sentinel
- * and RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL), and DLOCK_WATCHDOG leases of permits; the ID worker, the
- * multi-lock and holder identity have no async calls yet. The fair lock's
- * thread wait time is the default (DLOCK_DEFAULT_FAIR_WAIT_MS): no async
- * dlock_client_set_fair_wait.
+ * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS) and RedLock
+ * URLs, the other backends (ZooKeeper, etcd, MySQL, PostgreSQL); the ID
+ * worker, the multi-lock and holder identity have no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -133,7 +148,8 @@ typedef struct dlock_async_lock dlock_async_lock;
  * Slots. Each socket the client watches has a slot: a small integer from
  * 0 up, the lowest free one, and reused after the slot was told events 0.
  * How many slots a client uses depends on its deployment: one Redis server
- * takes 2 (0 its command connection, 1 its subscribed connection); a Redis
+ * takes 2 (0 its command connection, 1 its subscribed connection),
+ * Sentinel one more (the question whether the master moved), a Redis
  * Cluster 2 more per master it meets (a command and a subscribed
  * connection each); there is no fixed bound, so an adapter grows its
  * table on demand. */
@@ -171,6 +187,19 @@ typedef void (*dlock_async_fn)(dlock_async_lock *lock, int code, uint64_t fence,
  * the handle, release, acquire again...). */
 typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *udata);
 
+/* The fair lock's thread wait time W of c's fair-lock waiters, in ms, from
+ * their next attempt on, as dlock_client_set_fair_wait sets the blocking
+ * client's (see there: the queue entry's deadline is the entry ahead's
+ * plus W, a live waiter keeps it at least W ahead of the server's clock,
+ * coming back at least every min(W, DLOCK_DEFAULT_FAIR_WAIT_MS) / 3 ms,
+ * and a waiter that stopped coming back keeps its place until its
+ * deadline). Default DLOCK_DEFAULT_FAIR_WAIT_MS; a queue shared with
+ * Redisson clients needs theirs (DLOCK_REDISSON_FAIR_WAIT_MS by default).
+ * On the loop thread, as every call on c. Returns DLOCK_OK, or DLOCK_EINVAL
+ * (NULL c, a client being freed or unusable, wait_ms not within 1 ms to
+ * 2^40 ms; the message is dlock_async_errmsg(c)). */
+DLOCK_EXPORT int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t wait_ms);
+
 /* Creates an async client for opts->url (opts may be NULL: $DLOCK_URL, else
  * redis://127.0.0.1:6379; password, username, the two timeouts and
  * watchdog_lease_ms are read from opts as dlock_client_new does; wait_replicas, fence_url and the tls_*
@@ -182,8 +211,8 @@ typedef void (*dlock_async_lost_fn)(dlock_async_lock *lock, int reason, void *ud
  * the call fails (unless memory ran out), so that dlock_async_errmsg(*out)
  * tells why; free it with dlock_async_client_free.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL out, a bad URL or option),
- * DLOCK_ENOTSUP (rediss://, Sentinel, RedLock, another backend's URL, an
- * option above), DLOCK_ENOMEM. */
+ * DLOCK_ENOTSUP (rediss://, RedLock, another backend's URL, an option
+ * above), DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);
@@ -349,6 +378,15 @@ DLOCK_EXPORT int dlock_async_lock_is_lost(const dlock_async_lock *l);
  *    at most).
  *  - a latch count-down may have counted: it is not sent again (the
  *    count-down is not idempotent).
+ *  - a permit semaphore add and a latch set may have been applied: they
+ *    are not sent again, as the blocking dlock_permits_add and
+ *    dlock_latch_set are not (the add carries no change id: a copy would
+ *    count twice; a set sent again could undo a count-down made between
+ *    the copies); the callback's code is the failure.
+ *  - a permit release or renewal by id of one of the handle's watchdog
+ *    permits (below) whose outcome stays unknown leaves that permit
+ *    renewed by the watchdog, as dlock_permits_release does; if it was
+ *    released, the next renewal finds it gone and tells it lost.
  * dlock_async_client_free drops whatever was still owed. */
 typedef struct dlock_async_object dlock_async_object;
 
@@ -426,15 +464,41 @@ DLOCK_EXPORT int dlock_async_semaphore_try_set(dlock_async_object *o, int64_t pe
 DLOCK_EXPORT int dlock_async_semaphore_available(dlock_async_object *o,
                                                  dlock_async_object_fn cb, void *udata);
 
-/* Permit semaphore: takes one permit with a lease (lease_ms > 0;
- * DLOCK_WATCHDOG is DLOCK_ENOTSUP here), waiting up to wait_ms. The
- * callback gets DLOCK_OK (value 1; the permit's id, DLOCK_PERMIT_ID_LEN hex
- * characters, is dlock_async_permits_id(o)), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
- * DLOCK_ECANCELED, or a failure. Released by its id by either API, or
- * given back by the server when its lease runs out. */
+/* Permit semaphore: takes one permit with a lease (lease_ms > 0, or
+ * DLOCK_WATCHDOG), waiting up to wait_ms. The callback gets DLOCK_OK
+ * (value 1; the permit's id, DLOCK_PERMIT_ID_LEN hex characters, is
+ * dlock_async_permits_id(o)), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELED, or a failure (DLOCK_ENOMEM: a watchdog permit that could
+ * not be registered, given back). Released by its id by either API, or
+ * given back by the server when its lease runs out.
+ * DLOCK_WATCHDOG: the lease is the client's watchdog_lease_ms, renewed
+ * from the loop every third of it (see "The watchdog": found lost as a
+ * lock's hold, DLOCK_LOST_TAKEN or DLOCK_LOST_UNREACHABLE, and told to
+ * dlock_async_object_on_lost's callback) until o releases it by id
+ * (dlock_async_permits_release), o renews it with an explicit lease
+ * (dlock_async_permits_renew: it is an explicit-lease permit then, as with
+ * dlock_permits_renew), or o is freed (it then runs out with its lease).
+ * A release or renewal of its id through another handle, or by the
+ * blocking API, does not stop o's renewals: the next one finds it gone
+ * and tells it lost. */
 DLOCK_EXPORT int dlock_async_permits_acquire(dlock_async_object *o, int64_t wait_ms,
                                              int64_t lease_ms, dlock_async_object_fn cb,
                                              void *udata);
+/* The callback of a watchdog permit found lost (see
+ * dlock_async_permits_acquire): id is that permit's, reason
+ * DLOCK_LOST_TAKEN (its lease entry was gone or expired at a renewal: it
+ * expired, or another client removed it) or DLOCK_LOST_UNREACHABLE (no
+ * renewal confirmed in time). The permit is renewed no more; its release
+ * answers DLOCK_ENOTOWNER once it is gone. It runs on the loop thread,
+ * from dlock_async_process, and may call any function of this header
+ * (free the handle, acquire again...). */
+typedef void (*dlock_async_permit_lost_fn)(dlock_async_object *o, const char *id, int reason,
+                                           void *udata);
+/* Sets the callback for o's watchdog permits found lost (NULL: none), as
+ * dlock_permits_on_lost. NULL o is a no-op. */
+DLOCK_EXPORT void dlock_async_object_on_lost(dlock_async_object *o,
+                                             dlock_async_permit_lost_fn fn, void *udata);
+
 /* The id of the permit o's last acquire took: valid from its callback
  * until o's next operation or its free; "" when the last acquire failed. */
 DLOCK_EXPORT const char *dlock_async_permits_id(const dlock_async_object *o);
@@ -459,6 +523,13 @@ DLOCK_EXPORT int dlock_async_permits_available(dlock_async_object *o, dlock_asyn
 /* Permit semaphore: as dlock_async_semaphore_try_set. */
 DLOCK_EXPORT int dlock_async_permits_try_set(dlock_async_object *o, int64_t permits,
                                              dlock_async_object_fn cb, void *udata);
+/* Permit semaphore: adds delta (may be negative, |delta| <= DLOCK_COUNT_MAX)
+ * to the available permits, expired leases returned first, and wakes
+ * waiters of every client, as dlock_permits_add. The callback gets
+ * DLOCK_OK (value: the available permits right after), DLOCK_ECANCELED,
+ * or a failure (not sent again: see "Outcomes" above). */
+DLOCK_EXPORT int dlock_async_permits_add(dlock_async_object *o, int64_t delta,
+                                         dlock_async_object_fn cb, void *udata);
 
 /* Latch: counts down by k (>= 1), not below zero; at zero the waiters of
  * every client are woken. The callback gets DLOCK_OK (value: the count
@@ -475,6 +546,13 @@ DLOCK_EXPORT int dlock_async_latch_await(dlock_async_object *o, int64_t wait_ms,
  * 1 (set) or 0, DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_latch_try_set(dlock_async_object *o, int64_t count,
                                            dlock_async_object_fn cb, void *udata);
+/* Latch: sets the count (>= 0) unconditionally, as dlock_latch_set: 0
+ * deletes it and wakes the waiters of every client (a "0" message), more
+ * tells them a new count (a "1"). The callback gets DLOCK_OK (value: the
+ * count set), DLOCK_ECANCELED, or a failure (not sent again: see
+ * "Outcomes" above). */
+DLOCK_EXPORT int dlock_async_latch_set(dlock_async_object *o, int64_t count,
+                                       dlock_async_object_fn cb, void *udata);
 /* Latch: DLOCK_OK with value the count, DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb,
                                          void *udata);

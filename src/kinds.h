@@ -61,17 +61,24 @@ extern dl_script dl_script_semaphore_try_set;
 extern dl_script dl_script_latch_try_set;
 /* latch.c: KEYS latch, channel; ARGV k -> the new count */
 extern dl_script dl_script_latch_count_down;
+/* latch.c: KEYS latch, channel; ARGV count (>= 0; 0 deletes) -> 1 */
+extern dl_script dl_script_latch_set;
 /* permits_redis.c: KEYS name, {name}:timeout, channel.
  * acquire: ARGV raw id, lease ms -> {1, 0} | {0, ms to the earliest expiry or -1}
  * release: ARGV raw id -> 1 | 0 not out on lease
  * renew: ARGV raw id, lease ms -> 1 renewed (never shortened) | 0 gone
  * available: -> the available permits (expired ones returned first)
- * try_set: ARGV permits -> 1 set | 0 exists */
+ * try_set: ARGV permits -> 1 set | 0 exists
+ * add: ARGV delta -> the new count (expired leases returned first)
+ * wd_renew: the watchdog's, a lock's renewal shape: KEYS[i] {name}:timeout,
+ *   ARGV[1] lease ms, ARGV[1 + i] raw id -> {1 renewed | 0 gone, ...} */
 extern dl_script dl_script_permits_acquire;
 extern dl_script dl_script_permits_release;
 extern dl_script dl_script_permits_renew;
 extern dl_script dl_script_permits_available;
 extern dl_script dl_script_permits_try_set;
+extern dl_script dl_script_permits_add;
+extern dl_script dl_script_permits_wd_renew;
 
 /* ---- the synchronizer objects (object.c, semaphore.c) ---- */
 /* A backend found the permits of the semaphore whose handle o is gone:

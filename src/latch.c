@@ -31,7 +31,7 @@ dl_script dl_script_latch_try_set = DL_SCRIPT("latch_try_set",
     "return 1");
 
 /* ARGV: count (>= 0). 0 deletes the key and wakes the waiters. -> 1 */
-static dl_script set_script = DL_SCRIPT("latch_set",
+dl_script dl_script_latch_set = DL_SCRIPT("latch_set",
     "if tonumber(ARGV[1]) <= 0 then "
     "redis.call('del', KEYS[1]) "
     "redis.call('publish', KEYS[2], '0') "
@@ -125,7 +125,7 @@ int dl_redis_latch_try_set(dl_object *o, int64_t count, int *set, dl_err *err) {
 
 int dl_redis_latch_set(dl_object *o, int64_t count, dl_err *err) {
     long long v = 0;
-    return la_eval((dlock_latch *)o, &set_script, "latch set", count, &v, err);
+    return la_eval((dlock_latch *)o, &dl_script_latch_set, "latch set", count, &v, err);
 }
 
 int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err) {

@@ -104,7 +104,7 @@ dl_script dl_script_permits_try_set = DL_SCRIPT("permits_try_set",
     "return 0");
 
 /* ARGV: delta. -> the new count */
-static dl_script add_script = DL_SCRIPT("permits_add",
+dl_script dl_script_permits_add = DL_SCRIPT("permits_add",
     PERMITS_PRELUDE
     "reclaim() "
     "local v = redis.call('incrby', KEYS[1], ARGV[1]) "
@@ -115,7 +115,7 @@ static dl_script add_script = DL_SCRIPT("permits_add",
  * lease ms, ARGV[1 + i] = permit id. Renews only permits still out and not
  * yet expired on the server's clock (an expired one is returned to the pool
  * by the next operation: it is lost). -> {1 renewed | 0 gone, ...} */
-static dl_script wd_renew_script = DL_SCRIPT("permits_wd_renew",
+dl_script dl_script_permits_wd_renew = DL_SCRIPT("permits_wd_renew",
     "local t = redis.call('time') "
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
     "local exp = string.format('%.0f', now + tonumber(ARGV[1])) "
@@ -155,7 +155,7 @@ void dl_redis_permits_destroy(dl_object *o) {
 
 void dl_redis_permits_lease(dl_object *o, dl_lease *lease) {
     const pm_keys *k = o->h.backend_state;
-    lease->renew = &wd_renew_script;
+    lease->renew = &dl_script_permits_wd_renew;
     lease->key = k->zkey;
     lease->key_len = k->zkey_len;
 }
@@ -300,5 +300,5 @@ int dl_redis_permits_add(dl_object *o, int64_t delta, dl_err *err) {
     const char *args[1] = {num};
     size_t arglens[1] = {dl_fmt_ll(num, delta)};
     long long v = 0;
-    return pm_eval_int(o, &add_script, "permit add", 1, args, arglens, &v, err);
+    return pm_eval_int(o, &dl_script_permits_add, "permit add", 1, args, arglens, &v, err);
 }

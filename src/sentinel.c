@@ -45,6 +45,20 @@ void dl_sentinel_free(dl_sentinel *s) {
     free(s);
 }
 
+int dl_sentinel_answer(const char *master_name, const redisReply *r, char **host, int *port,
+                       dl_err *err) {
+    long long p = 0;
+    if (r->type == REDIS_REPLY_ERROR) return dl_reply_error(r, "SENTINEL", err);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || dl_reply_int(r->element[1], &p) || p <= 0 ||
+        p > 65535)
+        return dl_seterr(err, DLOCK_EIO, "sentinel knows no master named '%.60s'", master_name);
+    if (!(*host = strdup(r->element[0]->str)))
+        return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    *port = (int)p;
+    return DLOCK_OK;
+}
+
 /* Asks one sentinel; host (malloc'd) and port on success. */
 static int ask(dl_sentinel *s, size_t i, char **host, int *port, dl_err *err) {
     dl_conn *conn = NULL;
@@ -57,18 +71,7 @@ static int ask(dl_sentinel *s, size_t i, char **host, int *port, dl_err *err) {
     rc = dl_conn_command(conn, deadline, 3, argv, lens, &r, err);
     dl_conn_close(conn);
     if (rc) return rc;
-    long long p = 0;
-    if (r->type == REDIS_REPLY_ERROR) {
-        rc = dl_reply_error(r, "SENTINEL", err);
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-               r->element[0]->type != REDIS_REPLY_STRING || dl_reply_int(r->element[1], &p) ||
-               p <= 0 || p > 65535) {
-        rc = dl_seterr(err, DLOCK_EIO, "sentinel knows no master named '%.60s'", s->master_name);
-    } else if (!(*host = strdup(r->element[0]->str))) {
-        rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-    } else {
-        *port = (int)p;
-    }
+    rc = dl_sentinel_answer(s->master_name, r, host, port, err);
     freeReplyObject(r);
     return rc;
 }
@@ -132,21 +135,26 @@ int dl_sentinel_refresh(dl_node *n, int force, dl_err *err) {
     return DLOCK_OK;
 }
 
+int dl_sentinel_role(const redisReply *r, dl_err *err) {
+    if (r->type == REDIS_REPLY_ERROR) return dl_reply_error(r, "ROLE", err);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return dl_seterr(err, DLOCK_EPROTO, "ROLE: unexpected reply");
+    if (strcmp(r->element[0]->str, "master") != 0)
+        return dl_seterr(err, DLOCK_EIO,
+                         "the server the sentinels named reports itself a %.20s, not a master "
+                         "(failover in progress?)",
+                         r->element[0]->str);
+    return DLOCK_OK;
+}
+
 int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err) {
     const char *argv[1] = {"ROLE"};
     size_t lens[1] = {4};
     redisReply *r = NULL;
     int rc = dl_conn_command(conn, deadline, 1, argv, lens, &r, err);
     if (rc) return rc;
-    if (r->type == REDIS_REPLY_ERROR) rc = dl_reply_error(r, "ROLE", err);
-    else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
-             r->element[0]->type != REDIS_REPLY_STRING)
-        rc = dl_seterr(err, DLOCK_EPROTO, "ROLE: unexpected reply");
-    else if (strcmp(r->element[0]->str, "master") != 0)
-        rc = dl_seterr(err, DLOCK_EIO,
-                       "the server the sentinels named reports itself a %.20s, not a master "
-                       "(failover in progress?)",
-                       r->element[0]->str);
+    rc = dl_sentinel_role(r, err);
     freeReplyObject(r);
     return rc;
 }

@@ -109,6 +109,13 @@ void dl_sentinel_free(dl_sentinel *s);
 /* Asks the sentinels for the master's address and moves node n there when it
  * changed (dropping n's idle connections). force: ask even if asked lately. */
 int dl_sentinel_refresh(dl_node *n, int force, dl_err *err);
+/* The master's address in a sentinel's reply r to SENTINEL
+ * get-master-addr-by-name master_name: *host (malloc'd) and *port, or the
+ * failure (DLOCK_EIO: the sentinel knows no such master). */
+int dl_sentinel_answer(const char *master_name, const redisReply *r, char **host, int *port,
+                       dl_err *err);
+/* DLOCK_OK when r, a reply to ROLE, is a master's; else the failure. */
+int dl_sentinel_role(const redisReply *r, dl_err *err);
 /* Checks that a new connection's server is a master (ROLE). */
 int dl_sentinel_check_role(dl_conn *conn, int64_t deadline, dl_err *err);
 

@@ -99,6 +99,10 @@ int dl_conn_open_start(const dl_endpoint *ep, dl_conn **out, dl_err *err);
 /* The connect of a c->connecting connection finished (POLLOUT): DLOCK_OK, or
  * DLOCK_EIO (c broken) when it failed. */
 int dl_conn_connected(dl_conn *c, dl_err *err);
+/* Queues len bytes of commands already in RESP (another connection's
+ * queued output: the async client's requests held while Sentinel names the
+ * master). */
+int dl_conn_append_raw(dl_conn *c, const char *buf, size_t len, dl_err *err);
 /* Queues one command (binary-safe argv). */
 int dl_conn_append(dl_conn *c, int argc, const char **argv, const size_t *lens, dl_err *err);
 /* Writes what the socket takes of the queued output now, never waiting

@@ -501,6 +501,42 @@ static int spawn(th_server *s)
     }
 }
 
+int th_sentinel_ready(int port, int nsentinels)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    if (!rc || rc->err) {
+        if (rc) redisFree(rc);
+        return 0;
+    }
+    redisReply *r = redisCommand(rc, "SENTINEL master mymaster");
+    long slaves = -1, others = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            if (!strcmp(r->element[i]->str, "num-slaves")) slaves = atol(r->element[i + 1]->str);
+            if (!strcmp(r->element[i]->str, "num-other-sentinels"))
+                others = atol(r->element[i + 1]->str);
+        }
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return slaves == 1 && others == nsentinels - 1;
+}
+
+int th_sentinel_master_port(int sport)
+{
+    struct timeval tv = {1, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", sport, tv);
+    if (!rc || rc->err) {
+        if (rc) redisFree(rc);
+        return 0;
+    }
+    redisReply *r = redisCommand(rc, "SENTINEL get-master-addr-by-name mymaster");
+    int p = (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) ? atoi(r->element[1]->str) : 0;
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return p;
+}
+
 th_server *th_server_start(const th_server_opts *opts)
 {
     if (!g_redis_server[0])

@@ -143,6 +143,12 @@ typedef struct th_server_opts {
 
 /* Starts a server (opts may be NULL); fails the test if it cannot. */
 /* ---- private servers of other kinds (ZooKeeper, etcd, PostgreSQL, MariaDB) ---- */
+/* Redis Sentinel at 127.0.0.1:port watching "mymaster": 1 when it sees
+ * one replica and nsentinels - 1 other sentinels (ready for a failover). */
+int th_sentinel_ready(int port, int nsentinels);
+/* The port of the master a sentinel at 127.0.0.1:port names for
+ * "mymaster" (0: none, or no answer). */
+int th_sentinel_master_port(int port);
 /* A free 127.0.0.1 TCP port (bound, read, closed). */
 int th_free_port(void);
 /* A TCP proxy to 127.0.0.1:to in a child process (start it before any

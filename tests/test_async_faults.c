@@ -281,7 +281,7 @@ static void t_badinput(th_server *s) {
     ASSERT_CODE(client_new("redis://127.0.0.1:notaport", NULL, &c), DLOCK_EINVAL);
     ASSERT(*dlock_async_errmsg(c));
     client_free(c);
-    const char *unsupported[] = {"rediss://127.0.0.1:6379", "redis-sentinel://127.0.0.1:1/m",
+    const char *unsupported[] = {"rediss://127.0.0.1:6379",
                                  "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
                                  "zk://127.0.0.1:2181"};
     for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {

@@ -16,6 +16,12 @@
  *              (the holder extending its lease) is still in the queue, its
  *              deadline moved on by its attempts, and is served at the
  *              release
+ *   fairwait   dlock_async_client_set_fair_wait: a waiter queued with W
+ *              0.5 s behind a 1 s lease gets an entry deadline the lease
+ *              left + W ahead; its loop stopped (its connections kept), a
+ *              blocking acquirer gets the lock once that deadline passed,
+ *              not after the default W (5 s); the waiter, its loop turning
+ *              again, queues anew and is granted the lock at the release
  *   rw         read holds shared by async handles and blocking threads; a
  *              write hold excludes both and is excluded by them, and each
  *              side's release wakes the other's waiters; a waiting writer
@@ -347,6 +353,65 @@ static void t_fairlong(th_server *s) {
     ASSERT_MSG(wr.code == DLOCK_OK, "waiter: %s", dlock_async_lock_errmsg(w));
     ASSERT_LT(wr.at - t0, 500);
     release_now(w);
+    redisFree(rc);
+    client_free(c);
+}
+
+/* ---- fairwait ---- */
+
+#define FW_LEASE 1000
+#define FW_W 500
+
+static void t_fairwait(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = client(s);
+    ASSERT_CODE(dlock_async_client_set_fair_wait(c, 0), DLOCK_EINVAL);
+    ASSERT(strstr(dlock_async_errmsg(c), "fair wait"));
+    ASSERT_CODE(dlock_async_client_set_fair_wait(c, ((int64_t)1 << 40) + 1), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_client_set_fair_wait(NULL, FW_W), DLOCK_EINVAL);
+    ASSERT_OK(dlock_async_client_set_fair_wait(c, FW_W));
+    dlock_client *hc = th_client(s, 0);
+    dlock_lock *h = th_lock(hc, "fw", DLOCK_KIND_FAIR);
+    ASSERT_LOK(h, dlock_acquire(h, DLOCK_NOWAIT, FW_LEASE, NULL));
+    dlock_async_lock *w = klock(c, "fw", DLOCK_KIND_FAIR);
+    res wr = {0};
+    START(dlock_async_acquire(w, DLOCK_WAIT_FOREVER, 10000, on_done, &wr));
+    RUN_UNTIL(qlen(rc, "fw") == 1, 3000);
+    redisReply *z = th_cmd(rc, "ZRANGE redisson_lock_timeout:{fw} 0 -1 WITHSCORES");
+    ASSERT_EQ(z->elements, 2);
+    long long ahead = atoll(z->element[1]->str) - server_ms(rc);
+    freeReplyObject(z);
+    th_log("entry deadline %lld ms ahead (lease %d ms, W %d ms)", ahead, FW_LEASE, FW_W);
+    ASSERT_LE(ahead, FW_LEASE + FW_W);
+    ASSERT_GT(ahead, FW_W - 200);
+    /* the waiter's loop stops: it keeps its connections and its place
+     * until its deadline, then the blocking acquirer behind it gets the
+     * lock (with the default W, 5 s, it would wait past its 4 s) */
+    dlock_client *bc = th_client(s, 0);
+    dlock_lock *b = th_lock(bc, "fw", DLOCK_KIND_FAIR);
+    int64_t t0 = th_now_ms();
+    ASSERT_LOK(b, dlock_acquire(b, 4000, 10000, NULL));
+    int64_t took = th_now_ms() - t0;
+    th_log("the blocking acquirer behind the stopped waiter got the lock in %lld ms",
+           (long long)took);
+    ASSERT_GT(took, ahead - 300);
+    ASSERT_LT(took, 3000);
+    ASSERT_EQ(wr.calls, 0);
+    /* the loop turns again: the waiter queues anew and is served at the
+     * release */
+    run_for(300);
+    ASSERT_EQ(wr.calls, 0);
+    ASSERT_EQ(qlen(rc, "fw"), 1);
+    int64_t t1 = th_now_ms();
+    ASSERT_LOK(b, dlock_release(b));
+    RUN_UNTIL(wr.calls == 1, 3000);
+    ASSERT_MSG(wr.code == DLOCK_OK, "waiter: %s", dlock_async_lock_errmsg(w));
+    ASSERT_LT(wr.at - t1, 500);
+    release_now(w);
+    dlock_lock_free(b);
+    dlock_client_free(bc);
+    dlock_lock_free(h);
+    dlock_client_free(hc);
     redisFree(rc);
     client_free(c);
 }
@@ -702,7 +767,7 @@ static void t_fairkill(th_server *s) {
 int main(int argc, char **argv) {
     static const async_case cases[] = {
         {"fair", t_fair},       {"faircancel", t_faircancel}, {"fairlong", t_fairlong},
-        {"rw", t_rw},
+        {"fairwait", t_fairwait},   {"rw", t_rw},
         {"rwcounter", t_rwcounter}, {"freeing", t_freeing}, {"fairkill", t_fairkill},
         {NULL, NULL},
     };

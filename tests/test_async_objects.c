@@ -14,10 +14,14 @@
  *            non-atomic GET ... SET while holding the permit
  *   latch    await served by count-downs of the blocking API and of the
  *            async API, and a blocking await served by an async count-down;
- *            try-once and timed awaits, try_set, count
+ *            try-once and timed awaits, try_set, count; set (over a
+ *            count, and to 0, which wakes an async await) seen by the
+ *            blocking API, a blocking set seen by the async count
  *   permits  acquire with a lease, a waiter served by that lease's expiry
  *            (no message), release by id (twice: ENOTOWNER), renew, a blocking
- *            permit released by id through the async API and the reverse
+ *            permit released by id through the async API and the reverse;
+ *            add (up and down) seen by the blocking API and the reverse,
+ *            an async waiter served by an async add
  *   cancel   cancel with a wait pending; cancel of an acquire whose request
  *            is out (the permits it took are given back); the client freed
  *            with operations of every kind pending, and from a callback:
@@ -435,6 +439,37 @@ static void t_latch(th_server *s) {
     ASSERT_OK(b.rc);
     th_log("async count-down -> blocking await: %lld ms", (long long)(b.at - r.at));
     ASSERT_LT(b.at - r.at, 500);
+
+    /* set: over a count (try_set would refuse), seen by the blocking API;
+     * to 0, which wakes an async await at once */
+    RUN_OP(r, dlock_async_latch_set(a, 4, on_obj, &r));
+    ASSERT_OK(r.code);
+    ASSERT_EQ(r.value, 4);
+    ASSERT_OK(dlock_latch_count(bl, &n));
+    ASSERT_EQ(n, 4);
+    RUN_OP(r, dlock_async_latch_set(a, 7, on_obj, &r));
+    ASSERT_OK(r.code);
+    ASSERT_OK(dlock_latch_count(bl, &n));
+    ASSERT_EQ(n, 7);
+    memset(&wr, 0, sizeof wr);
+    START(dlock_async_latch_await(w, 10000, on_obj, &wr));
+    run_for(200);
+    ASSERT_EQ(wr.calls, 0);
+    RUN_OP(r, dlock_async_latch_set(a, 0, on_obj, &r));
+    ASSERT_OK(r.code);
+    ASSERT_EQ(r.value, 0);
+    OWAIT(wr, 1000);
+    ASSERT_OK(wr.code);
+    ASSERT_LT(wr.at - r.at, 500);
+    ASSERT_OK(dlock_latch_count(bl, &n));
+    ASSERT_EQ(n, 0);
+    ASSERT_OK(dlock_latch_set(bl, 2)); /* the blocking set, read by the async API */
+    RUN_OP(r, dlock_async_latch_count(a, on_obj, &r));
+    ASSERT_EQ(r.value, 2);
+    memset(&r, 0, sizeof r);
+    ASSERT_CODE(dlock_async_latch_set(a, -1, on_obj, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_permits_add(a, 1, on_obj, &r), DLOCK_EINVAL); /* not a permit one */
+    ASSERT_EQ(r.calls, 0);
     dlock_latch_free(bl);
     dlock_client_free(bc);
     client_free(c); /* frees the handles */
@@ -521,9 +556,39 @@ static void t_permits(th_server *s) {
     int64_t av = 0;
     ASSERT_OK(dlock_permits_available(bp, &av));
     ASSERT_EQ(av, 1);
+
+    /* add: up and down, seen by the blocking API; the blocking add seen by
+     * the async API; an async waiter served by an async add */
+    RUN_OP(r, dlock_async_permits_add(a, 3, on_obj, &r));
+    ASSERT_OK(r.code);
+    ASSERT_EQ(r.value, 4);
+    ASSERT_OK(dlock_permits_available(bp, &av));
+    ASSERT_EQ(av, 4);
+    RUN_OP(r, dlock_async_permits_add(a, -4, on_obj, &r));
+    ASSERT_EQ(r.value, 0);
+    ASSERT_OK(dlock_permits_available(bp, &av));
+    ASSERT_EQ(av, 0);
+    ASSERT_OK(dlock_permits_add(bp, 2));
+    RUN_OP(r, dlock_async_permits_available(a, on_obj, &r));
+    ASSERT_EQ(r.value, 2);
+    RUN_OP(r, dlock_async_permits_add(a, -2, on_obj, &r));
+    ASSERT_EQ(r.value, 0);
+    memset(&w, 0, sizeof w);
+    START(dlock_async_permits_acquire(b, 5000, 20000, on_obj, &w));
+    run_for(200);
+    ASSERT_EQ(w.calls, 0);
+    RUN_OP(r, dlock_async_permits_add(a, 1, on_obj, &r));
+    ASSERT_EQ(r.value, 1);
+    OWAIT(w, 3000);
+    ASSERT_OK(w.code);
+    ASSERT_LT(w.at - r.at, 500);
+    ASSERT_OK(dlock_permits_available(bp, &av));
+    ASSERT_EQ(av, 0);
+
     memset(&r, 0, sizeof r);
     ASSERT_CODE(dlock_async_permits_release(a, "xyz", on_obj, &r), DLOCK_EINVAL);
-    ASSERT_CODE(dlock_async_permits_acquire(a, 0, DLOCK_WATCHDOG, on_obj, &r), DLOCK_ENOTSUP);
+    ASSERT_CODE(dlock_async_permits_acquire(a, 0, -5, on_obj, &r), DLOCK_EINVAL);
+    ASSERT_CODE(dlock_async_permits_add(a, DLOCK_COUNT_MAX + 1, on_obj, &r), DLOCK_EINVAL);
     ASSERT_EQ(r.calls, 0);
     dlock_permits_free(bp);
     dlock_client_free(bc);

@@ -17,7 +17,17 @@
  *            out leaks nothing and leaves the holds to run out
  *   counter  exact-counter exclusion through sections three times as long
  *            as the watchdog lease: async and blocking watchdog holders
- *            mixed on one name, each a GET, a pause, a SET + 1 */
+ *            mixed on one name, each a GET, a pause, a SET + 1
+ *   permits  a DLOCK_WATCHDOG permit kept over 3 leases (a blocking client
+ *            finds none available), renewed no more once released by id
+ *            (no loss told after), made an explicit-lease one by a renewal
+ *            (it runs out, no loss told); permits whose lease key is
+ *            overwritten found lost (DLOCK_LOST_TAKEN) with their ids,
+ *            once; a lost callback may free its handle
+ *   pmcounter exact-counter exclusion through a permit semaphore of 1
+ *            permit, watchdog permits held three leases each, async and
+ *            blocking holders mixed; first with 2 permits, where the same
+ *            check must fail (both first holders inside at once) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -486,12 +496,282 @@ static void t_counter(th_server *s) {
     client_free(c);
 }
 
+/* ---- permits ---- */
+
+#define PM_LEASE 300
+
+typedef struct ores {
+    int calls, code;
+    int64_t value, at;
+} ores;
+
+static void on_obj(dlock_async_object *o, int code, int64_t value, void *ud) {
+    (void)o;
+    ores *r = ud;
+    r->calls++;
+    r->code = code;
+    r->value = value;
+    r->at = th_now_ms();
+}
+
+/* runs an operation started by expr to its end */
+#define RUN_OP(r, expr)                                                                       \
+    do {                                                                                      \
+        memset(&(r), 0, sizeof(r));                                                           \
+        START(expr);                                                                          \
+        RUN_UNTIL((r).calls > 0, 5000);                                                       \
+        ASSERT_EQ((r).calls, 1);                                                              \
+    } while (0)
+
+typedef struct pmlost {
+    int calls, reason;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    int64_t at;
+    int free_it; /* the callback frees the handle */
+} pmlost;
+
+static void on_pm_lost(dlock_async_object *o, const char *id, int reason, void *ud) {
+    pmlost *r = ud;
+    r->calls++;
+    r->reason = reason;
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->at = th_now_ms();
+    if (r->free_it) dlock_async_object_free(o);
+}
+
+static dlock_async_object *apermits(dlock_async_client *c, const char *name) {
+    dlock_async_object *o = NULL;
+    ASSERT_MSG(dlock_async_permits_new(c, name, DLOCK_CSTR, &o) == DLOCK_OK, "%s",
+               dlock_async_errmsg(c));
+    return o;
+}
+
+static void t_permits(th_server *s) {
+    redisContext *rc = th_redis(s);
+    dlock_async_client *c = wd_client(th_server_url(s), PM_LEASE);
+    dlock_async_object *o = apermits(c, "wdpm"), *f = apermits(c, "wdpm");
+    pmlost lo = {0}, lf = {.free_it = 1};
+    dlock_async_object_on_lost(o, on_pm_lost, &lo);
+    dlock_async_object_on_lost(f, on_pm_lost, &lf);
+    dlock_client *bc = th_client(s, 0);
+    dlock_permits *bp = NULL;
+    ASSERT_OK(dlock_permits_new(bc, "wdpm", DLOCK_CSTR, &bp));
+    int set = 0;
+    ASSERT_OK(dlock_permits_try_set(bp, 1, &set));
+    ores r;
+    char id[DLOCK_PERMIT_ID_LEN + 1], bid[DLOCK_PERMIT_ID_LEN + 1];
+
+    /* kept over three leases: the blocking client finds no permit, and
+     * none comes back by expiry */
+    RUN_OP(r, dlock_async_permits_acquire(o, DLOCK_NOWAIT, DLOCK_WATCHDOG, on_obj, &r));
+    ASSERT_OK(r.code);
+    snprintf(id, sizeof id, "%s", dlock_async_permits_id(o));
+    ASSERT_LE(th_cmd_int(rc, "EVAL %s 1 {wdpm}:timeout",
+                         "local t = redis.call('time') "
+                         "local s = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES') "
+                         "return tonumber(s[2]) - (t[1] * 1000 + math.floor(t[2] / 1000))"),
+              PM_LEASE);
+    run_for(3 * PM_LEASE + 100);
+    int64_t av = -1;
+    ASSERT_OK(dlock_permits_available(bp, &av)); /* returns expired ones first */
+    ASSERT_EQ(av, 0);
+    ASSERT_EQ(th_cmd_int(rc, "ZCARD {wdpm}:timeout"), 1);
+    ASSERT_CODE(dlock_permits_acquire(bp, DLOCK_NOWAIT, 1000, bid), DLOCK_EBUSY);
+    ASSERT_EQ(lo.calls, 0);
+    /* released by id: renewed no more (a renewal would find it gone and
+     * tell it lost) */
+    RUN_OP(r, dlock_async_permits_release(o, id, on_obj, &r));
+    ASSERT_OK(r.code);
+    long long before = evalsha_calls(rc);
+    run_for(PM_LEASE + 100);
+    ASSERT_EQ(evalsha_calls(rc) - before, 0);
+    ASSERT_EQ(lo.calls, 0);
+    ASSERT_OK(dlock_permits_available(bp, &av));
+    ASSERT_EQ(av, 1);
+
+    /* an explicit renewal makes it an explicit-lease permit: it runs out,
+     * and no loss is told */
+    RUN_OP(r, dlock_async_permits_acquire(o, DLOCK_NOWAIT, DLOCK_WATCHDOG, on_obj, &r));
+    ASSERT_OK(r.code);
+    snprintf(id, sizeof id, "%s", dlock_async_permits_id(o));
+    RUN_OP(r, dlock_async_permits_renew(o, id, 200, on_obj, &r));
+    ASSERT_OK(r.code);
+    run_for(PM_LEASE + 200);
+    ASSERT_OK(dlock_permits_available(bp, &av));
+    ASSERT_EQ(av, 1);
+    ASSERT_EQ(lo.calls, 0);
+
+    /* taken: two watchdog permits (two handles), their lease key
+     * overwritten by another client */
+    ASSERT_OK(dlock_permits_add(bp, 1));
+    char id2[DLOCK_PERMIT_ID_LEN + 1], id3[DLOCK_PERMIT_ID_LEN + 1];
+    RUN_OP(r, dlock_async_permits_acquire(o, DLOCK_NOWAIT, DLOCK_WATCHDOG, on_obj, &r));
+    ASSERT_OK(r.code);
+    snprintf(id2, sizeof id2, "%s", dlock_async_permits_id(o));
+    RUN_OP(r, dlock_async_permits_acquire(f, DLOCK_NOWAIT, DLOCK_WATCHDOG, on_obj, &r));
+    ASSERT_OK(r.code);
+    snprintf(id3, sizeof id3, "%s", dlock_async_permits_id(f));
+    run_for(PM_LEASE / 2);
+    ASSERT_EQ(lo.calls + lf.calls, 0);
+    int64_t t = th_now_ms();
+    th_cmd_ok(rc, "SET {wdpm}:timeout intruder");
+    RUN_UNTIL(lo.calls && lf.calls, 3000);
+    th_log("permits taken: told %lld and %lld ms after the overwrite", (long long)(lo.at - t),
+           (long long)(lf.at - t));
+    ASSERT_LT(lo.at - t, PM_LEASE / 3 + 400);
+    ASSERT_EQ(lo.reason, DLOCK_LOST_TAKEN);
+    ASSERT_EQ(lf.reason, DLOCK_LOST_TAKEN);
+    ASSERT_STR_EQ(lo.id, id2);
+    ASSERT_STR_EQ(lf.id, id3);
+    run_for(PM_LEASE); /* told once: renewed no more */
+    ASSERT_EQ(lo.calls, 1);
+    ASSERT_EQ(lf.calls, 1);
+    char *v = th_cmd_str(rc, "GET {wdpm}:timeout");
+    ASSERT_STR_EQ(v, "intruder");
+    free(v);
+    th_cmd_int(rc, "DEL {wdpm}:timeout");
+    RUN_OP(r, dlock_async_permits_release(o, id2, on_obj, &r));
+    ASSERT_CODE(r.code, DLOCK_ENOTOWNER);
+    dlock_permits_free(bp);
+    dlock_client_free(bc);
+    redisFree(rc);
+    client_free(c);
+}
+
+/* ---- pmcounter ---- */
+
+#define PC_LEASE 200   /* the watchdog lease, renewed every ~67 ms */
+#define PC_SECTION 600 /* each section: three leases */
+#define PC_ASYNC 2
+#define PC_BLOCKING 1
+
+typedef struct pcworker {
+    dlock_async_object *o;
+    redisContext *rc;
+    long long seen;
+    int done;
+    pmlost lost;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+} pcworker;
+static pcworker pcw[PC_ASYNC];
+static atomic_int pc_inside, pc_overlap;
+static const char *pc_name;
+
+static void pc_released(dlock_async_object *o, int code, int64_t v, void *ud) {
+    (void)o, (void)v;
+    pcworker *w = ud;
+    ASSERT_CODE(code, DLOCK_OK);
+    w->done = 1;
+}
+
+static void pc_write(void *arg) {
+    pcworker *w = arg;
+    th_cmd_ok(w->rc, "SET %s-counter %lld", pc_name, w->seen + 1);
+    atomic_fetch_sub(&pc_inside, 1);
+    START(dlock_async_permits_release(w->o, w->id, pc_released, w));
+}
+
+static void pc_got(dlock_async_object *o, int code, int64_t v, void *ud) {
+    (void)v;
+    pcworker *w = ud;
+    ASSERT_CODE(code, DLOCK_OK);
+    snprintf(w->id, sizeof w->id, "%s", dlock_async_permits_id(o));
+    if (atomic_fetch_add(&pc_inside, 1) != 0) atomic_store(&pc_overlap, 1);
+    char *s = th_cmd_str(w->rc, "GET %s-counter", pc_name);
+    w->seen = s ? atoll(s) : 0;
+    free(s);
+    after(PC_SECTION, pc_write, w); /* the loop turns meanwhile: renewals */
+}
+
+static void *pc_thread(void *arg) {
+    const th_server *s = arg;
+    dlock_client *c = th_client(s, PC_LEASE);
+    dlock_permits *p = NULL;
+    ASSERT_OK(dlock_permits_new(c, pc_name, DLOCK_CSTR, &p));
+    redisContext *rc = th_redis(s);
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    ASSERT_OK(dlock_permits_acquire(p, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, id));
+    if (atomic_fetch_add(&pc_inside, 1) != 0) atomic_store(&pc_overlap, 1);
+    char *v = th_cmd_str(rc, "GET %s-counter", pc_name);
+    long long n = v ? atoll(v) : 0;
+    free(v);
+    th_sleep_ms(PC_SECTION);
+    ASSERT_GT(dlock_permits_valid_ms(p, id), 0);
+    th_cmd_ok(rc, "SET %s-counter %lld", pc_name, n + 1);
+    atomic_fetch_sub(&pc_inside, 1);
+    ASSERT_OK(dlock_permits_release(p, id));
+    redisFree(rc);
+    dlock_permits_free(p);
+    dlock_client_free(c);
+    return NULL;
+}
+
+/* Every holder once through a section under the permit semaphore name of
+ * permits permits: the counter at the end. */
+static long long pc_run(th_server *s, const char *name, int permits) {
+    redisContext *rc = th_redis(s);
+    pc_name = name;
+    atomic_store(&pc_inside, 0);
+    atomic_store(&pc_overlap, 0);
+    th_cmd_ok(rc, "SET %s-counter 0", name);
+    th_cmd_ok(rc, "SET %s %d", name, permits);
+    dlock_async_client *c = wd_client(th_server_url(s), PC_LEASE);
+    pthread_t th[PC_BLOCKING];
+    for (int i = 0; i < PC_BLOCKING; i++) pthread_create(&th[i], NULL, pc_thread, s);
+    memset(pcw, 0, sizeof pcw);
+    for (int i = 0; i < PC_ASYNC; i++) {
+        pcw[i].o = apermits(c, name);
+        pcw[i].rc = th_redis(s);
+        dlock_async_object_on_lost(pcw[i].o, on_pm_lost, &pcw[i].lost);
+        START(dlock_async_permits_acquire(pcw[i].o, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG, pc_got,
+                                          &pcw[i]));
+    }
+    int64_t dl = th_now_ms() + (PC_ASYNC + PC_BLOCKING) * PC_SECTION * 3 + 10000;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < PC_ASYNC; i++) all &= pcw[i].done;
+        if (all) break;
+        ASSERT_LT(th_now_ms(), dl);
+        loop_once();
+    }
+    for (int i = 0; i < PC_BLOCKING; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < PC_ASYNC; i++) {
+        ASSERT_EQ(pcw[i].lost.calls, 0);
+        redisFree(pcw[i].rc);
+    }
+    char *tv = th_cmd_str(rc, "GET %s-counter", name);
+    long long total = atoll(tv);
+    free(tv);
+    redisFree(rc);
+    client_free(c);
+    return total;
+}
+
+static void t_pmcounter(th_server *s) {
+    int want = PC_ASYNC + PC_BLOCKING;
+    /* 2 permits: the first two holders are inside at once, and both write
+     * 1 (the check below can fail) */
+    long long total = pc_run(s, "pmc2", 2);
+    th_log("2 permits: counter %lld, want %d, overlap %d", total, want,
+           atomic_load(&pc_overlap));
+    ASSERT_EQ(atomic_load(&pc_overlap), 1);
+    ASSERT_LT(total, want);
+    /* 1 permit: exclusion, each section three watchdog leases long */
+    total = pc_run(s, "pmc1", 1);
+    th_log("1 permit: counter %lld, want %d (sections of %d ms, leases of %d ms)", total, want,
+           PC_SECTION, PC_LEASE);
+    ASSERT_EQ(atomic_load(&pc_overlap), 0);
+    ASSERT_EQ(total, want);
+}
+
 static const async_case cases[] = {
     {"kept", t_kept},
     {"taken", t_taken},
     {"cut", t_cut},
     {"restart", t_restart},
     {"counter", t_counter},
+    {"permits", t_permits},
+    {"pmcounter", t_pmcounter},
     {NULL, NULL},
 };
 

@@ -4,7 +4,9 @@
  * come back by themselves; a SIGKILLed holder's permit comes back after its
  * lease (explicit and watchdog), and a waiter wakes at the expiry without any
  * message; watchdog permits survive 3 lease periods and expire after
- * dlock_permits_free; 8 processes on 2 permits never exceed 2; bad input. */
+ * dlock_permits_free; a permit is not handed out again in the millisecond
+ * its lease expires in (its holder's validity may still run then); 8
+ * processes on 2 permits never exceed 2; bad input. */
 /* Children free what they made and end with _exit(): the handles they
  * inherit from the parent would otherwise show as leaks under LeakSanitizer. */
 #include "harness.h"
@@ -472,6 +474,87 @@ static void wake_on_release(const th_server *srv, redisContext *rc)
     dlock_client_free(c);
 }
 
+/* The library's clock (dl_now_ms, src/base/clock.c), in microseconds. */
+static int64_t boot_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The millisecond a permit's lease expires in is still its holder's. An
+ * expiry is the server's TIME rounded down to the ms plus the lease (E), and
+ * the holder counts its lease from just before its request on its own
+ * clock; a permit handed out again at server time E (rather than from E + 1
+ * on) goes up to 1 ms before the holder's validity has run out. Round after
+ * round on a 1-permit semaphore, a blocking client takes the permit with a
+ * lease of 2 ms, just after a tick of the library's clock (the worst case
+ * for its validity: a request sent early in a millisecond), and a second
+ * client spins taking it without waiting. When the spinner has it:
+ *   - the first holder's dlock_permits_valid_ms must be 0 (an overlap
+ *     otherwise). Whether the old rule could be caught this way depends on
+ *     the fractional ms between CLOCK_REALTIME (the server's TIME) and
+ *     CLOCK_BOOTTIME (the library's), a constant of the machine: the window
+ *     is that fraction wide, for requests sent early enough in their ms;
+ *   - the server's TIME, read after the grant, must be past E: the grant
+ *     was at E + 1 at the earliest (deterministic: the spinner's first
+ *     attempt in ms E, which the old rule granted, is answered and TIME
+ *     read within that ms in most rounds);
+ * and the spinner must take the permit in E + 1 in a good share of the
+ * rounds (the spin is fast enough to meet the edge at all). */
+static void expiry_edge(const th_server *srv, redisContext *rc)
+{
+    dlock_client *ca = th_client(srv, WD_LEASE), *cb = th_client(srv, WD_LEASE);
+    dlock_permits *a = pm(ca, "pm:edge"), *b = pm(cb, "pm:edge");
+    init_permits(a, 1);
+    struct timespec rt, bt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_BOOTTIME, &bt);
+    int64_t off_us = ((int64_t)rt.tv_sec - bt.tv_sec) * 1000000 + (rt.tv_nsec - bt.tv_nsec) / 1000;
+    long rounds = 0, overlaps = 0, at_expiry = 0, next_ms = 0, later = 0, spins = 0;
+    int64_t worst_left = 0;
+    int64_t end = th_now_ms() + 1500;
+    while (th_now_ms() < end) {
+        char ida[DLOCK_PERMIT_ID_LEN + 1], idb[DLOCK_PERMIT_ID_LEN + 1];
+        int64_t tick = (boot_us() / 1000 + 1) * 1000;
+        while (boot_us() < tick) {
+        }
+        ASSERT_POK(a, dlock_permits_acquire(a, 1000, 2, ida));
+        long long exp = zscore(rc, "{pm:edge}:timeout", ida); /* no script: not reclaimed */
+        ASSERT_GT(exp, 0);
+        int64_t give_up = th_now_ms() + 2000;
+        int r;
+        while ((r = dlock_permits_acquire(b, DLOCK_NOWAIT, 5000, idb)) == DLOCK_EBUSY) {
+            spins++;
+            ASSERT_MSG(th_now_ms() < give_up, "a 2 ms permit still out after 2 s");
+        }
+        ASSERT_POK(b, r);
+        int64_t left = dlock_permits_valid_ms(a, ida);
+        long long now = server_ms(rc);
+        if (left > 0) overlaps++;
+        if (left > worst_left) worst_left = left;
+        if (now <= exp) at_expiry++;
+        else if (now == exp + 1) next_ms++;
+        else later++;
+        ASSERT_POK(b, dlock_permits_release(b, idb));
+        rounds++;
+    }
+    th_log("expiry edge: %ld rounds (%ld spins), the spinner had the permit with the first "
+           "holder still valid in %ld (up to %lld ms left), server time at or before the "
+           "expiry in %ld, in the ms after it in %ld, later in %ld (realtime - boottime: "
+           "%lld.%03lld ms)",
+           rounds, spins, overlaps, (long long)worst_left, at_expiry, next_ms, later,
+           (long long)(off_us / 1000), (long long)(off_us % 1000));
+    ASSERT_EQ(overlaps, 0);
+    ASSERT_EQ(at_expiry, 0);
+    ASSERT_GE(rounds, 50);
+    ASSERT_GE(next_ms * 4, rounds);
+    dlock_permits_free(a);
+    dlock_permits_free(b);
+    dlock_client_free(ca);
+    dlock_client_free(cb);
+}
+
 /* 8 processes on 2 permits (watchdog leases): never more than 2 at once. */
 static void concurrency(const th_server *srv, redisContext *rc)
 {
@@ -577,6 +660,7 @@ int main(void)
     watchdog(srv, rc);
     lost(srv, rc);
     valid_frozen(srv, rc);
+    expiry_edge(srv, rc);
     concurrency(srv, rc);
     shared_renew(srv, rc);
     redisFree(rc);

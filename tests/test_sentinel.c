@@ -77,42 +77,6 @@ static int reply_has(int port, const char *cmd, const char *needle)
     return found;
 }
 
-static int sentinel_ready(int port)
-{
-    struct timeval tv = {1, 0};
-    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!rc || rc->err) {
-        if (rc) redisFree(rc);
-        return 0;
-    }
-    redisReply *r = redisCommand(rc, "SENTINEL master mymaster");
-    long slaves = -1, others = -1;
-    if (r && r->type == REDIS_REPLY_ARRAY)
-        for (size_t i = 0; i + 1 < r->elements; i += 2) {
-            if (!strcmp(r->element[i]->str, "num-slaves")) slaves = atol(r->element[i + 1]->str);
-            if (!strcmp(r->element[i]->str, "num-other-sentinels"))
-                others = atol(r->element[i + 1]->str);
-        }
-    if (r) freeReplyObject(r);
-    redisFree(rc);
-    return slaves == 1 && others == NSENT - 1;
-}
-
-static int master_port(int sport)
-{
-    struct timeval tv = {1, 0};
-    redisContext *rc = redisConnectWithTimeout("127.0.0.1", sport, tv);
-    if (!rc || rc->err) {
-        if (rc) redisFree(rc);
-        return 0;
-    }
-    redisReply *r = redisCommand(rc, "SENTINEL get-master-addr-by-name mymaster");
-    int p = (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) ? atoi(r->element[1]->str) : 0;
-    if (r) freeReplyObject(r);
-    redisFree(rc);
-    return p;
-}
-
 /* An acquire that stays in flight on a paused master (another test step
  * fails over meanwhile); its outcome does not matter. */
 static void *in_flight(void *arg)
@@ -169,7 +133,7 @@ int main(void)
         off += (size_t)snprintf(url + off, sizeof url - off, "%s127.0.0.1:%d", i ? "," : "", sp[i]);
     }
     snprintf(url + off, sizeof url - off, "/mymaster");
-    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(sentinel_ready(sp[i]), 20000);
+    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(th_sentinel_ready(sp[i], NSENT), 20000);
     th_log("master %d, replica %d, sentinels up", pm, pr);
 
     dlock_options o;
@@ -202,7 +166,7 @@ int main(void)
     r = redisCommand(rs, "SENTINEL FAILOVER mymaster");
     ASSERT(r && r->type == REDIS_REPLY_STATUS);
     freeReplyObject(r);
-    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(master_port(sp[i]) == pr, 20000);
+    for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(th_sentinel_master_port(sp[i]) == pr, 20000);
     th_log("failed over to %d", pr);
 
     /* the lock is on the new master, and both clients follow it there */
@@ -243,7 +207,7 @@ int main(void)
         r = redisCommand(rs, "SENTINEL FAILOVER mymaster");
         ASSERT(r && r->type == REDIS_REPLY_STATUS);
         freeReplyObject(r);
-        for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(master_port(sp[i]) == pm, 20000);
+        for (int i = 0; i < NSENT; i++) ASSERT_EVENTUALLY(th_sentinel_master_port(sp[i]) == pm, 20000);
         th_log("failed over back to %d with a command in flight on %d", pm, pr);
         th_sleep_ms(1200); /* the client's next refresh is due */
         dlock_lock *b = th_lock(other, "sl:b", DLOCK_KIND_PLAIN);

@@ -2,12 +2,16 @@
  *
  *   loop.c   the binding to the event loop: the adapter's fd slots and its
  *            one timer, over a heap of the client's timers
+ *   sentinel.c  Redis Sentinel: the master's address asked of the
+ *            sentinels without waiting
  *   pipe.c   a non-blocking RESP connection with its pipeline: requests
  *            queued, replies matched in order, a deadline per request,
  *            failure ending every request once
  *   cluster.c Redis Cluster: a pipe per master (and a subscribed one),
  *            the slot map (CLUSTER SLOTS), requests routed by key,
  *            redirects followed
+ *   watch.c  Sentinel: the sentinels asked every second whether the
+ *            master moved, the connections to a demoted one closed
  *   subs.c   the subscription service: one subscribed connection per
  *            client (per master with waiters in a cluster: sharded), a
  *            channel -> waiters table, messages dispatched
@@ -16,7 +20,8 @@
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
  *            scripts (a table: plain, reentrant, fair, read, write)
  *   lock.c   the locks' operations (acquire with its wait, release,
- *            extend, cancel) for every kind of the table
+ *            extend, cancel) for every kind of the table, and the
+ *            client's fair wait time they send
  *   object.c the semaphore's, permit semaphore's and latch's handles and
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
@@ -98,6 +103,43 @@ void dl_aloop_sync(dl_aloop *lp);
  * the slots and the heap freed. */
 void dl_aloop_close(dl_aloop *lp);
 
+/* ---- sentinel.c ---- */
+/* The sentinels and the master's name (redis-sentinel:// URLs). */
+typedef struct dl_asent dl_asent;
+/* Takes t's sentinels and master name. */
+int dl_asent_new(dl_target *t, dl_asent **out, dl_err *err);
+void dl_asent_free(dl_asent *s);
+/* The longest asking every sentinel in turn may take. */
+int64_t dl_asent_budget(const dl_asent *s, int64_t connect_timeout_ms);
+/* One question to the sentinels, one sentinel at a time. */
+typedef struct dl_aprobe {
+    dl_conn *conn;             /* the sentinel asked now (NULL: none) */
+    size_t i;                  /* which */
+    size_t tried;              /* sentinels tried for this question */
+    int64_t deadline;          /* its answer's (dl_now_ms) */
+    dl_err last;               /* the last sentinel's failure */
+} dl_aprobe;
+/* Asks the next sentinel not tried yet (the one that answered last
+ * first; pr->conn closed first by the caller, dl_aprobe_stop): DLOCK_OK
+ * with pr->conn connecting, or DLOCK_EIO when every one was tried (the
+ * message names the last failure), DLOCK_ENOMEM. */
+int dl_aprobe_start(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err);
+/* Asks again on pr->conn, a sentinel that answered (kept open).
+ * DLOCK_OK or DLOCK_ENOMEM. */
+int dl_aprobe_repeat(dl_asent *s, dl_aprobe *pr, int64_t connect_timeout_ms, dl_err *err);
+/* Drives pr->conn with its socket's events: 0 no answer yet; 1 answered,
+ * *host (malloc'd) and *port the master's; -1 this sentinel failed (start
+ * the next); -2 out of memory (err). Unless 0, the caller lets the loop go
+ * of the socket and closes it (dl_aprobe_stop). */
+int dl_aprobe_io(dl_asent *s, dl_aprobe *pr, int events, char **host, int *port, dl_err *err);
+/* 1 when the sentinel asked did not answer by its deadline (the caller
+ * then closes it and asks the next). */
+int dl_aprobe_timed_out(dl_asent *s, dl_aprobe *pr);
+/* The events pr->conn waits for (DLOCK_ASYNC_*). */
+int dl_aprobe_events(const dl_aprobe *pr);
+/* Closes the question's connection (none: no-op). */
+void dl_aprobe_stop(dl_aprobe *pr);
+
 /* ---- pipe.c ---- */
 typedef struct dl_areq dl_areq;
 /* A request's end: r its reply (freed by the pipe after), or NULL with err
@@ -118,12 +160,22 @@ struct dl_areq {
 };
 
 typedef struct dl_apipe dl_apipe;
-#define DL_APIPE_LOADED 32 /* above every async kind's scripts (kinds.c: 18) */
+/* at least every script the async client sends (36: kinds.c's 18, the
+ * kinds' 5 renewals, object.c's 13); one beyond goes by its text always */
+#define DL_APIPE_LOADED 40
 struct dl_apipe {
     dl_aclient *cl;
     int slot;                  /* the loop's fd slot */
     dl_conn *conn;             /* NULL: closed (opened by the next request) */
-    int ready;                 /* connected, handshake answered */
+    int ready;                 /* connected, handshake answered (Sentinel:
+                                * and the server confirmed a master) */
+    /* Sentinel: while the master is asked for (probe) and confirmed
+     * (role), requests queue into held, a connection that never opens,
+     * and go to the master once it answers ROLE as one */
+    dl_aprobe probe;
+    dl_conn *held;
+    int role;                  /* ROLE's reply is the next after the handshake */
+    unsigned gen;              /* the client's ep_gen conn was opened to */
     int64_t connect_deadline;
     dl_areq *head, *tail;      /* requests waiting for their replies, in order */
     size_t pending;
@@ -180,6 +232,19 @@ void dl_apipe_io(dl_apipe *p, int events);
 void dl_apipe_fail(dl_apipe *p, const dl_err *err);
 /* Tells the loop what p's socket waits for. */
 void dl_apipe_update(dl_apipe *p);
+/* The socket p waits on now (the sentinel asked, or the server), or -1. */
+int dl_apipe_fd(const dl_apipe *p);
+/* 1 when requests queued now go out on the connection there is (open, or
+ * being opened), 0 when the next request would open one. */
+int dl_apipe_opened(const dl_apipe *p);
+
+/* ---- watch.c ---- */
+/* Sentinel (c->sent set): sets c->named and the watch's timer. */
+void dl_awatch_init(dl_aclient *c);
+/* The events of the watch's socket (slot wslot). */
+void dl_awatch_io(dl_aclient *c, int events);
+/* Stops watching (client free). */
+void dl_awatch_close(dl_aclient *c);
 
 /* ---- cluster.c ---- */
 typedef struct dl_acluster dl_acluster;
@@ -305,6 +370,7 @@ typedef struct dl_aargs {
     int joining;               /* sent before its channel was confirmed */
     int64_t held;              /* the handle's holds when it was sent */
     int64_t expect;            /* a release: the owner's count expected */
+    int64_t fair_wait_ms;      /* the client's fair wait time W (0: the default) */
 } dl_aargs;
 
 /* One script call as built (pointers into the keys and into itself). */
@@ -315,7 +381,7 @@ typedef struct dl_acall {
     size_t keylens[5];
     const char *args[8];
     size_t arglens[8];
-    char lease[24], expect[24];
+    char lease[24], expect[24], wait[24];
 } dl_acall;
 
 #define DL_AKEYS_MAX 6
@@ -365,7 +431,18 @@ static inline void dl_akind_call(const dl_akeys *k, const dl_aargs *a, dl_acall 
 
 /* ---- client.c: the client ---- */
 struct dlock_async_client {
-    dl_endpoint ep;
+    dl_endpoint ep;            /* the server (Sentinel: the master named last;
+                                * host NULL before the first answer) */
+    dl_asent *sent;            /* Sentinel: the sentinels; NULL otherwise */
+    unsigned ep_gen;           /* counts the master's moves (Sentinel) */
+    /* Sentinel: a connection to the master named (ep, ep_gen) was opened
+     * (watch.c's: closes the others to an older master, watches) */
+    void (*named)(dl_aclient *c);
+    int wslot;                 /* Sentinel: the watch's socket slot */
+    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot wslot);
+                                * its connection is kept between questions */
+    int wasking;               /* the question is out on wprobe.conn */
+    dl_atimer wtimer;          /* its next question, or its answer's deadline */
     int64_t connect_timeout_ms, command_timeout_ms;
     dl_aloop loop;
     dl_apipe cmd;              /* slot 0: scripts (one server) */
@@ -373,6 +450,9 @@ struct dlock_async_client {
                                 * (NULL: one server, cmd) */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
+    int64_t fair_wait_ms;      /* the fair lock's W from the next attempt on
+                                * (dlock_async_client_set_fair_wait); 0: the
+                                * default, DLOCK_DEFAULT_FAIR_WAIT_MS */
     dl_arenew renew;           /* the watchdog's holds */
     struct dlock_async_lock *locks; /* every live handle */
     size_t nlocks;
@@ -403,16 +483,18 @@ void dl_alock_pipe_up(dl_apipe *p);
  * scripts). */
 enum { DL_AOP_NONE = 0, DL_AOP_SEM_ACQ, DL_AOP_PM_ACQ, DL_AOP_LA_AWAIT, DL_AOP_ONE };
 enum { DL_AOR_GET = 1, DL_AOR_SEM_ACQ, DL_AOR_SEM_ADD, DL_AOR_SEM_SET, DL_AOR_PM_ACQ,
-       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_LA_CD,
-       DL_AOR_LA_SET };
+       DL_AOR_PM_REL, DL_AOR_PM_RENEW, DL_AOR_PM_AVAIL, DL_AOR_PM_SET, DL_AOR_PM_ADD,
+       DL_AOR_LA_CD, DL_AOR_LA_SET, DL_AOR_LA_FORCE };
 /* A new handle of kind on c (dlock_async_semaphore_new's contract). */
 int dl_aobj_new(dl_aclient *c, const char *name, size_t name_len, dlock_kind kind,
                 dlock_async_object **out);
 /* Records err as o's message; returns its code. */
 int dl_aobj_fail(dlock_async_object *o, const dl_err *err);
 /* Starts o's operation type (DL_AOP_*) on an object of kind: its first
- * request what with n (permits, delta, count, lease) and raw (a permit's
- * id, or NULL); a waiting type waits up to wait_ms. DLOCK_OK (cb runs
+ * request what with n (permits, delta, count, lease; a permit acquire's
+ * DLOCK_WATCHDOG: the client's watchdog lease, the permit then renewed by
+ * renew.c) and raw (a permit's id, or NULL); a waiting type waits up to
+ * wait_ms. DLOCK_OK (cb runs
  * once, later), or the failure recorded on o (cb never runs). */
 int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, int64_t n,
                   const char *raw, int64_t wait_ms, dlock_async_object_fn cb, void *ud);

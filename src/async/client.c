@@ -1,7 +1,8 @@
 /* The async client: its URL and options, the entry point of its loop
  * (dlock_async_process), the bare interface, and its end. One server
- * (redis:// or unix://) or a Redis Cluster (cluster.c) in this version; the
- * other deployments and backends answer DLOCK_ENOTSUP (dlock_async.h). */
+ * (redis:// or unix://), the master Sentinel names (redis-sentinel://) or
+ * a Redis Cluster (cluster.c) in this version; the other deployments and
+ * backends answer DLOCK_ENOTSUP (dlock_async.h). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +44,19 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     if (rc) return rc;
     int tls = 0;
     for (size_t i = 0; i < t.neps; i++) tls |= t.eps[i].tls;
-    if (tls || (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_CLUSTER) ||
-        (t.mode == DL_MODE_SINGLE && t.neps != 1) || t.neps < 1) {
+    if (tls || t.neps < 1 ||
+        (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_SENTINEL && t.mode != DL_MODE_CLUSTER) ||
+        (t.mode == DL_MODE_SINGLE && t.neps != 1)) {
         rc = dl_seterr(err, DLOCK_ENOTSUP,
-                       "the async API supports one Redis server (redis://, unix://) and Redis "
-                       "Cluster only yet: not TLS, Sentinel or RedLock");
+                       "the async API supports one Redis server (redis://, unix://), Sentinel "
+                       "(redis-sentinel://) and Redis Cluster only yet: not TLS or RedLock");
+    } else if (t.mode == DL_MODE_SENTINEL) {
+        /* the master's address comes from the sentinels, at each connect */
+        c->ep.db = t.db;
+        c->ep.password = t.password;
+        t.password = NULL;
+        rc = dl_asent_new(&t, &c->sent, err);
+        if (!rc) rc = dl_apply_credentials(&c->ep, o, err);
     } else if (t.mode == DL_MODE_CLUSTER) {
         /* the credentials on every seed, then a node per seed; the
          * subscribed connection goes to the first seed */
@@ -74,6 +83,7 @@ static void cmd_up(dl_apipe *p) {
 static int refused(dl_aloop *lp, int slot, void *owner) {
     (void)slot;
     dl_aclient *c = (dl_aclient *)((char *)lp - offsetof(dl_aclient, loop));
+    if (!owner) return 0; /* the Sentinel watch's: its question times out */
     dl_err err;
     dl_seterr(&err, DLOCK_ENOMEM, "the event loop could not watch the connection's socket "
                                   "(out of memory)");
@@ -82,11 +92,13 @@ static int refused(dl_aloop *lp, int slot, void *owner) {
 }
 
 static void destroy(dl_aclient *c) {
+    dl_awatch_close(c);
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
     dl_asubs_free(&c->subs);
     dl_acluster_free(c);
     dl_endpoint_clear(&c->ep);
+    dl_asent_free(c->sent);
     free(c);
 }
 
@@ -112,6 +124,10 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     int rc = cmd_slot < 0 || subs_slot < 0
                  ? dl_seterr(&err, DLOCK_ENOMEM, "out of memory")
                  : open_client(c, opts ? opts : &defaults, &err);
+    /* Sentinel: the watch's socket has a slot of its own */
+    if (!rc && c->sent && (c->wslot = dl_aloop_slot_new(&c->loop, NULL)) < 0)
+        rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+    if (!rc && c->sent) dl_awatch_init(c);
     if (rc) {
         c->freeing = 1; /* unusable: every operation refuses */
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
@@ -141,8 +157,12 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c || c->doomed) return;
     c->depth++;
     if (fd < 0) c->loop.told_at = -2; /* the adapter's timer fired: arm it again */
-    dl_apipe *p = dl_aloop_owner(&c->loop, fd);
-    if (p && p->conn && fd == p->conn->fd) dl_apipe_io(p, events);
+    if (fd >= 0 && c->wprobe.conn && fd == c->wprobe.conn->fd) {
+        dl_awatch_io(c, events);
+    } else {
+        dl_apipe *p = dl_aloop_owner(&c->loop, fd);
+        if (p && fd == dl_apipe_fd(p)) dl_apipe_io(p, events);
+    }
     if (!c->doomed) dl_aloop_run(&c->loop);
     c->depth--;
     if (c->doomed) {

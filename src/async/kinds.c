@@ -25,11 +25,17 @@
 
 #include "async.h"
 
-/* The fair lock's thread wait time W: the blocking default (the async
- * client has no dlock_client_set_fair_wait), and the waiter's keep-alive,
- * a third of it. */
-#define FAIR_W DLOCK_DEFAULT_FAIR_WAIT_MS
-#define FAIR_KEEPALIVE (FAIR_W / 3)
+/* The fair lock's thread wait time W: the client's
+ * (dlock_async_client_set_fair_wait), read by each attempt; and the
+ * waiter's keep-alive, a third of W up to the default's, as the blocking
+ * fair lock's (lock_fair.c). */
+static int64_t fair_w(const dl_aargs *a) {
+    return a->fair_wait_ms > 0 ? a->fair_wait_ms : DLOCK_DEFAULT_FAIR_WAIT_MS;
+}
+
+static int64_t fair_keepalive(int64_t w) {
+    return (w < DLOCK_DEFAULT_FAIR_WAIT_MS ? w : DLOCK_DEFAULT_FAIR_WAIT_MS) / 3;
+}
 
 /* what each kind's k->s[] holds */
 enum { S_LOCK = 0, S_FENCE = 1 };
@@ -113,8 +119,8 @@ static void fair_call(const dl_akeys *k, const dl_aargs *a, dl_acall *c) {
          * it finds); 'r': a new acquire or a re-entry */
         ARG(c, 2, a->held > 0 || !a->reg ? "r" : "w", 1);
         ARG(c, 3, a->queue ? "1" : "0", 1);
-        ARG(c, 4, DL_STR(FAIR_W), sizeof DL_STR(FAIR_W) - 1);
-        ARG(c, 5, c->expect, dl_fmt_ll(c->expect, FAIR_KEEPALIVE));
+        ARG(c, 4, c->wait, dl_fmt_ll(c->wait, fair_w(a)));
+        ARG(c, 5, c->expect, dl_fmt_ll(c->expect, fair_keepalive(fair_w(a))));
         ARG(c, 6, a->joining ? "1" : "0", 1);
         ARG(c, 7, k->s[FA_CHAN], k->len[FA_CHAN]);
         c->nargs = 8;

@@ -217,7 +217,7 @@ static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect
     /* on the connection there is, never a new one of its own: after a
      * failure the server may be down, and the next operation's connect
      * would find this one's refused */
-    if (to->conn && !oreq_send(o)) return;
+    if (dl_apipe_opened(to) && !oreq_send(o)) return;
     if (!c->freeing) settle_later(o);
     else oreq_free(o);
 }
@@ -249,7 +249,7 @@ void dl_alock_pipe_up(dl_apipe *p) {
         o->by_text = 0;
         /* a cluster's other nodes: on their connection when it is open */
         dl_apipe *to = dl_aroute(c, o->k->s[0], o->k->len[0]);
-        if ((to != p && !to->conn) || oreq_send(o)) settle_later(o);
+        if ((to != p && !dl_apipe_opened(to)) || oreq_send(o)) settle_later(o);
     }
 }
 
@@ -306,7 +306,8 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     rq->after_sub = dl_asubs_subscribed(&l->op.w);
     memcpy(rq->token, token, DLOCK_TOKEN_LEN);
     dl_aargs a = {.what = what, .lease_ms = lease_ms, .queue = recheck, .reg = registered,
-                  .joining = !rq->after_sub, .held = l->holds, .expect = l->holds};
+                  .joining = !rq->after_sub, .held = l->holds, .expect = l->holds,
+                  .fair_wait_ms = l->c->fair_wait_ms};
     a.token = owner_of(l->k, rq->token, &a.token_len);
     dl_acall call;
     dl_akind_call(l->k, &a, &call);
@@ -726,6 +727,21 @@ void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost_fn fn, void 
 }
 
 int dlock_async_lock_is_lost(const dlock_async_lock *l) { return l ? l->lost : 0; }
+
+int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t wait_ms) {
+    if (!c) return DLOCK_EINVAL;
+    if (c->freeing) {
+        snprintf(c->errmsg, sizeof c->errmsg, "the client is being freed, or could not be created");
+        return DLOCK_EINVAL;
+    }
+    if (wait_ms < 1 || wait_ms > ((int64_t)1 << 40)) {
+        snprintf(c->errmsg, sizeof c->errmsg, "fair wait time must be 1 ms to 2^40 ms (got %lld)",
+                 (long long)wait_ms);
+        return DLOCK_EINVAL;
+    }
+    c->fair_wait_ms = wait_ms;
+    return DLOCK_OK;
+}
 
 int64_t dlock_async_lock_valid_ms(const dlock_async_lock *l) {
     if (!l || !l->holds || l->lost) return 0;

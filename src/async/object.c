@@ -44,8 +44,21 @@ typedef struct dl_aoreq {
     char chg[];                /* DL_AOR_SEM_ADD: its change id's key */
 } oreq;
 
+/* A permit taken with DLOCK_WATCHDOG, renewed by the client's watchdog
+ * (renew.c) with the blocking watchdog's script for permits, until it is
+ * released, renewed with an explicit lease, found lost, or its handle
+ * freed. */
+typedef struct wdpermit {
+    struct wdpermit *next;     /* the handle's */
+    dlock_async_object *o;
+    char raw[DL_PERMIT_RAW];   /* the ZSET member: the lease's owner */
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    dl_alease lease;
+} wdpermit;
+
 typedef struct oop {
     int type;                  /* DL_AOP_*, NONE: none pending */
+    int watchdog;              /* a permit acquire with DLOCK_WATCHDOG */
     unsigned gen;
     dlock_async_object_fn cb;
     void *ud;
@@ -71,6 +84,9 @@ struct dlock_async_object {
     char id[DLOCK_PERMIT_ID_LEN + 1]; /* the last permit acquire's */
     char *errmsg;              /* made on the first failure */
     int msg_lost;
+    wdpermit *wd;              /* its watchdog permits */
+    dlock_async_permit_lost_fn lost_fn;
+    void *lost_ud;
 };
 
 static void req_done(dl_areq *q, redisReply *r, const dl_err *err);
@@ -170,8 +186,10 @@ static int req_send(oreq *rq, dl_err *err) {
         break;
     case DL_AOR_PM_AVAIL: s = &dl_script_permits_available, nargs = 0; break;
     case DL_AOR_PM_SET: s = &dl_script_permits_try_set; break;
+    case DL_AOR_PM_ADD: s = &dl_script_permits_add; break;
     case DL_AOR_LA_CD: s = &dl_script_latch_count_down; break;
     case DL_AOR_LA_SET: s = &dl_script_latch_try_set; break;
+    case DL_AOR_LA_FORCE: s = &dl_script_latch_set; break;
     default: break; /* DL_AOR_GET */
     }
     rq->q.done = req_done;
@@ -215,7 +233,7 @@ static void owe(dlock_async_object *o, int what, int64_t n, const char *raw) {
     if (!rq) return; /* a permit runs out with its lease; permits stay taken */
     rq->owed = 1;
     /* not a connection of its own: after a failure the server may be down */
-    if (dl_aroute(o->c, o->name, o->name_len)->conn && !req_send(rq, &e)) return;
+    if (dl_apipe_opened(dl_aroute(o->c, o->name, o->name_len)) && !req_send(rq, &e)) return;
     settle_later(rq);
 }
 
@@ -240,8 +258,89 @@ void dl_aobj_pipe_up(dl_apipe *p) {
         dl_err e;
         /* a cluster's other nodes: on their connection when it is open */
         dl_apipe *to = dl_aroute(c, rq->o->name, rq->o->name_len);
-        if ((to != p && !to->conn) || req_send(rq, &e)) settle_later(rq);
+        if ((to != p && !dl_apipe_opened(to)) || req_send(rq, &e)) settle_later(rq);
     }
+}
+
+/* ---- watchdog permits ---- */
+
+static wdpermit *wd_find(const dlock_async_object *o, const char *raw) {
+    for (wdpermit *w = o->wd; w; w = w->next)
+        if (!memcmp(w->raw, raw, DL_PERMIT_RAW)) return w;
+    return NULL;
+}
+
+/* w renewed no more, out of the handle's list, freed. */
+static void wd_drop(dlock_async_object *o, wdpermit *w) {
+    dl_arenew_remove(&o->c->renew, &w->lease);
+    for (wdpermit **pp = &o->wd; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    free(w);
+}
+
+/* The watchdog found the permit lost (unregistered already): the
+ * handle's callback, with the permit's id. */
+static void wd_lost(dl_alease *l, int reason) {
+    wdpermit *w = l->arg;
+    dlock_async_object *o = w->o;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    memcpy(id, w->id, sizeof id);
+    wd_drop(o, w);
+    if (!o->lost_fn) return;
+    o->refs++; /* the callback may free the handle */
+    o->lost_fn(o, id, reason, o->lost_ud);
+    unref(o);
+}
+
+static void hex_of(const char *raw, char *hex);
+
+/* The permit rq took for a DLOCK_WATCHDOG acquire, registered with the
+ * watchdog: its lease started after rq's first copy went out. DLOCK_OK or
+ * DLOCK_ENOMEM (the permit must then be given back). */
+static int wd_keep(dlock_async_object *o, const oreq *rq, dl_err *err) {
+    wdpermit *w = calloc(1, sizeof *w);
+    if (!w) return dl_seterr(err, DLOCK_ENOMEM, "out of memory registering a lease");
+    w->o = o;
+    memcpy(w->raw, rq->raw, DL_PERMIT_RAW);
+    hex_of(rq->raw, w->id);
+    w->lease.renew = &dl_script_permits_wd_renew;
+    w->lease.key = o->zkey;
+    w->lease.key_len = o->zkey_len;
+    w->lease.owner = w->raw;
+    w->lease.owner_len = DL_PERMIT_RAW;
+    w->lease.lease_ms = rq->n;
+    w->lease.last_ok = rq->sent_at;
+    w->lease.lost = wd_lost;
+    w->lease.arg = w;
+    if (dl_arenew_add(&o->c->renew, &w->lease, err)) {
+        free(w);
+        return err->code;
+    }
+    w->next = o->wd;
+    o->wd = w;
+    return DLOCK_OK;
+}
+
+/* A release or renewal by id of one of o's watchdog permits went out: the
+ * watchdog leaves it alone meanwhile (its "gone" is no loss then). */
+static void wd_pause(dlock_async_object *o, const char *raw) {
+    wdpermit *w = wd_find(o, raw);
+    if (w) w->lease.releasing = 1;
+}
+
+/* The final outcome of such a release or renewal (r NULL: failed, the
+ * outcome unknown): answered, the permit is released, gone, or renewed to
+ * an explicit lease, and renewed no more (as dlock_permits_release and
+ * dlock_permits_renew); unknown, it is renewed again, and a renewal that
+ * finds it gone tells it lost. */
+static void wd_settle(dlock_async_object *o, const oreq *rq, const redisReply *r) {
+    wdpermit *w = wd_find(o, rq->raw);
+    if (!w) return;
+    if (r && r->type == REDIS_REPLY_INTEGER) wd_drop(o, w);
+    else w->lease.releasing = 0;
 }
 
 /* ---- ending an operation ---- */
@@ -354,11 +453,17 @@ static void op_reply(dlock_async_object *o, oreq *rq, redisReply *r, const dl_er
                        rq->what == DL_AOR_PM_REL ? "release" : "renew", hex,
                        who(o, w, sizeof w));
         } else {
-            finish(o, DLOCK_OK, v, NULL);
+            /* a latch set answers 1: the count it set is what it tells */
+            finish(o, DLOCK_OK, rq->what == DL_AOR_LA_FORCE ? rq->n : v, NULL);
         }
         return;
     }
     int got = rq->what == DL_AOR_GET ? v <= 0 : v == 1;
+    if (got && op->watchdog && wd_keep(o, rq, &e)) {
+        owe(o, DL_AOR_PM_REL, 0, rq->raw); /* not renewed: not kept */
+        finish(o, e.code, 0, &e);
+        return;
+    }
     if (got) {
         if (op->type == DL_AOP_PM_ACQ) hex_of(rq->raw, o->id);
         finish(o, DLOCK_OK, op->type == DL_AOP_SEM_ACQ ? op->n : op->type == DL_AOP_PM_ACQ, NULL);
@@ -434,6 +539,8 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
         settle_later(rq); /* until the server says */
         return;
     }
+    if (!rq->owed && (rq->what == DL_AOR_PM_REL || rq->what == DL_AOR_PM_RENEW))
+        wd_settle(o, rq, r);
     if (live) op_reply(o, rq, r, err);
     else if (!rq->owed) orphan(o, rq, r);
     req_drop(rq);
@@ -510,6 +617,9 @@ int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, in
     op->cb = cb;
     op->ud = ud;
     op->type = type;
+    /* a watchdog permit: the client's watchdog lease, renewed */
+    op->watchdog = type == DL_AOP_PM_ACQ && n == DLOCK_WATCHDOG;
+    if (op->watchdog) n = o->c->watchdog_lease_ms;
     op->n = n;
     op->woken = 0;
     op->inflight = NULL;
@@ -526,6 +636,7 @@ int dl_aobj_start(dlock_async_object *o, dlock_kind kind, int type, int what, in
         return dl_aobj_fail(o, &err);
     }
     if (type == DL_AOP_PM_ACQ) o->id[0] = '\0';
+    if (what == DL_AOR_PM_REL || what == DL_AOR_PM_RENEW) wd_pause(o, raw);
     dl_aloop_sync(&o->c->loop);
     return DLOCK_OK;
 }
@@ -546,6 +657,13 @@ int dlock_async_object_cancel(dlock_async_object *o) {
 }
 
 const char *dlock_async_permits_id(const dlock_async_object *o) { return o ? o->id : ""; }
+
+void dlock_async_object_on_lost(dlock_async_object *o, dlock_async_permit_lost_fn fn,
+                                void *udata) {
+    if (!o) return;
+    o->lost_fn = fn;
+    o->lost_ud = udata;
+}
 
 const char *dlock_async_object_errmsg(const dlock_async_object *o) {
     if (!o) return "NULL object handle";
@@ -638,6 +756,9 @@ static void object_free(dlock_async_object *o) {
     if (o->next) o->next->prev = o->prev;
     o->prev = o->next = NULL;
     c->nobjs--;
+    /* its watchdog permits are renewed no more: they run out with their
+     * lease (as dlock_permits_free's) */
+    while (o->wd) wd_drop(o, o->wd);
     unref(o);
 }
 

@@ -72,11 +72,8 @@ int dlock_async_semaphore_available(dlock_async_object *o, dlock_async_object_fn
 int dlock_async_permits_acquire(dlock_async_object *o, int64_t wait_ms, int64_t lease_ms,
                                 dlock_async_object_fn cb, void *udata) {
     CHECK_WAIT(o, wait_ms);
-    if (lease_ms == DLOCK_WATCHDOG)
-        return dl_aobj_fail(o,
-                            &(dl_err){DLOCK_ENOTSUP, "DLOCK_WATCHDOG leases are not supported by "
-                                                     "the async API yet: give a lease > 0"});
-    if (lease_ms < 0) return dl_aobj_fail(o, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms"});
+    if (lease_ms < 0)
+        return dl_aobj_fail(o, &(dl_err){DLOCK_EINVAL, "lease must be > 0 ms, or DLOCK_WATCHDOG"});
     /* the permit's id: random, the same for every attempt of this acquire */
     char hex[DLOCK_PERMIT_ID_LEN + 1], raw[DL_PERMIT_RAW];
     dl_err err;
@@ -174,4 +171,18 @@ int dlock_async_latch_try_set(dlock_async_object *o, int64_t count, dlock_async_
 int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb, void *udata) {
     if (!o) return DLOCK_EINVAL;
     return dl_aobj_start(o, DLOCK_KIND_LATCH, DL_AOP_ONE, DL_AOR_GET, 0, NULL, 0, cb, udata);
+}
+
+int dlock_async_permits_add(dlock_async_object *o, int64_t delta, dlock_async_object_fn cb,
+                            void *udata) {
+    CHECK_COUNT(o, delta, -DLOCK_COUNT_MAX, "permit add", "delta");
+    return dl_aobj_start(o, DLOCK_KIND_PERMIT_SEMAPHORE, DL_AOP_ONE, DL_AOR_PM_ADD, delta, NULL, 0,
+                         cb, udata);
+}
+
+int dlock_async_latch_set(dlock_async_object *o, int64_t count, dlock_async_object_fn cb,
+                          void *udata) {
+    CHECK_COUNT(o, count, 0, "latch set", "count");
+    return dl_aobj_start(o, DLOCK_KIND_LATCH, DL_AOP_ONE, DL_AOR_LA_FORCE, count, NULL, 0, cb,
+                         udata);
 }

@@ -7,7 +7,12 @@
  * every request ended: a reply that comes late cannot be matched to a
  * later request. The connection is transport/conn.c's: its bounded reader
  * (DL_REPLY_MAX_ELEMENTS) and its handshake (AUTH, SELECT), driven without
- * waiting. */
+ * waiting. With Sentinel, each new connection starts by asking the
+ * sentinels for the master (sentinel.c) over the same slot, then checks
+ * with ROLE that the server is one; the requests queued meanwhile are held
+ * and go out behind ROLE's confirmation, in their order. A READONLY reply
+ * (the master was made a replica) fails the connection, so that the next
+ * one asks again. */
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +32,8 @@ void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot) {
 
 static void arm(dl_apipe *p) {
     int64_t at = -1;
-    if (p->conn && !p->ready) at = p->connect_deadline;
+    if ((p->conn || p->held) && !p->ready) at = p->connect_deadline;
+    if (p->probe.conn && (at < 0 || p->probe.deadline < at)) at = p->probe.deadline;
     if (p->head && (at < 0 || p->head->deadline < at)) at = p->head->deadline;
     if (at < 0) {
         dl_atimer_stop(&p->cl->loop, &p->timer);
@@ -39,7 +45,21 @@ static void arm(dl_apipe *p) {
     }
 }
 
+int dl_apipe_fd(const dl_apipe *p) {
+    if (p->probe.conn) return p->probe.conn->fd;
+    return p->conn ? p->conn->fd : -1;
+}
+
+int dl_apipe_opened(const dl_apipe *p) { return p->conn || p->held; }
+
+/* The connection requests are queued into now. */
+static dl_conn *out_conn(dl_apipe *p) { return p->held ? p->held : p->conn; }
+
 void dl_apipe_update(dl_apipe *p) {
+    if (p->probe.conn) {
+        dl_aloop_want(&p->cl->loop, p->slot, p->probe.conn->fd, dl_aprobe_events(&p->probe));
+        return;
+    }
     if (!p->conn) {
         dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
         return;
@@ -51,8 +71,12 @@ void dl_apipe_update(dl_apipe *p) {
 }
 
 void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
-    if (!p->conn && !p->head) return;
+    if (!p->conn && !p->head && !p->held) return;
     dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
+    dl_aprobe_stop(&p->probe);
+    dl_conn_close(p->held);
+    p->held = NULL;
+    p->role = 0;
     dl_conn_close(p->conn);
     p->conn = NULL;
     p->ready = 0;
@@ -76,13 +100,38 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
 
 void dl_apipe_forget_scripts(dl_apipe *p) { p->nloaded = 0; }
 
+/* Sentinel: a new connection starts with the question to the sentinels;
+ * requests queue into held meanwhile. */
+static int ask_sentinels(dl_apipe *p, dl_err *err) {
+    dl_aclient *c = p->cl;
+    dl_conn *held = calloc(1, sizeof *held);
+    if (!held) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    held->fd = -1;
+    memset(&p->probe, 0, sizeof p->probe);
+    int rc = dl_aprobe_start(c->sent, &p->probe, c->connect_timeout_ms, err);
+    if (rc) {
+        dl_conn_close(held);
+        return rc;
+    }
+    p->held = held;
+    p->nloaded = 0;
+    p->ready = 0;
+    p->connect_deadline =
+        dl_deadline(dl_asent_budget(c->sent, c->connect_timeout_ms) + c->connect_timeout_ms);
+    arm(p);
+    dl_apipe_update(p);
+    if (p->up) p->up(p);
+    return DLOCK_OK;
+}
+
 int dl_apipe_open(dl_apipe *p, dl_err *err) {
-    if (p->conn) return DLOCK_OK;
+    if (p->conn || p->held) return DLOCK_OK;
     if (p->gate && p->gate->code) {
         *err = *p->gate;
         return err->code;
     }
     dl_aclient *c = p->cl;
+    if (c->sent) return ask_sentinels(p, err);
     const dl_endpoint *ep = p->ep ? p->ep : &c->ep;
     dl_conn *conn = NULL;
     int rc = dl_conn_open_start(ep, &conn, err);
@@ -136,9 +185,10 @@ static int queued(dl_apipe *p, dl_areq *q, size_t before) {
     q->rawlen = 0;
     q->redirects = 0;
     q->asked = 0;
-    if (p->keep && p->conn->olen > before && (q->raw = malloc(p->conn->olen - before))) {
-        q->rawlen = p->conn->olen - before;
-        memcpy(q->raw, p->conn->obuf + before, q->rawlen);
+    dl_conn *oc = out_conn(p);
+    if (p->keep && oc->olen > before && (q->raw = malloc(oc->olen - before))) {
+        q->rawlen = oc->olen - before;
+        memcpy(q->raw, oc->obuf + before, q->rawlen);
     }
     return enqueue(p, q);
 }
@@ -146,8 +196,8 @@ static int queued(dl_apipe *p, dl_areq *q, size_t before) {
 int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
                      dl_err *err) {
     int rc = dl_apipe_open(p, err);
-    size_t before = rc ? 0 : p->conn->olen;
-    if (!rc) rc = dl_conn_append(p->conn, argc, argv, lens, err);
+    size_t before = rc ? 0 : out_conn(p)->olen;
+    if (!rc) rc = dl_conn_append(out_conn(p), argc, argv, lens, err);
     return rc ? rc : queued(p, q, before);
 }
 
@@ -164,29 +214,18 @@ int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err) {
         const char *argv[1] = {"ASKING"};
         size_t lens[1] = {6};
         if (!a) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
-        else if ((rc = dl_conn_append(p->conn, 1, argv, lens, err))) free(a);
+        else if ((rc = dl_conn_append(out_conn(p), 1, argv, lens, err))) free(a);
         else {
             a->done = asking_done;
             enqueue(p, a);
         }
     }
-    if (!rc && p->conn->olen + q->rawlen > p->conn->ocap) {
-        size_t cap = p->conn->ocap ? p->conn->ocap : 256;
-        while (cap < p->conn->olen + q->rawlen) cap *= 2;
-        char *nb = realloc(p->conn->obuf, cap);
-        if (!nb) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory queueing a command");
-        else {
-            p->conn->obuf = nb;
-            p->conn->ocap = cap;
-        }
-    }
+    if (!rc) rc = dl_conn_append_raw(out_conn(p), q->raw, q->rawlen, err);
     if (rc) {
         free(q->raw);
         q->raw = NULL;
         return rc;
     }
-    memcpy(p->conn->obuf + p->conn->olen, q->raw, q->rawlen);
-    p->conn->olen += q->rawlen;
     if (!p->keep) {
         free(q->raw);
         q->raw = NULL;
@@ -198,16 +237,32 @@ int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err) {
     int rc = dl_apipe_open(p, err);
-    size_t before = rc ? 0 : p->conn->olen;
+    size_t before = rc ? 0 : out_conn(p)->olen;
     int known = 0;
     for (int i = 0; !rc && i < p->nloaded && !known; i++) known = p->loaded[i] == s;
     if (!rc) {
         dl_eval_req e = {.s = s, .nkeys = nkeys, .nargs = nargs, .keys = keys,
                          .keylens = keylens, .args = args, .arglens = arglens};
-        rc = dl_eval_queue(p->conn, &e, by_text || !known, err);
+        rc = dl_eval_queue(out_conn(p), &e, by_text || !known, err);
     }
     if (!rc && !known && p->nloaded < DL_APIPE_LOADED) p->loaded[p->nloaded++] = s;
     return rc ? rc : queued(p, q, before);
+}
+
+/* Sentinel: r is ROLE's reply. A master: the requests held go out behind
+ * it. Else the failure (a failover under way: the next connection asks
+ * the sentinels again). r freed. */
+static int confirm(dl_apipe *p, redisReply *r, dl_err *err) {
+    p->role = 0;
+    int rc = dl_sentinel_role(r, err);
+    freeReplyObject(r);
+    if (!rc && p->held->olen) rc = dl_conn_append_raw(p->conn, p->held->obuf, p->held->olen, err);
+    if (rc) return rc;
+    dl_conn_close(p->held);
+    p->held = NULL;
+    p->ready = 1;
+    arm(p);
+    return DLOCK_OK;
 }
 
 /* One reply read: the handshake's first, then the head request's, else a
@@ -219,11 +274,17 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
         if (bad) dl_reply_error(r, "AUTH/SELECT", err);
         freeReplyObject(r);
         if (bad) return err->code;
-        if (!p->conn->handshake) {
+        if (!p->conn->handshake && !p->role) {
             p->ready = 1;
             arm(p);
         }
         return DLOCK_OK;
+    }
+    if (p->role) return confirm(p, r, err);
+    if (p->cl->sent && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "READONLY", 8)) {
+        freeReplyObject(r);
+        return dl_seterr(err, DLOCK_EIO,
+                         "the master the sentinels named became a replica (a failover)");
     }
     if (p->push && p->push(p, r)) {
         freeReplyObject(r);
@@ -252,9 +313,84 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
     return DLOCK_OK;
 }
 
+/* Sentinel: closes the sentinel asked and asks the next one; when none is
+ * left, fails p with the last failure. */
+static void probe_next(dl_apipe *p) {
+    dl_err err;
+    dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
+    dl_aprobe_stop(&p->probe);
+    if (dl_aprobe_start(p->cl->sent, &p->probe, p->cl->connect_timeout_ms, &err)) {
+        dl_apipe_fail(p, &err);
+        return;
+    }
+    arm(p);
+    dl_apipe_update(p);
+}
+
+/* Sentinel: the master is at host:port (host taken): connects to it,
+ * ROLE first. */
+static void master_named(dl_apipe *p, char *host, int port) {
+    dl_aclient *c = p->cl;
+    dl_err err = {0};
+    if (!c->ep.host || strcmp(c->ep.host, host) != 0 || c->ep.port != port) {
+        free(c->ep.host);
+        c->ep.host = host;
+        c->ep.port = port;
+        c->ep_gen++;
+    } else {
+        free(host);
+    }
+    dl_conn *conn = NULL;
+    int rc = dl_conn_open_start(&c->ep, &conn, &err);
+    if (rc == DLOCK_ENOTSUP) {
+        /* a name with several addresses: the blocking way (dlock_async.h) */
+        int64_t dl = dl_deadline(c->connect_timeout_ms);
+        rc = dl_conn_open(&c->ep, dl < p->connect_deadline ? dl : p->connect_deadline, &conn, &err);
+    }
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    if (!rc) rc = dl_conn_append(conn, 1, argv, lens, &err);
+    if (rc) {
+        dl_conn_close(conn);
+        dl_apipe_fail(p, &err);
+        return;
+    }
+    p->conn = conn;
+    p->role = 1;
+    p->gen = c->ep_gen;
+    int64_t dl = dl_deadline(c->connect_timeout_ms);
+    if (dl < p->connect_deadline) p->connect_deadline = dl;
+    arm(p);
+    dl_apipe_update(p);
+    if (c->named) c->named(c);
+}
+
+static void probe_io(dl_apipe *p, int events) {
+    char *host = NULL;
+    int port = 0;
+    dl_err err = {0};
+    int r = dl_aprobe_io(p->cl->sent, &p->probe, events, &host, &port, &err);
+    if (r == 0) {
+        dl_apipe_update(p);
+        return;
+    }
+    if (r == -1) {
+        probe_next(p);
+        return;
+    }
+    dl_aloop_want(&p->cl->loop, p->slot, -1, 0);
+    dl_aprobe_stop(&p->probe);
+    if (r == 1) master_named(p, host, port);
+    else dl_apipe_fail(p, &err);
+}
+
 void dl_apipe_io(dl_apipe *p, int events) {
     dl_err err = {0};
     int rc = DLOCK_OK;
+    if (p->probe.conn) {
+        probe_io(p, events);
+        return;
+    }
     dl_conn *conn = p->conn;
     if (!conn) return;
     if (conn->connecting) {
@@ -263,7 +399,7 @@ void dl_apipe_io(dl_apipe *p, int events) {
         struct pollfd pf = {.fd = conn->fd, .events = POLLOUT};
         if (!(events & (DLOCK_ASYNC_WRITE | DLOCK_ASYNC_READ)) || poll(&pf, 1, 0) <= 0) return;
         rc = dl_conn_connected(conn, &err);
-        if (!rc && !conn->handshake) {
+        if (!rc && !conn->handshake && !p->role) {
             p->ready = 1;
             arm(p);
         }
@@ -293,7 +429,9 @@ static void on_timer(dl_atimer *t) {
     dl_apipe *p = t->arg;
     dl_err err;
     int64_t now = dl_now_ms();
-    if (p->conn && !p->ready && now >= p->connect_deadline) {
+    if (p->probe.conn && dl_aprobe_timed_out(p->cl->sent, &p->probe)) {
+        probe_next(p);
+    } else if ((p->conn || p->held) && !p->ready && now >= p->connect_deadline) {
         char where[300];
         dl_endpoint_describe(p->ep ? p->ep : &p->cl->ep, where, sizeof where);
         dl_seterr(&err, DLOCK_EIO, "connect to %s timed out", where);

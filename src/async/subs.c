@@ -257,7 +257,7 @@ void dl_asubs_leave(dl_asubs *s, dl_awaiter *w) {
     dl_achan **pp = slot_of(s, ch->name, ch->len);
     *pp = ch->next;
     s->nchans--;
-    if (ch->on->conn) {
+    if (dl_apipe_opened(ch->on)) {
         dl_err ignored;
         /* not sent (memory): the channel stays subscribed on the server
          * and its messages are dropped here; the waiter it was for has

@@ -19,6 +19,20 @@ void dl_conn_close(dl_conn *c) {
     free(c);
 }
 
+int dl_conn_append_raw(dl_conn *c, const char *buf, size_t len, dl_err *err) {
+    if (c->olen + len > c->ocap) {
+        size_t cap = c->ocap ? c->ocap : 256;
+        while (cap < c->olen + len) cap *= 2;
+        char *nb = realloc(c->obuf, cap);
+        if (!nb) return dl_seterr(err, DLOCK_ENOMEM, "out of memory queueing a command");
+        c->obuf = nb;
+        c->ocap = cap;
+    }
+    memcpy(c->obuf + c->olen, buf, len);
+    c->olen += len;
+    return DLOCK_OK;
+}
+
 /* Queues one command in RESP, straight into the output buffer. hiredis'
  * redisFormatCommandArgv formats each length with sprintf and allocates: it
  * was most of the client's instructions per acquire+release pair. */

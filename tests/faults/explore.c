@@ -67,7 +67,9 @@
  *   A w n wait t        worker w starts an acquire of name n (-1: a set),
  *                       wait_ms (-1 forever, 0 try)
  *   B w n tok valid t   w holds n: fencing token (0: none), validity in ms
- *                       (-1: no lease)
+ *                       (-1: no lease); a permit adds "end_us t_us": its
+ *                       lease's end counted from before the A line, and
+ *                       the time the acquire returned, in microseconds
  *   N w n tok t         a re-entry of the held n, its token
  *   V w n valid t       validity after an extend or after the work
  *   W w tok acc n       the fenced write (faultlib.h)
@@ -770,7 +772,7 @@ static int run_worker(const wctx *x)
     while (th_now_ms() < x->end) {
         int64_t wait = draw_wait(&s, w);
         int64_t lease = w->lease;
-        int64_t t0 = th_now_ms();
+        int64_t t0_us = th_now_us(), t0 = t0_us / 1000;
         if (p->kind == K_SEM || p->kind == K_PERMITS) {
             fl_ev(rc, "A %d 0 %lld %lld", x->id, (long long)wait, (long long)t0);
             char id[DLOCK_PERMIT_ID_LEN + 1];
@@ -784,7 +786,7 @@ static int run_worker(const wctx *x)
                 r = dlock_permits_acquire(pm, wait, lease, id);
                 g_cp = NULL;
             }
-            int64_t now = th_now_ms();
+            int64_t now_us = th_now_us(), now = now_us / 1000;
             if (r != DLOCK_OK) {
                 if (r == DLOCK_EBUSY || r == DLOCK_ETIMEDOUT || r == DLOCK_ECANCELED)
                     fl_ev(rc, "T %d %d %lld", x->id, r, (long long)now);
@@ -795,9 +797,15 @@ static int run_worker(const wctx *x)
                     th_sleep_ms(30);
                 continue;
             }
-            /* a permit's validity: its lease from just before the request */
-            int64_t valid = sem ? -1 : (lease ? lease : p->wd_ms) - (now - t0);
-            fl_ev(rc, "B %d 0 0 %lld %lld", x->id, (long long)valid, (long long)now);
+            /* a permit's validity: its lease from just before the request;
+             * in microseconds too, for the overlap check (the ms times,
+             * rounded down, leave a millisecond in which it cannot tell) */
+            int64_t pl = lease ? lease : p->wd_ms;
+            if (sem)
+                fl_ev(rc, "B %d 0 0 -1 %lld", x->id, (long long)now);
+            else
+                fl_ev(rc, "B %d 0 0 %lld %lld %lld %lld", x->id, (long long)(pl - (now - t0)),
+                      (long long)now, (long long)(t0_us + pl * 1000), (long long)now_us);
             th_sleep_ms(rr(&s, 5, w->work_max));
             fl_ev(rc, "E %d 0 %lld", x->id, (long long)th_now_ms());
             r = sem ? dlock_semaphore_release(sem, 1) : dlock_permits_release(pm, id);
@@ -929,6 +937,7 @@ typedef struct sec {
     uint64_t tok;
     long b, e;                 /* list positions */
     int64_t bt, et, deadline;  /* mono ms; deadline -1: no lease */
+    int64_t end_us, bt_us;     /* a permit: its lease's end and bt in µs; -1: not logged */
     int64_t valid0;
     int killed, relfail, has_lease;
     int64_t rel_t;  /* the release returned OK; 0 if it did not */
@@ -1479,6 +1488,11 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             x->e = -1;
             x->has_lease = v[3] >= 0;
             x->deadline = v[3] >= 0 ? v[4] + v[3] : -1;
+            long long u0 = -1, u1 = -1;
+            if (sscanf(e + 1, "%*s %*s %*s %*s %*s %lld %lld", &u0, &u1) != 2)
+                u0 = u1 = -1;
+            x->end_us = u0;
+            x->bt_us = u1;
             open_s[w][nm] = ns++;
             if (open_a[w] >= 0) {
                 att *a = &g_a[open_a[w]];
@@ -1869,8 +1883,15 @@ static int check(redisContext *rrc, const plan *p, const wrole *roles, int nids,
             for (int i = 0; i < j; i++) {
                 const sec *x = &g_s[i];
                 if (!(x->e > y->b)) continue;
-                if ((x->deadline >= 0 && x->deadline < y->bt) ||
-                    forgot_between(nf, p->topo, x->b, y->b))
+                /* x past its validity when y began. The ms times are
+                 * rounded down: x's lease ends in its deadline's ms or
+                 * later, y was granted before its bt's ms ended, so a bt
+                 * equal to the deadline may be no overlap at all. A
+                 * permit's B line has both in microseconds: past once y's
+                 * time reached x's lease end */
+                int past = x->deadline >= 0 && x->deadline < y->bt;
+                if (x->end_us >= 0 && y->bt_us >= 0) past = x->end_us <= y->bt_us;
+                if (past || forgot_between(nf, p->topo, x->b, y->b))
                     ex = 1;
                 else
                     cnt++;
