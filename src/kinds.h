@@ -282,6 +282,12 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
  * server no longer gives it to this owner; or a failure code (the handle
  * unchanged). */
 int dl_lock_reexpire(dlock_lock *l, dl_err *err);
+/* The multi-lock's canonical order (multilock.c), shared by the async
+ * multi-lock so that blocking and async sets on the same names take them in
+ * one order: by name (bytes, a prefix first), then the write side before
+ * anything else on the same name, then kind. <0, 0, >0 as memcmp. */
+int dl_multi_cmp(const char *an, size_t alen, dlock_kind ak, const char *bn, size_t blen,
+                 dlock_kind bk);
 
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */
 static inline int dl_cancel_err(dlock_lock *l, dl_err *err) {

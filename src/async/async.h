@@ -22,6 +22,8 @@
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
  *   object_calls.c their public calls: arguments checked, operations started
+ *   multi.c  the multi-lock: a set of lock handles taken all or nothing,
+ *            in the blocking multi-lock's order, by the public lock calls
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file
@@ -398,6 +400,11 @@ void dl_alock_free_all(dl_aclient *c);
 /* A new command connection: queues the releases owed for acquires whose
  * outcome a failure left unknown, first (the pipe's up). */
 void dl_alock_pipe_up(dl_apipe *p);
+/* What multi.c reads of a handle: its client, keys (name, kind) and hold
+ * count. */
+dl_aclient *dl_alock_client(const dlock_async_lock *l);
+const dl_akeys *dl_alock_keys(const dlock_async_lock *l);
+int64_t dl_alock_holds(const dlock_async_lock *l);
 
 /* ---- object.c ---- */
 /* An object operation (DL_AOP_*; NONE: none pending, ONE: one request
