@@ -109,8 +109,8 @@
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Cluster and
  * RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL); the ID worker, the multi-lock and holder identity have no
- * async calls yet.
+ * PostgreSQL); the ID worker and holder identity have no async calls
+ * yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
