@@ -14,6 +14,7 @@
  * thread that runs the loop: create, drive and free the client on that
  * thread only (no call here is thread-safe). Every callback runs on that
  * thread, from dlock_async_process, or from dlock_async_cancel,
+ * dlock_async_multi_cancel,
  * dlock_async_lock_free, dlock_async_object_cancel, dlock_async_object_free
  * or dlock_async_client_free for the operations they end. A call that starts an operation never runs its callback itself.
  *
