@@ -622,6 +622,55 @@ DLOCK_EXPORT int dlock_async_latch_set(dlock_async_object *o, int64_t count,
 DLOCK_EXPORT int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb,
                                          void *udata);
 
+/* ---- the ID worker ----
+ * The blocking ID worker's ids (dlock_idworker_*, docs/idworker.md: the
+ * same layout, the same day counter "icr:<prefix>:<yyyy:mm:dd>", the same
+ * checks), handed out from the loop: async and blocking workers on one
+ * prefix never hand out the same id. */
+typedef struct dlock_async_idworker dlock_async_idworker;
+
+/* The callback of a next: code DLOCK_OK with id, or a failure (id 0;
+ * dlock_async_idworker_errmsg(w) says what). It may ask for more ids, free
+ * the worker or the client. */
+typedef void (*dlock_async_idworker_fn)(dlock_async_idworker *w, int code, uint64_t id,
+                                        void *udata);
+
+/* Creates an ID worker for prefix on c (opts as dlock_idworker_new's: the
+ * epoch and the batch; NULL: defaults). Nothing is sent. Freed by
+ * dlock_async_idworker_free or with its client. Returns DLOCK_OK,
+ * DLOCK_EINVAL (NULL argument, empty prefix, a bad option, a client being
+ * freed), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the message is
+ * dlock_async_errmsg(c). */
+DLOCK_EXPORT int dlock_async_idworker_new(dlock_async_client *c, const char *prefix,
+                                          const dlock_idworker_options *opts,
+                                          dlock_async_idworker **out);
+
+/* Asks w for its next id. Any number of nexts may be pending: their
+ * callbacks run in the order they were asked for, with increasing ids,
+ * from the loop (never from this call), those the reserved block can serve
+ * at the loop's next turn. A block is reserved by one INCRBY of the day's
+ * counter for the nexts waiting then: the worker's batch, or as many as
+ * are waiting when that is more (a burst shares one round trip; with batch
+ * 1 no value is left over). The callback gets DLOCK_OK with the id,
+ * DLOCK_EOVERFLOW as dlock_idworker_next (the day's counter passed
+ * 2^32 - 1, the seconds no longer fit 31 bits), DLOCK_EPROTO (the counter
+ * went backwards), DLOCK_ECANCELED (the worker or the client freed), or a
+ * failure of the INCRBY (DLOCK_EIO...: every next waiting for it gets it;
+ * the values it may have reserved are a gap). Returns DLOCK_OK (the
+ * callback runs once, later), DLOCK_EINVAL (NULL w or cb, a worker or
+ * client being freed), DLOCK_ENOMEM. */
+DLOCK_EXPORT int dlock_async_idworker_next(dlock_async_idworker *w, dlock_async_idworker_fn cb,
+                                           void *udata);
+
+/* Ends w's pending nexts with DLOCK_ECANCELED (their callbacks run before
+ * this returns; called from one of w's callbacks, the memory goes when
+ * that returns) and frees w; an INCRBY out is dropped when it comes (its
+ * values a gap). NULL is a no-op. */
+DLOCK_EXPORT void dlock_async_idworker_free(dlock_async_idworker *w);
+
+/* w's last failure message ("" if none). */
+DLOCK_EXPORT const char *dlock_async_idworker_errmsg(const dlock_async_idworker *w);
+
 #ifdef __cplusplus
 }
 #endif
