@@ -14,7 +14,7 @@
  * thread that runs the loop: create, drive and free the client on that
  * thread only (no call here is thread-safe). Every callback runs on that
  * thread, from dlock_async_process, or from dlock_async_cancel,
- * dlock_async_multi_cancel,
+ * dlock_async_multi_cancel, dlock_async_idworker_free,
  * dlock_async_lock_free, dlock_async_object_cancel, dlock_async_object_free
  * or dlock_async_client_free for the operations they end. A call that starts an operation never runs its callback itself.
  *
@@ -110,8 +110,7 @@
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Cluster and
  * RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL); the ID worker and holder identity have no async calls
- * yet.
+ * PostgreSQL); holder identity has no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
