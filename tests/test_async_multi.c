@@ -15,7 +15,8 @@
  *             the set is not returned with it run out (valid_ms about the
  *             lease, both keys on the server with their TTL, the
  *             owner-checked releases answer DLOCK_OK); with DLOCK_WATCHDOG
- *             the first member is kept by the watchdog meanwhile
+ *             the first member is kept by the watchdog meanwhile, and one
+ *             found lost meanwhile (its key deleted) is taken again
  *   midway    a set whose last member stays held elsewhere: with a wait,
  *             DLOCK_ETIMEDOUT and the members it took released (checked on
  *             the server) before the callback; DLOCK_NOWAIT: DLOCK_EBUSY
@@ -248,6 +249,24 @@ static void t_lease(th_server *s) {
     ASSERT_GT(th_cmd_int(rc, "PTTL wb"), 0);
     release_set(set, 2);
     ASSERT_EQ(th_cmd_int(rc, "EXISTS wa wb"), 0);
+    /* a watchdog member lost while the set waits (its key deleted: the
+     * next renewal finds it gone) is taken again, not returned lost */
+    dlock_async_lock *set2[2] = {klock(c, "vb", DLOCK_KIND_PLAIN), klock(c, "va", DLOCK_KIND_PLAIN)};
+    blocker bl2 = {.s = s, .name = "vb", .hold_ms = 800};
+    ASSERT_EQ(pthread_create(&th, NULL, blocking_holder, &bl2), 0);
+    while (!atomic_load(&bl2.go)) th_sleep_ms(1);
+    memset(&r, 0, sizeof r);
+    START(dlock_async_multi_acquire(set2, 2, 3000, DLOCK_WATCHDOG, on_multi, &r));
+    RUN_UNTIL(th_cmd_int(rc, "EXISTS va") == 1, 2000);
+    th_cmd_int(rc, "DEL va");
+    RUN_UNTIL(dlock_async_lock_is_lost(set2[1]), 1000);
+    RUN_UNTIL(r.calls > 0, 5000);
+    pthread_join(th, NULL);
+    ASSERT_CODE(r.code, DLOCK_OK);
+    ASSERT_EQ(dlock_async_lock_is_lost(set2[1]), 0);
+    ASSERT_GT(dlock_async_multi_valid_ms(set2, 2), 0);
+    ASSERT_EQ(th_cmd_int(rc, "EXISTS va vb"), 2);
+    release_set(set2, 2);
     client_free(c);
     redisFree(rc);
 }
