@@ -77,13 +77,14 @@
  * timeout), then dlock_async_process for each client's ready sockets, and
  * for each client once with fd -1 (its timers). */
 static int loop_once(dlock_async_client **cs, int n, int max_ms) {
-    struct pollfd p[8];
-    int owner[8], np = 0;
+    struct pollfd p[64];
+    int owner[64], np = 0;
     int64_t to = max_ms;
     for (int i = 0; i < n; i++) {
-        dlock_async_pollfd f[DLOCK_ASYNC_SLOTS];
-        int k = dlock_async_fds(cs[i], f);
-        for (int j = 0; j < k && np < 8; j++) {
+        dlock_async_pollfd f[64];
+        int k = dlock_async_fds(cs[i], f, 64 - np);
+        if (k > 64 - np) k = 64 - np; /* one server: 2 per client */
+        for (int j = 0; j < k; j++) {
             p[np].fd = f[j].fd;
             p[np].events = (short)(((f[j].events & DLOCK_ASYNC_READ) ? POLLIN : 0) |
                                    ((f[j].events & DLOCK_ASYNC_WRITE) ? POLLOUT : 0));

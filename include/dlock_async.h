@@ -24,13 +24,14 @@
  * the callback will run exactly once, later, with the outcome (the same
  * codes as the blocking call); any other code means it was not started and
  * the callback never runs. A handle has at most one operation pending.
- * Requests of all handles share one connection, pipelined: replies are
- * matched to requests in order. Every request has the client's command
+ * Requests of all handles share one connection (one per master on a Redis
+ * Cluster), pipelined: replies are matched to requests in order. Every request has the client's command
  * timeout as its deadline (the connect timeout too while connecting); a
  * reply that does not come by then closes the connection.
  *
- * Waiting. All waiters of a client share ONE subscribed connection with a
- * table from channel to waiters. The keys, scripts and layouts are the
+ * Waiting. All waiters of a client share ONE subscribed connection (one
+ * per master on a Redis Cluster) with a table from channel to waiters.
+ * The keys, scripts and layouts are the
  * blocking API's, so async and blocking clients exclude each other on one
  * name, and a release by either wakes a waiter of either: a plain waiter
  * takes its place in the plain lock's waiter registry and is woken alone
@@ -99,7 +100,7 @@
  * sentinels (one at a time, the one that answered last first, 500 ms
  * each) for the master, then checks with ROLE that it is one; requests
  * queued meanwhile go out once it is. While connected, the sentinels are
- * asked every second (slot 2, a connection kept open); when they name another master, or a reply
+ * asked every second (a slot of its own, a connection kept open); when they name another master, or a reply
  * says READONLY (the master was made a replica), the connections to the
  * old one close: their requests end with DLOCK_EIO, an acquire that may
  * wait rides it out, and the next request connects to the new master.
@@ -108,9 +109,18 @@
  * here), and for up to about a second after it requests may still reach
  * an old master that answers as one.
  *
- * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS), Cluster and
- * RedLock URLs, the other backends (ZooKeeper, etcd, MySQL,
- * PostgreSQL); holder identity has no async calls yet.
+ * Redis Cluster (redis-cluster://seeds): a connection per master, each
+ * request on its key's master (read from CLUSTER SLOTS without blocking;
+ * MOVED, ASK and TRYAGAIN followed, at most 5 times, then DLOCK_EIO); lock
+ * names whose keys would span slots refused (DLOCK_EINVAL); Redis 7 needed
+ * (a node older than that found by the first request: every later request
+ * DLOCK_ENOTSUP). Waiters there subscribe with SSUBSCRIBE on the master of
+ * their channel's slot (one subscribed connection per such master), and
+ * subscribe again where the slot went when it moves (docs/async.md).
+ *
+ * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS) and RedLock
+ * URLs, the other backends (ZooKeeper, etcd, MySQL, PostgreSQL); holder
+ * identity has no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -133,21 +143,30 @@ typedef struct dlock_async_lock dlock_async_lock;
 /* Socket events (a bit mask). */
 #define DLOCK_ASYNC_READ 1
 #define DLOCK_ASYNC_WRITE 2
-/* How many sockets a client has at most at once: its command connection
- * (slot 0), its subscribed connection (slot 1) and, with Sentinel, the
- * question to the sentinels whether the master moved (slot 2). */
-#define DLOCK_ASYNC_SLOTS 3
-
 /* How the library asks a loop for events. All three run on the loop's
- * thread, from the library's calls. */
+ * thread, from the library's calls.
+ *
+ * Slots. Each socket the client watches has a slot: a small integer from
+ * 0 up, the lowest free one, and reused after the slot was told events 0.
+ * How many slots a client uses depends on its deployment: one Redis server
+ * takes 2 (0 its command connection, 1 its subscribed connection),
+ * Sentinel one more (the question whether the master moved), a Redis
+ * Cluster 2 more per master it meets (a command and a subscribed
+ * connection each); there is no fixed bound, so an adapter grows its
+ * table on demand. */
 typedef struct dlock_async_adapter {
     void *data; /* passed to each function */
     /* Watch fd for events (DLOCK_ASYNC_READ | DLOCK_ASYNC_WRITE) in slot
-     * (0 .. DLOCK_ASYNC_SLOTS - 1), replacing what the slot watched; events
-     * 0: stop watching the slot's fd, which the library may close right
-     * after. A slot's fd changes only after a call with events 0. When the
-     * fd is ready, call dlock_async_process(client, fd, ready events). */
-    void (*watch)(void *data, int slot, int fd, int events);
+     * (>= 0, see "Slots"), replacing what the slot watched; events 0: stop
+     * watching the slot's fd, which the library may close right after (this
+     * never fails). A slot's fd changes only after a call with events 0.
+     * When the fd is ready, call dlock_async_process(client, fd, ready
+     * events). Returns 0, or nonzero when the loop cannot watch it (out of
+     * memory: the slot then watches nothing); the library ends what waits
+     * on that connection with DLOCK_ENOMEM (from dlock_async_process, at
+     * once: the timer is armed for now) and opens a new one for the next
+     * request. */
+    int (*watch)(void *data, int slot, int fd, int events);
     /* Arm the one timer to fire ms (>= 0) from now, replacing the earlier
      * time; ms -1: disarm. When it fires, call
      * dlock_async_process(client, -1, 0). */
@@ -193,8 +212,8 @@ DLOCK_EXPORT int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t
  * the call fails (unless memory ran out), so that dlock_async_errmsg(*out)
  * tells why; free it with dlock_async_client_free.
  * Returns DLOCK_OK, DLOCK_EINVAL (NULL out, a bad URL or option),
- * DLOCK_ENOTSUP (rediss://, Cluster, RedLock, another backend's
- * URL, an option above), DLOCK_ENOMEM. */
+ * DLOCK_ENOTSUP (rediss://, RedLock, another backend's URL, an option
+ * above), DLOCK_ENOMEM. */
 DLOCK_EXPORT int dlock_async_client_new(const dlock_options *opts,
                                         const dlock_async_adapter *adapter,
                                         dlock_async_client **out);
@@ -226,13 +245,16 @@ DLOCK_EXPORT const char *dlock_async_errmsg(const dlock_async_client *c);
  * end. Other fds are ignored. NULL c is a no-op. */
 DLOCK_EXPORT void dlock_async_process(dlock_async_client *c, int fd, int events);
 
-/* The bare interface: the sockets to poll now and for what, into fds
- * (room for DLOCK_ASYNC_SLOTS); returns how many (0 .. DLOCK_ASYNC_SLOTS). */
+/* The bare interface: the sockets to poll now and for what. Writes the
+ * first min(count, cap) of them into fds (fds may be NULL when cap is 0)
+ * and returns count, how many there are (as snprintf does: a count above
+ * cap says to call again with room for count; one Redis server has at
+ * most 2, see "Slots"). NULL c: 0. */
 typedef struct dlock_async_pollfd {
     int fd;
     int events; /* DLOCK_ASYNC_READ | DLOCK_ASYNC_WRITE */
 } dlock_async_pollfd;
-DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds);
+DLOCK_EXPORT int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds, int cap);
 /* The bare interface: ms until dlock_async_process must be called even if
  * no socket is ready (0: now), or -1 when nothing is timed. */
 DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);
@@ -244,8 +266,9 @@ DLOCK_EXPORT int64_t dlock_async_timeout(const dlock_async_client *c);
  * sent.
  * name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name),
- * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM; the message of a failure
- * is dlock_async_errmsg(c). */
+ * DLOCK_ENAMETOOLONG, DLOCK_ENOTSUP, DLOCK_ENOMEM, DLOCK_EINVAL also for a
+ * name whose keys would hash to different slots on a Redis Cluster (as
+ * dlock_lock_new); the message of a failure is dlock_async_errmsg(c). */
 DLOCK_EXPORT int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_len,
                                       dlock_kind kind, dlock_async_lock **out);
 
@@ -467,8 +490,10 @@ typedef void (*dlock_async_object_fn)(dlock_async_object *o, int code, int64_t v
  * latch called name (as dlock_semaphore_new, dlock_permits_new,
  * dlock_latch_new do: same keys). Nothing is sent. name_len: bytes or
  * DLOCK_CSTR. Returns DLOCK_OK, DLOCK_EINVAL (NULL argument, empty name,
- * a client being freed or unusable), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the
- * message of a failure is dlock_async_errmsg(c). */
+ * a client being freed or unusable; on a Redis Cluster, as the blocking
+ * calls, a name whose keys, or a latch's key and channel, would hash to
+ * different slots), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the message of a
+ * failure is dlock_async_errmsg(c). */
 DLOCK_EXPORT int dlock_async_semaphore_new(dlock_async_client *c, const char *name,
                                            size_t name_len, dlock_async_object **out);
 DLOCK_EXPORT int dlock_async_permits_new(dlock_async_client *c, const char *name,

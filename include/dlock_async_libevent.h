@@ -9,7 +9,8 @@
  *   dlock_async_client_free(c);  // on the loop's thread
  *
  * Each watched socket is a persistent struct event, the client's timer an
- * evtimer; freed with the client. Contracts as dlock_async_client_new.
+ * evtimer; freed with the client. The table of slots grows as the client
+ * asks for more (dlock_async.h, "Slots"). Contracts as dlock_async_client_new.
  */
 #ifndef DLOCK_ASYNC_LIBEVENT_H
 #define DLOCK_ASYNC_LIBEVENT_H
@@ -22,8 +23,9 @@
 typedef struct dlock_async_ev {
     struct event_base *base;
     dlock_async_client *client;
-    struct event *ev[DLOCK_ASYNC_SLOTS];
-    int fd[DLOCK_ASYNC_SLOTS], events[DLOCK_ASYNC_SLOTS];
+    struct event **ev; /* by slot, nslots of them (NULL: not watched) */
+    int *fd, *events;
+    int nslots;
     struct event *timer;
 } dlock_async_ev;
 
@@ -38,25 +40,53 @@ static void dlock_async_ev_on_timer_(evutil_socket_t fd, short what, void *arg) 
     dlock_async_process(((dlock_async_ev *)arg)->client, -1, 0);
 }
 
-static void dlock_async_ev_watch_(void *data, int slot, int fd, int events) {
+/* Room for slot: 0, or -1 for want of memory. */
+static int dlock_async_ev_grow_(dlock_async_ev *a, int slot) {
+    if (slot < a->nslots) return 0;
+    int n = a->nslots ? a->nslots : 2;
+    while (n <= slot) n *= 2;
+    struct event **e = (struct event **)realloc(a->ev, (size_t)n * sizeof *e);
+    if (!e) return -1;
+    a->ev = e;
+    int *f = (int *)realloc(a->fd, (size_t)n * sizeof *f);
+    if (!f) return -1;
+    a->fd = f;
+    int *w = (int *)realloc(a->events, (size_t)n * sizeof *w);
+    if (!w) return -1;
+    a->events = w;
+    for (int i = a->nslots; i < n; i++) {
+        a->ev[i] = NULL;
+        a->fd[i] = -1;
+        a->events[i] = 0;
+    }
+    a->nslots = n;
+    return 0;
+}
+
+static int dlock_async_ev_watch_(void *data, int slot, int fd, int events) {
     dlock_async_ev *a = (dlock_async_ev *)data;
-    if (a->ev[slot] && (a->fd[slot] != fd || a->events[slot] != events || !events)) {
+    if (slot < 0) return -1;
+    if (slot < a->nslots && a->ev[slot] &&
+        (a->fd[slot] != fd || a->events[slot] != events || !events)) {
         event_free(a->ev[slot]);
         a->ev[slot] = NULL;
         a->fd[slot] = -1;
     }
-    if (!events || a->ev[slot]) return;
+    if (!events) return 0;
+    if (dlock_async_ev_grow_(a, slot)) return -1;
+    if (a->ev[slot]) return 0;
     short what = (short)(EV_PERSIST | ((events & DLOCK_ASYNC_READ) ? EV_READ : 0) |
                          ((events & DLOCK_ASYNC_WRITE) ? EV_WRITE : 0));
     struct event *e = event_new(a->base, fd, what, dlock_async_ev_on_io_, a);
-    if (!e) return; /* the client's deadlines end what waits on it */
+    if (!e) return -1;
     if (event_add(e, NULL)) {
         event_free(e);
-        return;
+        return -1;
     }
     a->ev[slot] = e;
     a->fd[slot] = fd;
     a->events[slot] = events;
+    return 0;
 }
 
 static void dlock_async_ev_timer_(void *data, int64_t ms) {
@@ -71,8 +101,11 @@ static void dlock_async_ev_timer_(void *data, int64_t ms) {
 
 static void dlock_async_ev_cleanup_(void *data) {
     dlock_async_ev *a = (dlock_async_ev *)data;
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) dlock_async_ev_watch_(a, i, -1, 0);
+    for (int i = 0; i < a->nslots; i++) (void)dlock_async_ev_watch_(a, i, -1, 0);
     event_free(a->timer);
+    free(a->ev);
+    free(a->fd);
+    free(a->events);
     free(a);
 }
 
@@ -91,7 +124,6 @@ static inline int dlock_async_event_client_new(const dlock_options *opts,
         free(a);
         return DLOCK_ENOMEM;
     }
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) a->fd[i] = -1;
     dlock_async_adapter ad = {a, dlock_async_ev_watch_, dlock_async_ev_timer_,
                               dlock_async_ev_cleanup_};
     int rc = dlock_async_client_new(opts, &ad, out);

@@ -10,7 +10,8 @@
  *   uv_run(loop, UV_RUN_NOWAIT); // lets the adapter's handles close
  *
  * Each watched socket is a uv_poll_t, the client's timer a uv_timer_t,
- * allocated here and freed by their close callbacks. Contracts as
+ * allocated here and freed by their close callbacks; the table of slots
+ * grows as the client asks for more (dlock_async.h, "Slots"). Contracts as
  * dlock_async_client_new.
  */
 #ifndef DLOCK_ASYNC_LIBUV_H
@@ -24,8 +25,9 @@
 typedef struct dlock_async_uv {
     uv_loop_t *loop;
     dlock_async_client *client;
-    uv_poll_t *poll[DLOCK_ASYNC_SLOTS];
-    int fd[DLOCK_ASYNC_SLOTS];
+    uv_poll_t **poll; /* by slot, nslots of them (NULL: not watched) */
+    int *fd;
+    int nslots;
     uv_timer_t *timer;
 } dlock_async_uv;
 
@@ -47,21 +49,42 @@ static void dlock_async_uv_on_timer_(uv_timer_t *t) {
     dlock_async_process(a->client, -1, 0);
 }
 
-static void dlock_async_uv_watch_(void *data, int slot, int fd, int events) {
+/* Room for slot: 0, or -1 for want of memory. */
+static int dlock_async_uv_grow_(dlock_async_uv *a, int slot) {
+    if (slot < a->nslots) return 0;
+    int n = a->nslots ? a->nslots : 2;
+    while (n <= slot) n *= 2;
+    uv_poll_t **p = (uv_poll_t **)realloc(a->poll, (size_t)n * sizeof *p);
+    if (!p) return -1;
+    a->poll = p;
+    int *f = (int *)realloc(a->fd, (size_t)n * sizeof *f);
+    if (!f) return -1;
+    a->fd = f;
+    for (int i = a->nslots; i < n; i++) {
+        a->poll[i] = NULL;
+        a->fd[i] = -1;
+    }
+    a->nslots = n;
+    return 0;
+}
+
+static int dlock_async_uv_watch_(void *data, int slot, int fd, int events) {
     dlock_async_uv *a = (dlock_async_uv *)data;
-    if (a->poll[slot] && (a->fd[slot] != fd || !events)) {
+    if (slot < 0) return -1;
+    if (slot < a->nslots && a->poll[slot] && (a->fd[slot] != fd || !events)) {
         uv_poll_stop(a->poll[slot]);
         uv_close((uv_handle_t *)a->poll[slot], dlock_async_uv_free_handle_);
         a->poll[slot] = NULL;
         a->fd[slot] = -1;
     }
-    if (!events) return;
+    if (!events) return 0;
+    if (dlock_async_uv_grow_(a, slot)) return -1;
     if (!a->poll[slot]) {
         uv_poll_t *h = (uv_poll_t *)calloc(1, sizeof *h);
-        if (!h) return; /* the client's deadlines end what waits on it */
+        if (!h) return -1;
         if (uv_poll_init(a->loop, h, fd)) {
             free(h);
-            return;
+            return -1;
         }
         h->data = a;
         a->poll[slot] = h;
@@ -69,7 +92,14 @@ static void dlock_async_uv_watch_(void *data, int slot, int fd, int events) {
     }
     int uvev = ((events & DLOCK_ASYNC_READ) ? UV_READABLE : 0) |
                ((events & DLOCK_ASYNC_WRITE) ? UV_WRITABLE : 0);
-    uv_poll_start(a->poll[slot], uvev, dlock_async_uv_on_poll_);
+    if (uv_poll_start(a->poll[slot], uvev, dlock_async_uv_on_poll_)) {
+        /* the slot watches nothing on a failure */
+        uv_close((uv_handle_t *)a->poll[slot], dlock_async_uv_free_handle_);
+        a->poll[slot] = NULL;
+        a->fd[slot] = -1;
+        return -1;
+    }
+    return 0;
 }
 
 static void dlock_async_uv_timer_(void *data, int64_t ms) {
@@ -86,9 +116,11 @@ static void dlock_async_uv_timer_(void *data, int64_t ms) {
 
 static void dlock_async_uv_cleanup_(void *data) {
     dlock_async_uv *a = (dlock_async_uv *)data;
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) dlock_async_uv_watch_(a, i, -1, 0);
+    for (int i = 0; i < a->nslots; i++) (void)dlock_async_uv_watch_(a, i, -1, 0);
     uv_timer_stop(a->timer);
     uv_close((uv_handle_t *)a->timer, dlock_async_uv_free_handle_);
+    free(a->poll);
+    free(a->fd);
     free(a);
 }
 
@@ -108,7 +140,6 @@ static inline int dlock_async_uv_client_new(const dlock_options *opts, uv_loop_t
     t->data = a;
     a->loop = loop;
     a->timer = t;
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) a->fd[i] = -1;
     dlock_async_adapter ad = {a, dlock_async_uv_watch_, dlock_async_uv_timer_,
                               dlock_async_uv_cleanup_};
     int rc = dlock_async_client_new(opts, &ad, out);

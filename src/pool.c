@@ -190,7 +190,8 @@ void dl_node_put(dl_conn *conn) {
 }
 
 int dl_sharded(const dl_conn *conn) {
-    return conn && conn->node && conn->node->client && conn->node->client->cluster;
+    return conn && (conn->sharded ||
+                    (conn->node && conn->node->client && conn->node->client->cluster));
 }
 
 dl_node *dl_node_new(dl_endpoint *ep, dlock_client *c) {

@@ -55,6 +55,8 @@ struct dl_conn {
      * that acknowledged it, for the WAIT the caller asks of this one
      * (redirect_acks -1: none was waited for) */
     long long redirect_acks;
+    int sharded;               /* a Redis Cluster node's without a pool (the
+                                * async client's): scripts publish sharded */
     int subscribed;            /* in pub/sub mode */
     int draining;              /* UNSUBSCRIBE sent, confirmation not read yet */
     int64_t idle_since_ms;     /* monotonic ms it was returned to its pool

@@ -72,14 +72,15 @@ void loop_once(void) {
     if (loop_kind == LOOP_EVENT) event_base_loop(evb, EVLOOP_ONCE);
 #endif
     if (loop_kind == LOOP_BARE) {
-        struct pollfd p[16];
-        dlock_async_client *owner[16];
+        struct pollfd p[64];
+        dlock_async_client *owner[64];
         int n = 0;
         int64_t wait = 5;
         for (int i = 0; i < nbare; i++) {
             if (!bare_clients[i]) continue;
-            dlock_async_pollfd f[DLOCK_ASYNC_SLOTS];
-            int k = dlock_async_fds(bare_clients[i], f);
+            dlock_async_pollfd f[64];
+            int k = dlock_async_fds(bare_clients[i], f, 64 - n);
+            ASSERT_MSG(k <= 64 - n, "the bare loop has room for 64 sockets, not %d", n + k);
             for (int j = 0; j < k; j++) {
                 p[n].fd = f[j].fd;
                 p[n].events = (short)(((f[j].events & DLOCK_ASYNC_READ) ? POLLIN : 0) |
@@ -150,6 +151,86 @@ int client_new_opts(dlock_options *opts, dlock_async_client **out) {
     }
     return rc;
 }
+
+/* ---- a client whose shipped adapter is told spread-out slots ---- */
+
+static struct {
+    dlock_async_adapter inner; /* the shipped adapter's */
+    int offset;
+    int *fail;
+    int *room;                 /* the shipped adapter's table size */
+} sp;
+
+static int spread_watch(void *data, int slot, int fd, int events) {
+    (void)data;
+    if (events && sp.fail && *sp.fail > 0 && --*sp.fail == 0) {
+        /* as a failed watch must: the slot watches nothing */
+        (void)sp.inner.watch(sp.inner.data, slot + sp.offset, fd, 0);
+        return -1;
+    }
+    return sp.inner.watch(sp.inner.data, slot + sp.offset, fd, events);
+}
+static void spread_timer(void *data, int64_t ms) {
+    (void)data;
+    sp.inner.timer(sp.inner.data, ms);
+}
+static void spread_cleanup(void *data) {
+    (void)data;
+    sp.room = NULL;
+    sp.inner.cleanup(sp.inner.data);
+}
+
+int client_new_spread(const char *url, int offset, int *fail, dlock_async_client **out) {
+    *out = NULL;
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.command_timeout_ms = 2000;
+    o.connect_timeout_ms = 1000;
+    if (loop_kind == LOOP_BARE) return client_new_opts(&o, out);
+    ASSERT(!sp.room); /* one at a time */
+    sp.offset = offset;
+    sp.fail = fail;
+    int rc = DLOCK_EINVAL;
+    dlock_async_adapter ad = {NULL, spread_watch, spread_timer, spread_cleanup};
+#ifdef DLOCK_TEST_HAVE_UV
+    if (loop_kind == LOOP_UV) {
+        /* dlock_async_uv_client_new's steps, with the adapter wrapped */
+        dlock_async_uv *a = calloc(1, sizeof *a);
+        uv_timer_t *t = calloc(1, sizeof *t);
+        ASSERT(a && t && uv_timer_init(&uvl, t) == 0);
+        t->data = a;
+        a->loop = &uvl;
+        a->timer = t;
+        sp.inner = (dlock_async_adapter){a, dlock_async_uv_watch_, dlock_async_uv_timer_,
+                                         dlock_async_uv_cleanup_};
+        sp.room = &a->nslots;
+        rc = dlock_async_client_new(&o, &ad, out);
+        ASSERT(*out);
+        a->client = *out;
+    }
+#endif
+#ifdef DLOCK_TEST_HAVE_EVENT
+    if (loop_kind == LOOP_EVENT) {
+        dlock_async_ev *a = calloc(1, sizeof *a);
+        ASSERT(a);
+        a->base = evb;
+        a->timer = evtimer_new(evb, dlock_async_ev_on_timer_, a);
+        ASSERT(a->timer);
+        sp.inner = (dlock_async_adapter){a, dlock_async_ev_watch_, dlock_async_ev_timer_,
+                                         dlock_async_ev_cleanup_};
+        sp.room = &a->nslots;
+        rc = dlock_async_client_new(&o, &ad, out);
+        ASSERT(*out);
+        a->client = *out;
+    }
+#endif
+    return rc;
+}
+
+int spread_room(void) { return sp.room ? *sp.room : -1; }
+
+int loop_is_bare(void) { return loop_kind == LOOP_BARE; }
 
 dlock_async_client *client(const th_server *s) {
     dlock_async_client *c = NULL;

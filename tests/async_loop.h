@@ -33,6 +33,17 @@ void after(int64_t ms, void (*fn)(void *), void *arg);
 int client_new(const char *url, const char *password, dlock_async_client **out);
 /* The same with every option of opts (timeouts 0: those above). */
 int client_new_opts(dlock_options *opts, dlock_async_client **out);
+/* A client on the loop under test whose shipped adapter (libuv's,
+ * libevent's) is told slot + offset for each slot of the library, so that
+ * its table must grow past offset; fail (may be NULL): when *fail > 0, each
+ * watch with events counts it down, and the one that brings it to 0 fails
+ * (the adapter refuses it). Bare: a plain client. One such client at a
+ * time. */
+int client_new_spread(const char *url, int offset, int *fail, dlock_async_client **out);
+/* The size of the spread client's adapter table (-1: bare, or freed). */
+int spread_room(void);
+/* 1 on the bare loop. */
+int loop_is_bare(void);
 /* A client of s; fails the test if it cannot be made. */
 dlock_async_client *client(const th_server *s);
 /* The loop stops driving c (a bare loop's list), then c is freed. */

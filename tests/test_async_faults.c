@@ -282,7 +282,7 @@ static void t_badinput(th_server *s) {
     ASSERT(*dlock_async_errmsg(c));
     client_free(c);
     const char *unsupported[] = {"rediss://127.0.0.1:6379",
-                                 "redis-cluster://127.0.0.1:1", "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+                                 "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
                                  "zk://127.0.0.1:2181"};
     for (size_t i = 0; i < sizeof unsupported / sizeof *unsupported; i++) {
         c = NULL;
@@ -396,9 +396,76 @@ static void t_badinput(th_server *s) {
     redisFree(rc);
 }
 
+/* Slots beyond the two of one server: the shipped adapters grow their
+ * tables (the library's slots 0 and 1 told as 40 and 41), a waiter on the
+ * subscribed connection there is woken by the release; dlock_async_fds
+ * tells how many sockets there are and writes only as many as it has room
+ * for; a watch the adapter refuses ends the request with DLOCK_ENOMEM at
+ * once (not at its deadline), and the next request opens a new connection. */
+static void t_slots(th_server *s) {
+    dlock_async_client *c = NULL;
+    ASSERT_CODE(client_new_spread(th_server_url(s), 40, NULL, &c), DLOCK_OK);
+    dlock_async_lock *a = alock(c, "slots"), *b = alock(c, "slots");
+    res ra = {0}, rb = {0}, rr = {0};
+    hold(a, 10000, &ra);
+    START(dlock_async_acquire(b, 5000, 10000, on_done, &rb));
+    run_for(300); /* b registered, its channel subscribed */
+    ASSERT_EQ(rb.calls, 0);
+    dlock_async_pollfd f[2] = {{-7, -7}, {-7, -7}};
+    ASSERT_EQ(dlock_async_fds(c, NULL, 0), 2);
+    ASSERT_EQ(dlock_async_fds(c, f, 1), 2);
+    ASSERT(f[0].fd >= 0 && f[0].events != 0);
+    ASSERT(f[1].fd == -7 && f[1].events == -7); /* beyond cap: untouched */
+    ASSERT_EQ(dlock_async_fds(c, f, 2), 2);
+    ASSERT(f[1].fd >= 0 && f[1].fd != f[0].fd);
+    if (!loop_is_bare()) ASSERT(spread_room() > 41);
+    int64_t t0 = th_now_ms();
+    START(dlock_async_release(a, on_done, &rr));
+    WAIT_DONE(rb, 3000);
+    ASSERT_CODE(rb.code, DLOCK_OK);
+    /* by the release's wake-up on slot 41, not the 2 s backstop */
+    ASSERT_MSG(rb.at - t0 < 1000, "served %lld ms after the release",
+               (long long)(rb.at - t0));
+    ASSERT_CODE(rr.code, DLOCK_OK);
+    rr = (res){0};
+    START(dlock_async_release(b, on_done, &rr));
+    WAIT_DONE(rr, 3000);
+    ASSERT_CODE(rr.code, DLOCK_OK);
+    dlock_async_lock_free(a);
+    dlock_async_lock_free(b);
+    client_free(c);
+    ASSERT_EQ(spread_room(), -1); /* the adapter cleaned up */
+    if (loop_is_bare()) {
+        th_log("bare: no adapter to refuse a watch");
+        return;
+    }
+
+    /* the command connection's first watch refused */
+    int fail = 1;
+    ASSERT_CODE(client_new_spread(th_server_url(s), 40, &fail, &c), DLOCK_OK);
+    a = alock(c, "slots");
+    ra = (res){0};
+    t0 = th_now_ms();
+    START(dlock_async_acquire(a, DLOCK_NOWAIT, 10000, on_done, &ra));
+    WAIT_DONE(ra, 3000);
+    ASSERT_EQ(fail, 0);
+    ASSERT_MSG(ra.code == DLOCK_ENOMEM, "code %d: %s", ra.code, dlock_async_lock_errmsg(a));
+    ASSERT_MSG(ra.at - t0 < 500, "told %lld ms later", (long long)(ra.at - t0));
+    ASSERT_EQ(dlock_async_fds(c, NULL, 0), 0); /* the connection closed */
+    ra = (res){0};
+    hold(a, 10000, &ra); /* a new connection, watched */
+    rr = (res){0};
+    START(dlock_async_release(a, on_done, &rr));
+    WAIT_DONE(rr, 3000);
+    ASSERT_CODE(rr.code, DLOCK_OK);
+    dlock_async_lock_free(a);
+    client_free(c);
+}
+
 int main(int argc, char **argv) {
     static const async_case cases[] = {
-        {"cancel", t_cancel}, {"restart", t_restart}, {"badinput", t_badinput}, {NULL, NULL},
+        {"cancel", t_cancel}, {"restart", t_restart}, {"badinput", t_badinput},
+        {"slots", t_slots},   {NULL, NULL},
     };
     return async_main(argc, argv, "async_faults", cases);
 }

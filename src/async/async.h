@@ -7,10 +7,14 @@
  *   pipe.c   a non-blocking RESP connection with its pipeline: requests
  *            queued, replies matched in order, a deadline per request,
  *            failure ending every request once
+ *   cluster.c Redis Cluster: a pipe per master (and a subscribed one),
+ *            the slot map (CLUSTER SLOTS), requests routed by key,
+ *            redirects followed
  *   watch.c  Sentinel: the sentinels asked every second whether the
  *            master moved, the connections to a demoted one closed
  *   subs.c   the subscription service: one subscribed connection per
- *            client, a channel -> waiters table, messages dispatched
+ *            client (per master with waiters in a cluster: sharded), a
+ *            channel -> waiters table, messages dispatched
  *   renew.c  the watchdog: the holds with DLOCK_WATCHDOG leases renewed
  *            from the loop, batched, and their loss found in time
  *   kinds.c  each lock kind's keys and requests, on the blocking kinds'
@@ -48,17 +52,39 @@ struct dl_atimer {
     void *arg;
 };
 
+/* A socket slot (dlock_async.h, "Slots"): what is wanted of it, what the
+ * adapter was told. */
+typedef struct dl_aslot {
+    int used;                  /* taken by an owner (dl_aloop_slot_new) */
+    void *owner;               /* the owner's (a pipe), for dl_aloop_owner */
+    int fd, ev;                /* wanted (fd -1: none) */
+    int told_fd, told_ev;      /* the adapter's (told_fd -1: nothing) */
+    int refused;               /* the adapter's watch of fd failed: the owner
+                                * is told at the next dl_aloop_run */
+} dl_aslot;
+
 typedef struct dl_aloop {
     dlock_async_adapter ad;
     int has_ad;
-    int fd[DLOCK_ASYNC_SLOTS], ev[DLOCK_ASYNC_SLOTS];       /* wanted (fd -1: none) */
-    int told_fd[DLOCK_ASYNC_SLOTS], told_ev[DLOCK_ASYNC_SLOTS]; /* the adapter's */
+    dl_aslot *slots;           /* grown on demand, never shrunk */
+    int nslots;
+    int nrefused;              /* slots with refused set */
+    /* a slot's watch was refused (out of memory): its owner ends the
+     * connection (runs from dl_aloop_run, before the timers); returns
+     * nonzero when the client is gone (doomed): nothing more runs */
+    int (*refused)(struct dl_aloop *lp, int slot, void *owner);
     int64_t told_at;           /* the adapter's timer (dl_now_ms), -1 disarmed */
     dl_atimer **heap;
     size_t n, cap;
 } dl_aloop;
 
 void dl_aloop_init(dl_aloop *lp, const dlock_async_adapter *ad);
+/* A free slot for owner (the lowest number), or -1 for want of memory. */
+int dl_aloop_slot_new(dl_aloop *lp, void *owner);
+/* Slot is free for reuse: its socket let go of first. */
+void dl_aloop_slot_free(dl_aloop *lp, int slot);
+/* The owner of the slot whose wanted socket is fd, or NULL. */
+void *dl_aloop_owner(const dl_aloop *lp, int fd);
 /* Slot's socket is fd (-1: none), wanted for events. Told to the adapter
  * at the next dl_aloop_sync, but events 0 at once (the fd may be closed). */
 void dl_aloop_want(dl_aloop *lp, int slot, int fd, int events);
@@ -68,15 +94,17 @@ int dl_aloop_reserve(dl_aloop *lp, size_t n);
 /* Arms t at `at` (re-arms if armed). DLOCK_OK or DLOCK_ENOMEM. */
 int dl_atimer_arm(dl_aloop *lp, dl_atimer *t, int64_t at);
 void dl_atimer_stop(dl_aloop *lp, dl_atimer *t);
-/* Runs each timer due now, once (one armed again while running waits for
+/* Tells the owners of slots whose watch was refused (lp->refused), then
+ * runs each timer due now, once (one armed again while running waits for
  * the next call when it is due later). */
 void dl_aloop_run(dl_aloop *lp);
-/* The earliest armed time, or -1. */
+/* The earliest armed time (0 while a refused watch is to be told), or -1. */
 int64_t dl_aloop_next(const dl_aloop *lp);
-/* Tells the adapter what changed (fds, the timer). */
+/* Tells the adapter what changed (fds, the timer); a watch refused marks
+ * its slot, and the timer is armed for now. */
 void dl_aloop_sync(dl_aloop *lp);
 /* Every slot told events 0, the timer disarmed, the adapter cleaned up,
- * the heap freed. */
+ * the slots and the heap freed. */
 void dl_aloop_close(dl_aloop *lp);
 
 /* ---- sentinel.c ---- */
@@ -125,6 +153,14 @@ struct dl_areq {
     dl_areq *next;
     dl_areq_fn done;
     int64_t deadline;
+    struct dl_apipe *pipe;     /* the pipe it was last queued on */
+    /* a cluster pipe's request (dl_apipe.keep): its bytes as sent, to send
+     * again elsewhere after a redirect (freed before done runs) */
+    char *raw;
+    size_t rawlen;
+    int redirects;             /* redirections followed so far */
+    int asked;                 /* last sent with ASKING (an ASK): a TRYAGAIN
+                                * sends it with ASKING again */
 };
 
 typedef struct dl_apipe dl_apipe;
@@ -163,6 +199,14 @@ struct dl_apipe {
      * request and sent again whole */
     const dl_script *loaded[DL_APIPE_LOADED];
     int nloaded;
+    const dl_endpoint *ep;     /* where it connects (NULL: the client's) */
+    int sharded;               /* a Redis Cluster node: sharded scripts */
+    const dl_err *gate;        /* code set: opening refused with it */
+    /* a Redis Cluster node's: each request's bytes are kept (areq.raw), and
+     * an error reply is shown to redirect first: 1 when it took the request
+     * (sent elsewhere, delayed or ended), 0 to give the reply to its done */
+    int keep;
+    int (*redirect)(dl_apipe *p, dl_areq *q, const redisReply *r);
 };
 
 void dl_apipe_init(dl_apipe *p, dl_aclient *cl, int slot);
@@ -180,6 +224,10 @@ int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const
 int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err);
+/* Queues q again on p with the bytes it was sent with (q->raw), ASKING
+ * first when asking; the bytes are p's to free. DLOCK_OK, or the failure
+ * (q not queued, its bytes freed). */
+int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err);
 /* Reads and writes what p's socket allows (events: DLOCK_ASYNC_*), ending
  * requests whose replies came; on a failure, closes and ends every request
  * with it. */
@@ -197,10 +245,33 @@ int dl_apipe_opened(const dl_apipe *p);
 /* ---- watch.c ---- */
 /* Sentinel (c->sent set): sets c->named and the watch's timer. */
 void dl_awatch_init(dl_aclient *c);
-/* The events of the watch's socket (slot 2). */
+/* The events of the watch's socket (slot wslot). */
 void dl_awatch_io(dl_aclient *c, int events);
 /* Stops watching (client free). */
 void dl_awatch_close(dl_aclient *c);
+
+/* ---- cluster.c ---- */
+typedef struct dl_acluster dl_acluster;
+/* Cluster mode for c: a node (its pipe and its subscribed pipe) per seed
+ * of t, each pipe's up hook up, each subscribed pipe set up by sub_init. On a failure c->cluster may be half made (dl_acluster_free). */
+int dl_acluster_new(dl_aclient *c, dl_target *t, void (*up)(dl_apipe *p),
+                    void (*sub_init)(dl_apipe *p), dl_err *err);
+/* Ends the requests waiting to be sent again (TRYAGAIN) with err. */
+void dl_acluster_end(dl_aclient *c, const dl_err *err);
+void dl_acluster_free(dl_aclient *c);
+/* The pipe for a request on key: the command pipe of one server, the pipe
+ * of the key's slot owner in a cluster (the map refreshed when stale). */
+dl_apipe *dl_aroute(dl_aclient *c, const char *key, size_t len);
+/* The command pipes: how many, and the i-th (NULL past the end). */
+size_t dl_apipe_count(const dl_aclient *c);
+dl_apipe *dl_apipe_nth(dl_aclient *c, size_t i);
+/* The subscribed pipes, as many: the i-th (NULL past the end). */
+dl_apipe *dl_asubpipe_nth(dl_aclient *c, size_t i);
+/* The subscribed pipe for channel: the client's one, or in a cluster the
+ * one of the master of the channel's slot (sharded pub/sub). */
+dl_apipe *dl_asub_route(dl_aclient *c, const char *chan, size_t len);
+/* r, an error reply, says MOVED: the map is updated (and refreshed). */
+void dl_acluster_moved(dl_aclient *c, const redisReply *r);
 
 /* ---- subs.c ---- */
 typedef struct dl_awaiter dl_awaiter;
@@ -222,7 +293,10 @@ typedef struct dl_asubs {
     size_t nbuckets, nchans;
 } dl_asubs;
 
-void dl_asubs_init(dl_asubs *s, dl_aclient *cl);
+/* slot: the loop's slot of its connection */
+void dl_asubs_init(dl_asubs *s, dl_aclient *cl, int slot);
+/* A subscribed pipe's hooks (its messages and failure go to cl->subs). */
+void dl_asubs_pipe_init(dl_apipe *p);
 /* w (not in the table) waits on channel: SUBSCRIBE goes out when it is the
  * channel's first waiter, and w->wake(w, 1) runs once it is confirmed; a
  * channel confirmed already is not told again (dl_asubs_subscribed). */
@@ -248,6 +322,7 @@ struct dl_alease {
                                 * started the lease (acquire or renewal) */
     int releasing;             /* its final release is out: not renewed, and a
                                 * renewal's "not ours" is not a loss */
+    unsigned hslot;            /* the key's hash slot in a cluster, else 0 */
     size_t slot;               /* place in the table + 1; 0: not registered */
     uint64_t seq;              /* registration number (a slot is reused) */
     /* found lost (DLOCK_LOST_TAKEN, DLOCK_LOST_UNREACHABLE): unregistered
@@ -367,13 +442,16 @@ struct dlock_async_client {
     /* Sentinel: a connection to the master named (ep, ep_gen) was opened
      * (watch.c's: closes the others to an older master, watches) */
     void (*named)(dl_aclient *c);
-    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot 2);
+    int wslot;                 /* Sentinel: the watch's socket slot */
+    dl_aprobe wprobe;          /* Sentinel: the watch's question (slot wslot);
                                 * its connection is kept between questions */
     int wasking;               /* the question is out on wprobe.conn */
     dl_atimer wtimer;          /* its next question, or its answer's deadline */
     int64_t connect_timeout_ms, command_timeout_ms;
     dl_aloop loop;
-    dl_apipe cmd;              /* slot 0: scripts */
+    dl_apipe cmd;              /* slot 0: scripts (one server) */
+    dl_acluster *cluster;      /* Redis Cluster: the node pipes, the slot map
+                                * (NULL: one server, cmd) */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
     int64_t fair_wait_ms;      /* the fair lock's W from the next attempt on

@@ -1,12 +1,15 @@
 /* The async client: its URL and options, the entry point of its loop
  * (dlock_async_process), the bare interface, and its end. One server
- * (redis:// or unix://) or the master Sentinel names (redis-sentinel://)
- * in this version; the other deployments and backends answer
- * DLOCK_ENOTSUP (dlock_async.h). */
+ * (redis:// or unix://), the master Sentinel names (redis-sentinel://) or
+ * a Redis Cluster (cluster.c) in this version; the other deployments and
+ * backends answer DLOCK_ENOTSUP (dlock_async.h). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async.h"
+
+static void cmd_up(dl_apipe *p);
 
 static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->watchdog_lease_ms < 0)
@@ -41,11 +44,12 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
     if (rc) return rc;
     int tls = 0;
     for (size_t i = 0; i < t.neps; i++) tls |= t.eps[i].tls;
-    if (tls || (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_SENTINEL) ||
+    if (tls || t.neps < 1 ||
+        (t.mode != DL_MODE_SINGLE && t.mode != DL_MODE_SENTINEL && t.mode != DL_MODE_CLUSTER) ||
         (t.mode == DL_MODE_SINGLE && t.neps != 1)) {
         rc = dl_seterr(err, DLOCK_ENOTSUP,
-                       "the async API supports one Redis server (redis://, unix://) and "
-                       "Sentinel (redis-sentinel://) only yet: not TLS, Cluster or RedLock");
+                       "the async API supports one Redis server (redis://, unix://), Sentinel "
+                       "(redis-sentinel://) and Redis Cluster only yet: not TLS or RedLock");
     } else if (t.mode == DL_MODE_SENTINEL) {
         /* the master's address comes from the sentinels, at each connect */
         c->ep.db = t.db;
@@ -53,6 +57,12 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
         t.password = NULL;
         rc = dl_asent_new(&t, &c->sent, err);
         if (!rc) rc = dl_apply_credentials(&c->ep, o, err);
+    } else if (t.mode == DL_MODE_CLUSTER) {
+        /* the credentials on every seed, then a node per seed; the
+         * subscribed connection goes to the first seed */
+        for (size_t i = 0; !rc && i < t.neps; i++) rc = dl_apply_credentials(&t.eps[i], o, err);
+        if (!rc) rc = dl_endpoint_copy(&c->ep, &t.eps[0]) ? dl_seterr(err, DLOCK_ENOMEM, "out of memory") : 0;
+        if (!rc) rc = dl_acluster_new(c, &t, cmd_up, dl_asubs_pipe_init, err);
     } else {
         c->ep = t.eps[0];
         memset(&t.eps[0], 0, sizeof t.eps[0]);
@@ -68,11 +78,25 @@ static void cmd_up(dl_apipe *p) {
     dl_aobj_pipe_up(p);
 }
 
+/* The loop could not watch a connection's socket: what waits on it ends
+ * (DLOCK_ENOMEM), and the next request opens a new connection. */
+static int refused(dl_aloop *lp, int slot, void *owner) {
+    (void)slot;
+    dl_aclient *c = (dl_aclient *)((char *)lp - offsetof(dl_aclient, loop));
+    if (!owner) return 0; /* the Sentinel watch's: its question times out */
+    dl_err err;
+    dl_seterr(&err, DLOCK_ENOMEM, "the event loop could not watch the connection's socket "
+                                  "(out of memory)");
+    dl_apipe_fail(owner, &err);
+    return c->doomed;
+}
+
 static void destroy(dl_aclient *c) {
     dl_awatch_close(c);
     dl_arenew_free(&c->renew);
     dl_aloop_close(&c->loop);
     dl_asubs_free(&c->subs);
+    dl_acluster_free(c);
     dl_endpoint_clear(&c->ep);
     dl_asent_free(c->sent);
     free(c);
@@ -85,15 +109,24 @@ int dlock_async_client_new(const dlock_options *opts, const dlock_async_adapter 
     *out = c;
     if (!c) return DLOCK_ENOMEM;
     dl_aloop_init(&c->loop, adapter);
-    dl_apipe_init(&c->cmd, c, 0);
+    c->loop.refused = refused;
+    /* slot 0 the command connection, 1 the subscribed one (dlock_async.h) */
+    int cmd_slot = dl_aloop_slot_new(&c->loop, &c->cmd);
+    int subs_slot = dl_aloop_slot_new(&c->loop, &c->subs.pipe);
+    dl_apipe_init(&c->cmd, c, cmd_slot);
     c->cmd.up = cmd_up;
     c->destroy = destroy;
-    dl_asubs_init(&c->subs, c);
+    dl_asubs_init(&c->subs, c, subs_slot);
     dl_arenew_init(&c->renew, c);
     dlock_options defaults;
     dlock_options_init(&defaults);
     dl_err err = {0};
-    int rc = open_client(c, opts ? opts : &defaults, &err);
+    int rc = cmd_slot < 0 || subs_slot < 0
+                 ? dl_seterr(&err, DLOCK_ENOMEM, "out of memory")
+                 : open_client(c, opts ? opts : &defaults, &err);
+    /* Sentinel: the watch's socket has a slot of its own */
+    if (!rc && c->sent && (c->wslot = dl_aloop_slot_new(&c->loop, NULL)) < 0)
+        rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && c->sent) dl_awatch_init(c);
     if (rc) {
         c->freeing = 1; /* unusable: every operation refuses */
@@ -124,9 +157,12 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c || c->doomed) return;
     c->depth++;
     if (fd < 0) c->loop.told_at = -2; /* the adapter's timer fired: arm it again */
-    if (fd >= 0 && fd == dl_apipe_fd(&c->cmd)) dl_apipe_io(&c->cmd, events);
-    else if (fd >= 0 && fd == dl_apipe_fd(&c->subs.pipe)) dl_apipe_io(&c->subs.pipe, events);
-    else if (fd >= 0 && c->wprobe.conn && fd == c->wprobe.conn->fd) dl_awatch_io(c, events);
+    if (fd >= 0 && c->wprobe.conn && fd == c->wprobe.conn->fd) {
+        dl_awatch_io(c, events);
+    } else {
+        dl_apipe *p = dl_aloop_owner(&c->loop, fd);
+        if (p && fd == dl_apipe_fd(p)) dl_apipe_io(p, events);
+    }
     if (!c->doomed) dl_aloop_run(&c->loop);
     c->depth--;
     if (c->doomed) {
@@ -136,13 +172,17 @@ void dlock_async_process(dlock_async_client *c, int fd, int events) {
     if (!c->depth) dl_aloop_sync(&c->loop);
 }
 
-int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds) {
-    if (!c || !fds) return 0;
+int dlock_async_fds(const dlock_async_client *c, dlock_async_pollfd *fds, int cap) {
+    if (!c) return 0;
+    if (!fds || cap < 0) cap = 0;
     int n = 0;
-    for (int i = 0; i < DLOCK_ASYNC_SLOTS; i++) {
-        if (c->loop.fd[i] < 0 || !c->loop.ev[i]) continue;
-        fds[n].fd = c->loop.fd[i];
-        fds[n].events = c->loop.ev[i];
+    for (int i = 0; i < c->loop.nslots; i++) {
+        const dl_aslot *s = &c->loop.slots[i];
+        if (!s->used || s->fd < 0 || !s->ev) continue;
+        if (n < cap) {
+            fds[n].fd = s->fd;
+            fds[n].events = s->ev;
+        }
         n++;
     }
     return n;

@@ -80,7 +80,9 @@ static int send_incr(dlock_async_idworker *w, int64_t t, dl_err *err) {
     const char *argv[3] = {rq->n > 1 ? "INCRBY" : "INCR", rq->key, nbuf};
     size_t lens[3] = {strlen(argv[0]), rq->key_len, (size_t)nn};
     rq->q.done = idreq_done;
-    rc = dl_apipe_command(&w->c->cmd, &rq->q, rq->n > 1 ? 3 : 2, argv, lens, err);
+    /* the command pipe, or the master of the key's slot on a cluster */
+    rc = dl_apipe_command(dl_aroute(w->c, rq->key, rq->key_len), &rq->q, rq->n > 1 ? 3 : 2,
+                          argv, lens, err);
     if (rc) {
         free(rq->key);
         free(rq);
@@ -177,7 +179,7 @@ int dlock_async_idworker_new(dlock_async_client *c, const char *prefix,
     dl_idw s = {0};
     if (!rc) rc = dl_idw_init(&s, prefix, opts, &err);
     dlock_async_idworker *w = NULL;
-    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + c->nidws + 3 + DLOCK_ASYNC_SLOTS))
+    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + c->nidws + 3 + (size_t)c->loop.nslots))
         rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && !(w = calloc(1, sizeof *w))) rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (rc) {

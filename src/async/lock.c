@@ -180,7 +180,7 @@ static int oreq_send(oreq *o) {
     dl_acall call;
     dl_akind_call(o->k, &a, &call);
     o->q.done = oreq_done;
-    return dl_apipe_eval(&o->c->cmd, &o->q, call.s, o->by_text, call.nkeys, call.keys,
+    return dl_apipe_eval(dl_aroute(o->c, call.keys[0], call.keylens[0]), &o->q, call.s, o->by_text, call.nkeys, call.keys,
                          call.keylens, call.nargs, call.args, call.arglens, &err);
 }
 
@@ -210,13 +210,14 @@ static void settle_later(oreq *o) {
 static void owe(dlock_async_lock *l, int what, const char *token, int64_t expect) {
     dl_aclient *c = l->c;
     if (what == R_ABANDON && !l->k->kind->abandons) return;
-    if (c->freeing && (what != R_ABANDON || !c->cmd.ready)) return;
+    dl_apipe *to = dl_aroute(c, l->k->s[0], l->k->len[0]);
+    if (c->freeing && (what != R_ABANDON || !to->ready)) return;
     oreq *o = oreq_new(l, what, token, expect);
     if (!o) return; /* the lease runs out; the registry entry expires */
     /* on the connection there is, never a new one of its own: after a
      * failure the server may be down, and the next operation's connect
      * would find this one's refused */
-    if (dl_apipe_opened(&c->cmd) && !oreq_send(o)) return;
+    if (dl_apipe_opened(to) && !oreq_send(o)) return;
     if (!c->freeing) settle_later(o);
     else oreq_free(o);
 }
@@ -225,7 +226,7 @@ static void oreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     (void)err;
     oreq *o = (oreq *)q;
     if (r && dl_is_noscript(r) && !o->by_text) {
-        dl_apipe_forget_scripts(&o->c->cmd);
+        dl_apipe_forget_scripts(q->pipe);
         o->by_text = 1;
         if (!oreq_send(o)) return;
     }
@@ -246,7 +247,9 @@ void dl_alock_pipe_up(dl_apipe *p) {
         list = o->next;
         o->next = NULL;
         o->by_text = 0;
-        if (oreq_send(o)) settle_later(o);
+        /* a cluster's other nodes: on their connection when it is open */
+        dl_apipe *to = dl_aroute(c, o->k->s[0], o->k->len[0]);
+        if ((to != p && !dl_apipe_opened(to)) || oreq_send(o)) settle_later(o);
     }
 }
 
@@ -309,7 +312,7 @@ static int send_req(dlock_async_lock *l, int what, const char *token, int64_t le
     dl_acall call;
     dl_akind_call(l->k, &a, &call);
     rq->t0 = dl_now_ms();
-    int rc = dl_apipe_eval(&l->c->cmd, &rq->q, call.s, by_text, call.nkeys, call.keys,
+    int rc = dl_apipe_eval(dl_aroute(l->c, call.keys[0], call.keylens[0]), &rq->q, call.s, by_text, call.nkeys, call.keys,
                            call.keylens, call.nargs, call.args, call.arglens, err);
     if (rc) {
         free(rq);
@@ -550,7 +553,7 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     dl_err e = {0};
     if (r && dl_is_noscript(r) && !rq->by_text && !l->c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
-        dl_apipe_forget_scripts(&l->c->cmd);
+        dl_apipe_forget_scripts(q->pipe);
         lreq *again = NULL;
         int rc = send_req(l, rq->what, rq->token, rq->lease_ms, rq->recheck, rq->reg, 1, &again,
                           &e);
@@ -768,12 +771,24 @@ int dlock_async_lock_new(dlock_async_client *c, const char *name, size_t name_le
     if (!out) rc = dl_seterr(&err, DLOCK_EINVAL, "dlock_async_lock_new: NULL out");
     else if (c->freeing) rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
+    if (!rc && c->cluster) {
+        /* as the blocking API's dl_check_cluster_name: one lock, one slot */
+        int one = dl_name_keys_one_slot(name, name_len);
+        char nm[80];
+        if (one < 0) rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+        else if (!one)
+            rc = dl_seterr(&err, DLOCK_EINVAL,
+                           "lock name '%s' cannot be used on a Redis Cluster: its keys would "
+                           "hash to different slots (with '{' or '}' in it, a name needs a "
+                           "non-empty hash tag such as 'order{42}')",
+                           dl_name_msg(name, name_len, nm, sizeof nm));
+    }
     if (!rc && !ak)
         rc = dl_seterr(&err, DLOCK_ENOTSUP, "the async API has no locks of this kind yet "
                                             "(plain, reentrant, fair, read and write)");
     dlock_async_lock *l = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+    if (!rc && dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots))
         rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && !(l = calloc(1, sizeof *l))) rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
     if (!rc && !(l->k = dl_akeys_new(ak, name, name_len, &err))) rc = err.code;
@@ -827,11 +842,15 @@ void dl_alock_free_all(dl_aclient *c) {
         finish_msg(l, DLOCK_ECANCELED, "the client was freed while waiting for lock '%s'");
     }
     dl_err err;
-    /* the abandons owed go out with what the socket takes now */
-    if (c->cmd.conn && c->cmd.ready && c->cmd.conn->olen) dl_conn_write_some(c->cmd.conn, &err);
+    /* the abandons owed go out with what the sockets take now */
+    for (size_t i = 0; i < dl_apipe_count(c); i++) {
+        dl_apipe *p = dl_apipe_nth(c, i);
+        if (p->conn && p->ready && p->conn->olen) dl_conn_write_some(p->conn, &err);
+    }
     dl_seterr(&err, DLOCK_ECANCELED, "the client was freed");
-    dl_apipe_fail(&c->cmd, &err);
-    dl_apipe_fail(&c->subs.pipe, &err);
+    dl_acluster_end(c, &err);
+    for (size_t i = 0; i < dl_apipe_count(c); i++) dl_apipe_fail(dl_apipe_nth(c, i), &err);
+    for (size_t i = 0; dl_asubpipe_nth(c, i); i++) dl_apipe_fail(dl_asubpipe_nth(c, i), &err);
     while (c->locks) lock_free(c->locks);
     while (c->settle) {
         oreq *o = c->settle;

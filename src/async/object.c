@@ -198,9 +198,10 @@ static int req_send(oreq *rq, dl_err *err) {
     if (!s) {
         const char *argv[2] = {"GET", o->name};
         size_t lens[2] = {3, o->name_len};
-        return dl_apipe_command(&o->c->cmd, &rq->q, 2, argv, lens, err);
+        return dl_apipe_command(dl_aroute(o->c, o->name, o->name_len), &rq->q, 2, argv, lens,
+                                err);
     }
-    return dl_apipe_eval(&o->c->cmd, &rq->q, s, rq->by_text, nkeys, keys, kl, nargs, args, al,
+    return dl_apipe_eval(dl_aroute(o->c, o->name, o->name_len), &rq->q, s, rq->by_text, nkeys, keys, kl, nargs, args, al,
                          err);
 }
 
@@ -232,7 +233,7 @@ static void owe(dlock_async_object *o, int what, int64_t n, const char *raw) {
     if (!rq) return; /* a permit runs out with its lease; permits stay taken */
     rq->owed = 1;
     /* not a connection of its own: after a failure the server may be down */
-    if (dl_apipe_opened(&o->c->cmd) && !req_send(rq, &e)) return;
+    if (dl_apipe_opened(dl_aroute(o->c, o->name, o->name_len)) && !req_send(rq, &e)) return;
     settle_later(rq);
 }
 
@@ -255,7 +256,9 @@ void dl_aobj_pipe_up(dl_apipe *p) {
             continue;
         }
         dl_err e;
-        if (req_send(rq, &e)) settle_later(rq);
+        /* a cluster's other nodes: on their connection when it is open */
+        dl_apipe *to = dl_aroute(c, rq->o->name, rq->o->name_len);
+        if ((to != p && !dl_apipe_opened(to)) || req_send(rq, &e)) settle_later(rq);
     }
 }
 
@@ -511,7 +514,7 @@ static void req_done(dl_areq *q, redisReply *r, const dl_err *err) {
     dl_err e = {0};
     if (r && dl_is_noscript(r) && !rq->by_text && !c->freeing) {
         /* the script cache was flushed: the script did not run, send its text */
-        dl_apipe_forget_scripts(&c->cmd);
+        dl_apipe_forget_scripts(q->pipe);
         rq->by_text = 1;
         if (!req_send(rq, &e)) return;
         r = NULL; /* not sent again: as a reply lost */
@@ -680,13 +683,36 @@ int dl_aobj_new(dlock_async_client *c, const char *name, size_t name_len, dlock_
     else if (c->freeing)
         rc = dl_seterr(&err, DLOCK_EINVAL, "the client is being freed, or could not be created");
     if (!rc) rc = dl_check_name(name, &name_len, &err);
+    if (!rc && c->cluster) {
+        /* as the blocking objects' checks (dl_check_cluster_name, and
+         * dl_check_cluster_latch: the latch's scripts name its channel
+         * among their KEYS) */
+        int one = dl_name_keys_one_slot(name, name_len);
+        char nm[80];
+        size_t cl = 0;
+        char *ch = kind == DLOCK_KIND_LATCH ? dl_latch_channel(name, name_len, &cl) : NULL;
+        if (one < 0 || (kind == DLOCK_KIND_LATCH && !ch))
+            rc = dl_seterr(&err, DLOCK_ENOMEM, "out of memory");
+        else if (!one)
+            rc = dl_seterr(&err, DLOCK_EINVAL,
+                           "name '%s' cannot be used on a Redis Cluster: its keys would hash to "
+                           "different slots (with '{' or '}' in it, a name needs a non-empty "
+                           "hash tag such as 'order{42}')",
+                           dl_name_msg(name, name_len, nm, sizeof nm));
+        else if (ch && dl_key_slot(ch, cl) != dl_key_slot(name, name_len))
+            rc = dl_seterr(&err, DLOCK_EINVAL,
+                           "latch name '%s' cannot be used on a Redis Cluster: its channel "
+                           "hashes to another slot than its key; use a name without '{'",
+                           dl_name_msg(name, name_len, nm, sizeof nm));
+        free(ch);
+    }
     if (rc) {
         snprintf(c->errmsg, sizeof c->errmsg, "%s", err.msg);
         return rc;
     }
     dlock_async_object *o = NULL;
     /* its timer's place in the heap, so that arming it cannot fail */
-    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + DLOCK_ASYNC_SLOTS))
+    if (!dl_aloop_reserve(&c->loop, c->nlocks + c->nobjs + 2 + (size_t)c->loop.nslots))
         o = calloc(1, sizeof *o);
     int ok = o != NULL;
     if (o) {

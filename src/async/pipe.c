@@ -90,6 +90,8 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
     while (q) {
         dl_areq *next = q->next;
         q->next = NULL;
+        free(q->raw);
+        q->raw = NULL;
         q->done(q, NULL, err);
         q = next;
     }
@@ -124,15 +126,21 @@ static int ask_sentinels(dl_apipe *p, dl_err *err) {
 
 int dl_apipe_open(dl_apipe *p, dl_err *err) {
     if (p->conn || p->held) return DLOCK_OK;
+    if (p->gate && p->gate->code) {
+        *err = *p->gate;
+        return err->code;
+    }
     dl_aclient *c = p->cl;
     if (c->sent) return ask_sentinels(p, err);
+    const dl_endpoint *ep = p->ep ? p->ep : &c->ep;
     dl_conn *conn = NULL;
-    int rc = dl_conn_open_start(&c->ep, &conn, err);
+    int rc = dl_conn_open_start(ep, &conn, err);
     if (rc == DLOCK_ENOTSUP) {
         /* a name with several addresses: connected the blocking way, each
          * address in turn (dlock_async.h says so) */
-        rc = dl_conn_open(&c->ep, dl_deadline(c->connect_timeout_ms), &conn, err);
+        rc = dl_conn_open(ep, dl_deadline(c->connect_timeout_ms), &conn, err);
         if (!rc) {
+            conn->sharded = p->sharded;
             p->conn = conn;
             p->nloaded = 0;
             p->ready = 1;
@@ -142,6 +150,7 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
         }
     }
     if (rc) return rc;
+    conn->sharded = p->sharded;
     p->conn = conn;
     p->nloaded = 0;
     p->ready = 0;
@@ -159,6 +168,7 @@ static int enqueue(dl_apipe *p, dl_areq *q) {
     int64_t base = p->ready ? dl_now_ms() : p->connect_deadline;
     q->deadline = base + p->cl->command_timeout_ms;
     q->next = NULL;
+    q->pipe = p;
     if (p->tail) p->tail->next = q;
     else p->head = q;
     p->tail = q;
@@ -168,17 +178,66 @@ static int enqueue(dl_apipe *p, dl_areq *q) {
     return DLOCK_OK;
 }
 
+/* A cluster pipe keeps what q's request appended from `before` on (none
+ * kept for want of memory: a redirect then reaches its done as an error). */
+static int queued(dl_apipe *p, dl_areq *q, size_t before) {
+    q->raw = NULL;
+    q->rawlen = 0;
+    q->redirects = 0;
+    q->asked = 0;
+    dl_conn *oc = out_conn(p);
+    if (p->keep && oc->olen > before && (q->raw = malloc(oc->olen - before))) {
+        q->rawlen = oc->olen - before;
+        memcpy(q->raw, oc->obuf + before, q->rawlen);
+    }
+    return enqueue(p, q);
+}
+
 int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
                      dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    size_t before = rc ? 0 : out_conn(p)->olen;
     if (!rc) rc = dl_conn_append(out_conn(p), argc, argv, lens, err);
-    return rc ? rc : enqueue(p, q);
+    return rc ? rc : queued(p, q, before);
+}
+
+static void asking_done(dl_areq *q, redisReply *r, const dl_err *err) {
+    (void)r, (void)err;
+    free(q);
+}
+
+int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err) {
+    int rc = dl_apipe_open(p, err);
+    q->asked = asking;
+    if (!rc && asking) {
+        dl_areq *a = calloc(1, sizeof *a);
+        const char *argv[1] = {"ASKING"};
+        size_t lens[1] = {6};
+        if (!a) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+        else if ((rc = dl_conn_append(out_conn(p), 1, argv, lens, err))) free(a);
+        else {
+            a->done = asking_done;
+            enqueue(p, a);
+        }
+    }
+    if (!rc) rc = dl_conn_append_raw(out_conn(p), q->raw, q->rawlen, err);
+    if (rc) {
+        free(q->raw);
+        q->raw = NULL;
+        return rc;
+    }
+    if (!p->keep) {
+        free(q->raw);
+        q->raw = NULL;
+    }
+    return enqueue(p, q);
 }
 
 int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    size_t before = rc ? 0 : out_conn(p)->olen;
     int known = 0;
     for (int i = 0; !rc && i < p->nloaded && !known; i++) known = p->loaded[i] == s;
     if (!rc) {
@@ -187,7 +246,7 @@ int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
         rc = dl_eval_queue(out_conn(p), &e, by_text || !known, err);
     }
     if (!rc && !known && p->nloaded < DL_APIPE_LOADED) p->loaded[p->nloaded++] = s;
-    return rc ? rc : enqueue(p, q);
+    return rc ? rc : queued(p, q, before);
 }
 
 /* Sentinel: r is ROLE's reply. A master: the requests held go out behind
@@ -242,6 +301,13 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
     p->pending--;
     q->next = NULL;
     arm(p);
+    /* a cluster's redirect (MOVED, ASK, TRYAGAIN) takes the request away */
+    if (q->raw && r->type == REDIS_REPLY_ERROR && p->redirect && p->redirect(p, q, r)) {
+        freeReplyObject(r);
+        return DLOCK_OK;
+    }
+    free(q->raw);
+    q->raw = NULL;
     q->done(q, r, NULL);
     freeReplyObject(r);
     return DLOCK_OK;
@@ -367,7 +433,7 @@ static void on_timer(dl_atimer *t) {
         probe_next(p);
     } else if ((p->conn || p->held) && !p->ready && now >= p->connect_deadline) {
         char where[300];
-        dl_endpoint_describe(&p->cl->ep, where, sizeof where);
+        dl_endpoint_describe(p->ep ? p->ep : &p->cl->ep, where, sizeof where);
         dl_seterr(&err, DLOCK_EIO, "connect to %s timed out", where);
         dl_apipe_fail(p, &err);
     } else if (p->head && now >= p->head->deadline) {

@@ -84,6 +84,8 @@ static void arm(dl_arenew *r) {
 
 int dl_arenew_add(dl_arenew *r, dl_alease *l, dl_err *err) {
     if (l->slot) return DLOCK_OK;
+    /* a cluster's batch renews the holds of one hash slot */
+    l->hslot = r->cl->cluster ? dl_key_slot(l->key, l->key_len) : 0;
     size_t i;
     if (r->nfree) {
         i = r->freelist[--r->nfree];
@@ -140,11 +142,13 @@ static void expire_due(dl_arenew *r, int64_t now) {
 
 static void rn_done(dl_areq *q, redisReply *reply, const dl_err *err);
 
-/* Orders holds by script and lease: a batch has one of each. */
+/* Orders holds by script, lease and hash slot (0 but in a cluster): a
+ * batch has one of each. */
 static int lease_cmp(const void *a, const void *b) {
     const dl_alease *x = *(dl_alease *const *)a, *y = *(dl_alease *const *)b;
     if (x->renew != y->renew) return (uintptr_t)x->renew < (uintptr_t)y->renew ? -1 : 1;
-    return (x->lease_ms > y->lease_ms) - (x->lease_ms < y->lease_ms);
+    if (x->lease_ms != y->lease_ms) return x->lease_ms < y->lease_ms ? -1 : 1;
+    return (x->hslot > y->hslot) - (x->hslot < y->hslot);
 }
 
 /* Queues one script call renewing ls[0..n) (one script, one lease). */
@@ -172,7 +176,7 @@ static int send_batch(dl_arenew *r, dl_alease **ls, size_t n, int64_t t0, dl_err
         keys[i] = ls[i]->key, lens[i] = ls[i]->key_len;
         args[1 + i] = ls[i]->owner, arglens[1 + i] = ls[i]->owner_len;
     }
-    rc = dl_apipe_eval(&r->cl->cmd, &q->q, ls[0]->renew, 0, (int)n, keys, lens, (int)n + 1, args,
+    rc = dl_apipe_eval(dl_aroute(r->cl, ls[0]->key, ls[0]->key_len), &q->q, ls[0]->renew, 0, (int)n, keys, lens, (int)n + 1, args,
                        arglens, err);
     if (!rc) {
         r->out++;
@@ -238,7 +242,7 @@ static void rn_done(dl_areq *q, redisReply *reply, const dl_err *err) {
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != rq->n) {
         /* the server's script cache was flushed: each script's next request
          * goes by its text */
-        if (reply && dl_is_noscript(reply)) dl_apipe_forget_scripts(&cl->cmd);
+        if (reply && dl_is_noscript(reply)) dl_apipe_forget_scripts(q->pipe);
         r->failed = 1;
     } else {
         for (size_t i = 0; i < rq->n && !cl->freeing; i++) {

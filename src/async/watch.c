@@ -1,5 +1,5 @@
 /* Sentinel: while the client has a connection to the master, the sentinels
- * are asked every DL_AWATCH_MS, on a socket of their own (slot 2) kept open
+ * are asked every DL_AWATCH_MS, on a socket of their own (a slot of its own) kept open
  * to the sentinel that answered last, which master they name (Redisson's
  * sentinel scan does the same each second); when it is another (a failover), the connections to
  * the old one are closed: their requests end with DLOCK_EIO (an acquire
@@ -14,7 +14,6 @@
 #include "async.h"
 
 #define DL_AWATCH_MS 1000
-#define DL_AWATCH_SLOT 2
 
 /* The connections to a master other than the one named last close. */
 static void close_stale(dl_aclient *c) {
@@ -36,13 +35,13 @@ static void arm(dl_aclient *c, int64_t at) {
 }
 
 static void stop_probe(dl_aclient *c) {
-    dl_aloop_want(&c->loop, DL_AWATCH_SLOT, -1, 0);
+    dl_aloop_want(&c->loop, c->wslot, -1, 0);
     dl_aprobe_stop(&c->wprobe);
 }
 
 static void update(dl_aclient *c) {
     if (c->wprobe.conn)
-        dl_aloop_want(&c->loop, DL_AWATCH_SLOT, c->wprobe.conn->fd, dl_aprobe_events(&c->wprobe));
+        dl_aloop_want(&c->loop, c->wslot, c->wprobe.conn->fd, dl_aprobe_events(&c->wprobe));
 }
 
 /* Asks the next sentinel of this round, or ends the round. */

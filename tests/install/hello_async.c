@@ -33,9 +33,10 @@ int main(int argc, char **argv) {
     if (!rc) rc = dlock_async_lock_new(c, "hello-async", DLOCK_CSTR, DLOCK_KIND_PLAIN, &l);
     if (!rc) rc = dlock_async_acquire(l, DLOCK_NOWAIT, 5000, done, NULL);
     while (!rc && state != 2) {
-        dlock_async_pollfd f[DLOCK_ASYNC_SLOTS];
-        struct pollfd p[DLOCK_ASYNC_SLOTS];
-        int n = dlock_async_fds(c, f);
+        dlock_async_pollfd f[8];
+        struct pollfd p[8];
+        int n = dlock_async_fds(c, f, 8);
+        if (n > 8) n = 8; /* one server: 2 at most */
         for (int i = 0; i < n; i++) {
             p[i].fd = f[i].fd;
             p[i].events = (short)(((f[i].events & DLOCK_ASYNC_READ) ? POLLIN : 0) |
