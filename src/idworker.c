@@ -101,7 +101,7 @@ static int stamp(const dl_idw *s, int64_t *ts_out, int64_t *t_out, dl_err *err) 
 }
 
 int dl_idw_take(dl_idw *s, uint64_t *id, int64_t *need_t, dl_err *err) {
-    int64_t ts, t;
+    int64_t ts = 0, t = 0;
     *need_t = -1;
     int rc = stamp(s, &ts, &t, err);
     if (rc) return rc;
