@@ -100,14 +100,24 @@
  * sentinels (one at a time, the one that answered last first, 500 ms
  * each) for the master, then checks with ROLE that it is one; requests
  * queued meanwhile go out once it is. While connected, the sentinels are
- * asked every second (a slot of its own, a connection kept open); when they name another master, or a reply
- * says READONLY (the master was made a replica), the connections to the
+ * asked every second (a slot of its own, a connection kept open); when
+ * they name another master, or a reply says READONLY (the master was made a replica), the connections to the
  * old one close: their requests end with DLOCK_EIO, an acquire that may
  * wait rides it out, and the next request connects to the new master.
  * As with the blocking client, a failover may lose a hold not yet
- * replicated (Redis replicates asynchronously; wait_replicas is refused
- * here), and for up to about a second after it requests may still reach
+ * replicated (Redis replicates asynchronously: wait_replicas narrows
+ * this), and for up to about a second after it requests may still reach
  * an old master that answers as one.
+ *
+ * wait_replicas (one server or Sentinel; DLOCK_ENOTSUP on a cluster): an
+ * acquire that won, and an extend, send WAIT wait_replicas
+ * wait_replicas_timeout_ms (0: 1000) on the connection their script went
+ * on, as the blocking client does: fewer acknowledgements (or the lease
+ * run out first) and the acquire is given back and ends with
+ * DLOCK_EREPLICAS; the extend ends with DLOCK_EREPLICAS and the hold
+ * keeps the shorter of its old and new validity. An acquire cancelled or
+ * freed while its WAIT is out is given back. The WAIT holds up the
+ * requests pipelined behind it on that connection until it returns.
  *
  * Redis Cluster (redis-cluster://seeds): a connection per master, each
  * request on its key's master (read from CLUSTER SLOTS without blocking;
@@ -203,9 +213,11 @@ DLOCK_EXPORT int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t
 
 /* Creates an async client for opts->url (opts may be NULL: $DLOCK_URL, else
  * redis://127.0.0.1:6379; password, username, the two timeouts and
- * watchdog_lease_ms are read from opts as dlock_client_new does; wait_replicas, fence_url and the tls_*
- * fields, which would change what a hold guarantees, are refused with
- * DLOCK_ENOTSUP rather than ignored; the other fields are ignored).
+ * watchdog_lease_ms, wait_replicas and wait_replicas_timeout_ms are read
+ * from opts as dlock_client_new does; fence_url, the tls_* fields and
+ * wait_replicas on a cluster, which would change what a hold guarantees,
+ * are refused with DLOCK_ENOTSUP rather than ignored; the other fields are
+ * ignored).
  * Nothing is sent yet: the first operation connects. adapter: copied; NULL
  * for the bare interface (dlock_async_fds, dlock_async_timeout).
  * out: receives the client; as with dlock_client_new, *out is set even when

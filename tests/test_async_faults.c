@@ -298,13 +298,25 @@ static void t_badinput(th_server *s) {
         dlock_options o;
         dlock_options_init(&o);
         o.url = th_server_url(s);
-        if (i == 0) o.wait_replicas = 1;
+        if (i == 0) { /* on one server or through Sentinel it is honoured */
+            o.url = "redis-cluster://127.0.0.1:1";
+            o.wait_replicas = 1;
+        }
         if (i == 1) o.fence_url = th_server_url(s);
         if (i == 2) o.tls_ca_file = "/etc/ssl/certs/ca-certificates.crt";
         c = NULL;
         ASSERT_CODE(dlock_async_client_new(&o, NULL, &c), DLOCK_ENOTSUP);
         th_log("option %d: %s", i, dlock_async_errmsg(c));
         ASSERT(*dlock_async_errmsg(c));
+        client_free(c);
+    }
+    {
+        dlock_options o;
+        dlock_options_init(&o);
+        o.url = th_server_url(s);
+        o.wait_replicas = -1;
+        c = NULL;
+        ASSERT_CODE(dlock_async_client_new(&o, NULL, &c), DLOCK_EINVAL);
         client_free(c);
     }
     c = client(s);

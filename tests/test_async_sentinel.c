@@ -17,7 +17,12 @@
  *             while a lock is held and a waiter waits: the waiter rides
  *             out the outage and is served on the promoted replica once
  *             the holder's lease runs out there (the bare loop only: what
- *             it checks is above the loop) */
+ *             it checks is above the loop)
+ *   replicas  wait_replicas: an acquire and an extend acknowledged by the
+ *             replica; with the replica stopped an acquire fails with
+ *             DLOCK_EREPLICAS and is given back, an extend fails and keeps
+ *             the shorter validity, a cancel during the WAIT gives back
+ *             what the attempt won (bare loop only) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -421,7 +426,74 @@ static void t_crash(th_server *s) {
     client_free(c);
 }
 
-static const async_case cases[] = {
-    {"basic", t_basic}, {"failover", t_failover}, {"crash", t_crash}, {NULL, NULL}};
+/* ---- replicas ---- */
+
+static void t_replicas(th_server *s) {
+    sentinels(s);
+    dlock_options o;
+    dlock_options_init(&o);
+    o.url = url;
+    o.wait_replicas = 1;
+    o.wait_replicas_timeout_ms = 300;
+    dlock_async_client *c = NULL;
+    ASSERT_CODE(client_new_opts(&o, &c), DLOCK_OK);
+    redisContext *rm = th_redis(s), *rr = th_redis(replica);
+
+    /* acknowledged: on the replica when the acquire returns */
+    dlock_async_lock *l = alock(c, "sr");
+    res r = {0};
+    hold(l, 20000, &r);
+    ASSERT_EQ(th_cmd_int(rr, "EXISTS sr"), 1);
+    r = (res){0};
+    START(dlock_async_extend(l, 30000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_OK(r.code);
+    ASSERT(th_cmd_int(rr, "PTTL sr") > 20000);
+
+    /* the replica stopped: an acquire fails and is given back, an extend
+     * fails and the hold keeps the shorter validity */
+    th_server_pause(replica);
+    dlock_async_lock *m = alock(c, "sr2");
+    r = (res){0};
+    START(dlock_async_acquire(m, DLOCK_NOWAIT, 20000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_CODE(r.code, DLOCK_EREPLICAS);
+    th_log("%s", dlock_async_lock_errmsg(m));
+    ASSERT(strstr(dlock_async_lock_errmsg(m), "only 0 of 1 replicas"));
+    ASSERT_EQ(dlock_async_lock_valid_ms(m), 0);
+    RUN_UNTIL(th_cmd_int(rm, "EXISTS sr2") == 0, 2000);
+    int64_t before = dlock_async_lock_valid_ms(l);
+    r = (res){0};
+    START(dlock_async_extend(l, 60000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_CODE(r.code, DLOCK_EREPLICAS);
+    ASSERT(dlock_async_lock_valid_ms(l) > 0 && dlock_async_lock_valid_ms(l) <= before);
+
+    /* cancelled while it waits for the replicas: what it won is given back */
+    dlock_async_lock *k = alock(c, "sr4");
+    r = (res){0};
+    START(dlock_async_acquire(k, DLOCK_NOWAIT, 20000, on_done, &r));
+    RUN_UNTIL(th_cmd_int(rm, "EXISTS sr4") == 1, 2000); /* the attempt ran */
+    run_for(100); /* its reply read: the WAIT (300 ms) is out */
+    ASSERT_EQ(r.calls, 0);
+    ASSERT_OK(dlock_async_cancel(k));
+    ASSERT_CODE(r.code, DLOCK_ECANCELED);
+    RUN_UNTIL(th_cmd_int(rm, "EXISTS sr4") == 0, 2000);
+
+    /* the replica back: acquires succeed again */
+    th_server_unpause(replica);
+    r = (res){0};
+    START(dlock_async_acquire(m, 2000, 20000, on_done, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_OK(r.code);
+    ASSERT_EQ(th_cmd_int(rr, "EXISTS sr2"), 1);
+    redisFree(rm);
+    redisFree(rr);
+    client_free(c);
+}
+
+static const async_case cases[] = {{"basic", t_basic},       {"failover", t_failover},
+                                   {"crash", t_crash},       {"replicas", t_replicas},
+                                   {NULL, NULL}};
 
 int main(int argc, char **argv) { return async_main(argc, argv, "async_sentinel", cases); }

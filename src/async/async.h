@@ -454,6 +454,9 @@ struct dlock_async_client {
                                 * (NULL: one server, cmd) */
     dl_asubs subs;             /* slot 1: the subscribed connection */
     int64_t watchdog_lease_ms; /* DLOCK_WATCHDOG's lease, renewed every third */
+    int wait_replicas;         /* an acquire / extend WAITs for that many
+                                * replicas (lock.c), up to the timeout */
+    int64_t wait_replicas_timeout_ms;
     int64_t fair_wait_ms;      /* the fair lock's W from the next attempt on
                                 * (dlock_async_client_set_fair_wait); 0: the
                                 * default, DLOCK_DEFAULT_FAIR_WAIT_MS */

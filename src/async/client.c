@@ -16,9 +16,11 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
         return dl_seterr(err, DLOCK_EINVAL, "timeouts and the watchdog lease must not be negative");
     /* options that change what a hold guarantees are refused rather than
      * ignored: an acquire must never return OK unprotected by what was asked */
-    if (o->wait_replicas)
-        return dl_seterr(err, DLOCK_ENOTSUP,
-                         "wait_replicas is not supported by the async API yet");
+    if (o->wait_replicas < 0 || o->wait_replicas_timeout_ms < 0)
+        return dl_seterr(err, DLOCK_EINVAL, "wait_replicas must not be negative");
+    c->wait_replicas = o->wait_replicas;
+    c->wait_replicas_timeout_ms =
+        o->wait_replicas_timeout_ms ? o->wait_replicas_timeout_ms : 1000;
     if (o->fence_url)
         return dl_seterr(err, DLOCK_ENOTSUP, "fence_url (RedLock) is not supported by the "
                                              "async API");
@@ -57,6 +59,11 @@ static int open_client(dl_aclient *c, const dlock_options *o, dl_err *err) {
         t.password = NULL;
         rc = dl_asent_new(&t, &c->sent, err);
         if (!rc) rc = dl_apply_credentials(&c->ep, o, err);
+    } else if (t.mode == DL_MODE_CLUSTER && c->wait_replicas) {
+        /* a request a cluster redirects (ASK) runs on a connection its
+         * WAIT would not follow */
+        rc = dl_seterr(err, DLOCK_ENOTSUP,
+                       "wait_replicas on a Redis Cluster is not supported by the async API yet");
     } else if (t.mode == DL_MODE_CLUSTER) {
         /* the credentials on every seed, then a node per seed; the
          * subscribed connection goes to the first seed */

@@ -53,7 +53,7 @@
 enum { OP_NONE = 0, OP_ACQUIRE, OP_RELEASE, OP_EXTEND };
 /* a request: kinds.c's DL_AR_*, and the give back (a release owed) */
 enum { R_ATTEMPT = DL_AR_ATTEMPT, R_RELEASE = DL_AR_RELEASE, R_EXTEND = DL_AR_EXTEND,
-       R_ABANDON = DL_AR_ABANDON, R_GIVEBACK };
+       R_ABANDON = DL_AR_ABANDON, R_GIVEBACK, R_WAIT };
 
 typedef struct lreq lreq;
 
@@ -99,13 +99,16 @@ struct lreq {
     dl_areq q;
     dlock_async_lock *l;
     unsigned gen;
-    int what;                  /* R_ATTEMPT, R_RELEASE, R_EXTEND */
+    int what;                  /* R_ATTEMPT, R_RELEASE, R_EXTEND, R_WAIT */
     int recheck;               /* an attempt that registers (waiting) */
     int reg;                   /* sent with "registered by an earlier attempt" */
     int after_sub;             /* sent once the waiter's channel was confirmed */
     int by_text;               /* sent as EVAL (after NOSCRIPT) */
     int64_t lease_ms, t0;
-    int64_t held;              /* the handle's holds when it was sent */
+    int64_t held;              /* the handle's holds when it was sent (R_WAIT
+                                * after an acquire: the count it made) */
+    uint64_t fence;            /* R_WAIT after an acquire: its fencing token */
+    int ext;                   /* R_WAIT: after an extend (else an acquire) */
     char token[DLOCK_TOKEN_LEN + 1];
 };
 
@@ -446,6 +449,113 @@ static int keep_renewed(dlock_async_lock *l, const lreq *rq, dl_err *err) {
     return dl_arenew_add(&l->c->renew, ls, err);
 }
 
+/* The acquire under way holds the lock (rq: the attempt, or the WAIT
+ * that followed it; n the count it made, fence its token): it ends OK. */
+static void won(dlock_async_lock *l, const lreq *rq, long long n, uint64_t fence) {
+    aop *op = &l->op;
+    dl_err e;
+    if (keep_renewed(l, rq, &e)) {
+        owe(l, R_GIVEBACK, rq->token, n);
+        finish(l, e.code, 0, &e);
+        return;
+    }
+    /* a re-entry raises the lease, never shortens it (the script's RAISE_TTL) */
+    int64_t until = rq->t0 + op->lease_ms;
+    if (!l->holds || until > l->expires_at) l->expires_at = until;
+    l->holds = n;
+    l->lost = 0;
+    memcpy(l->token, rq->token, sizeof l->token);
+    finish(l, DLOCK_OK, fence, NULL);
+}
+
+/* wait_replicas: WAIT for the client's replicas after from (an acquire
+ * that made count n with token fence, or an extend: ext), on the
+ * connection from went on, so that it counts from's write (WAIT counts the
+ * connection's latest write; a fair grant written by the releaser is
+ * followed by this connection's take-up, as the blocking wait.c says).
+ * Pipelined behind it, the requests after it wait for the WAIT too. */
+static int send_wait(dlock_async_lock *l, const lreq *from, long long n, uint64_t fence, int ext,
+                     lreq **out, dl_err *err) {
+    dl_aclient *c = l->c;
+    lreq *rq = calloc(1, sizeof *rq);
+    if (!rq) return dl_seterr(err, DLOCK_ENOMEM, "out of memory");
+    rq->q.done = lreq_done;
+    rq->l = l;
+    rq->gen = l->op.gen;
+    rq->what = R_WAIT;
+    rq->ext = ext;
+    rq->held = n;
+    rq->fence = fence;
+    rq->lease_ms = from->lease_ms;
+    rq->t0 = from->t0;
+    memcpy(rq->token, from->token, DLOCK_TOKEN_LEN);
+    char nb[24], tb[24];
+    const char *argv[3] = {"WAIT", nb, tb};
+    size_t lens[3] = {4, dl_fmt_ll(nb, c->wait_replicas), dl_fmt_ll(tb, c->wait_replicas_timeout_ms)};
+    int rc = dl_apipe_command(from->q.pipe, &rq->q, 3, argv, lens, err);
+    if (rc) {
+        free(rq);
+        return rc;
+    }
+    l->refs++;
+    if (out) *out = rq;
+    return DLOCK_OK;
+}
+
+/* A WAIT's reply (or failure) for the operation under way. */
+static void wait_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_err *err) {
+    aop *op = &l->op;
+    dl_err e;
+    char nm[80];
+    long long acks = -1;
+    int rc = DLOCK_OK;
+    if (!r) rc = (e = *err).code;
+    else rc = dl_reply_expect_int(r, "WAIT", &acks, &e);
+    dl_name_msg(l->k->s[0], l->k->len[0], nm, sizeof nm);
+    int64_t until = rq->t0 + rq->lease_ms;
+    if (rq->ext) {
+        /* the new lease counts only once the replicas have it: a failover
+         * to one with the old expiry would end the hold before the holder
+         * thinks (src/backend_redis.c's extend) */
+        if (!rc && acks >= l->c->wait_replicas) {
+            l->expires_at = until;
+            finish(l, DLOCK_OK, 0, NULL);
+            return;
+        }
+        if (until < l->expires_at) l->expires_at = until;
+        if (!rc)
+            dl_seterr(&e, DLOCK_EREPLICAS,
+                      "extend of lock '%s': only %lld of %d replicas acknowledged within %lld "
+                      "ms; it is counted valid for the shorter of what it had and the new lease",
+                      nm, acks, l->c->wait_replicas, (long long)l->c->wait_replicas_timeout_ms);
+        finish(l, e.code, 0, &e);
+        return;
+    }
+    op->inflight = NULL;
+    int late = !rc && dl_now_ms() >= until;
+    if (!rc && acks >= l->c->wait_replicas && !late) {
+        won(l, rq, rq->held, rq->fence);
+        return;
+    }
+    /* not safe across a failover, or no longer held: given back (owner-checked) */
+    owe(l, R_GIVEBACK, rq->token, rq->held);
+    if (!r) {
+        if (!ride_out(l, err)) finish(l, err->code, 0, err);
+        return;
+    }
+    if (!rc && late)
+        dl_seterr(&e, DLOCK_EREPLICAS,
+                  "lock '%s' acquired, but its lease ran out before %d replicas acknowledged "
+                  "it; released",
+                  nm, l->c->wait_replicas);
+    else if (!rc)
+        dl_seterr(&e, DLOCK_EREPLICAS,
+                  "lock '%s' acquired, but only %lld of %d replicas acknowledged within %lld "
+                  "ms; released",
+                  nm, acks, l->c->wait_replicas, (long long)l->c->wait_replicas_timeout_ms);
+    finish(l, e.code, 0, &e);
+}
+
 /* An attempt's reply for the acquire under way. */
 static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_err *err) {
     aop *op = &l->op;
@@ -479,18 +589,15 @@ static void attempt_done(dlock_async_lock *l, lreq *rq, redisReply *r, const dl_
         long long n = 1;
         if (l->k->kind->counted && (r->elements < 3 || dl_reply_int(r->element[2], &n) || n < 1))
             n = l->holds + 1;
-        if (keep_renewed(l, rq, &e)) {
-            owe(l, R_GIVEBACK, rq->token, n);
-            finish(l, e.code, 0, &e);
+        if (c->wait_replicas > 0) {
+            /* held once enough replicas have it (wait_done) */
+            if (send_wait(l, rq, n, (uint64_t)b, 0, &op->inflight, &e)) {
+                owe(l, R_GIVEBACK, rq->token, n);
+                finish(l, e.code, 0, &e);
+            }
             return;
         }
-        /* a re-entry raises the lease, never shortens it (the script's RAISE_TTL) */
-        int64_t until = rq->t0 + op->lease_ms;
-        if (!l->holds || until > l->expires_at) l->expires_at = until;
-        l->holds = n;
-        l->lost = 0;
-        memcpy(l->token, rq->token, sizeof l->token);
-        finish(l, DLOCK_OK, (uint64_t)b, NULL);
+        won(l, rq, n, (uint64_t)b);
         return;
     }
     if (!op->waiting) {
@@ -571,8 +678,12 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
     }
     if (!live) {
         if (rq->what == R_ATTEMPT) orphan_attempt(l, rq, r);
+        /* an acquire that won, then ended while it waited for replicas */
+        if (rq->what == R_WAIT && !rq->ext) owe(l, R_GIVEBACK, rq->token, rq->held);
     } else if (rq->what == R_ATTEMPT) {
         attempt_done(l, rq, r, err);
+    } else if (rq->what == R_WAIT) {
+        wait_done(l, rq, r, err);
     } else {
         long long v = 0;
         int rc;
@@ -593,8 +704,21 @@ static void lreq_done(dl_areq *q, redisReply *r, const dl_err *err) {
              * explicit-lease one (as dlock_extend) */
             unwatch(l);
             l->lost = 0;
-            if (rq->what == R_RELEASE) l->holds = 0;
-            else l->expires_at = rq->t0 + rq->lease_ms;
+            if (rq->what == R_RELEASE) {
+                l->holds = 0;
+            } else if (l->c->wait_replicas > 0) {
+                /* the new lease once the replicas have it (wait_done) */
+                if (send_wait(l, rq, 0, 0, 1, NULL, &e)) {
+                    int64_t until = rq->t0 + rq->lease_ms;
+                    if (until < l->expires_at) l->expires_at = until;
+                    finish(l, e.code, 0, &e);
+                }
+                free(rq);
+                unref(l);
+                return;
+            } else {
+                l->expires_at = rq->t0 + rq->lease_ms;
+            }
             finish(l, DLOCK_OK, 0, NULL);
         } else {
             finish(l, rc, 0, &e);
