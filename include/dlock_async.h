@@ -14,6 +14,7 @@
  * thread that runs the loop: create, drive and free the client on that
  * thread only (no call here is thread-safe). Every callback runs on that
  * thread, from dlock_async_process, or from dlock_async_cancel,
+ * dlock_async_multi_cancel, dlock_async_idworker_free,
  * dlock_async_lock_free, dlock_async_object_cancel, dlock_async_object_free
  * or dlock_async_client_free for the operations they end. A call that starts an operation never runs its callback itself.
  *
@@ -128,8 +129,8 @@
  * subscribe again where the slot went when it moves (docs/async.md).
  *
  * Not in this version: DLOCK_ENOTSUP for rediss:// (TLS) and RedLock
- * URLs, the other backends (ZooKeeper, etcd, MySQL, PostgreSQL); the ID
- * worker, the multi-lock and holder identity have no async calls yet.
+ * URLs, the other backends (ZooKeeper, etcd, MySQL, PostgreSQL); holder
+ * identity has no async calls yet.
  * Host names are resolved with getaddrinfo on the calling thread; a host
  * name with several addresses (localhost: 127.0.0.1 and ::1) is connected
  * the blocking way, within the connect timeout: give an address or a unix
@@ -357,6 +358,94 @@ DLOCK_EXPORT void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost
  * acquire), else 0. */
 DLOCK_EXPORT int dlock_async_lock_is_lost(const dlock_async_lock *l);
 
+/* ---- the multi-lock ----
+ * Several lock handles of one client (any kinds) taken all or nothing
+ * within one wait bound, as dlock_multi_acquire takes blocking ones, by the
+ * lock calls above. */
+
+/* The callback of a set's operation: locks and n the set (a copy of the
+ * array given, valid during the call, in the caller's order), code the
+ * outcome, fences each lock's fencing token in the caller's order (an
+ * acquire's DLOCK_OK only; NULL otherwise). It may start operations on the
+ * handles, free them or the client. */
+typedef void (*dlock_async_multi_fn)(dlock_async_lock *const *locks, size_t n, int code,
+                                     const uint64_t *fences, void *udata);
+
+/* Starts acquiring every lock in locks[0..n) (handles of one client, any
+ * kinds and names), all or nothing, within one wait bound (wait_ms as
+ * dlock_async_acquire's, for the whole set). The guarantees are
+ * dlock_multi_acquire's:
+ *  - the locks are taken one at a time in a canonical order (by name, then
+ *    the write side first, then kind: the blocking multi-lock's), so that
+ *    sets overlapping in any order, async or blocking, cannot deadlock;
+ *  - once the whole set is held, the lease of every lock taken before the
+ *    last one is restarted (dlock_async_extend with lease_ms,
+ *    owner-checked), so that on DLOCK_OK every lock has about its full
+ *    lease from then: dlock_async_multi_valid_ms is about lease_ms however
+ *    long the wait for the later locks took. With DLOCK_WATCHDOG the
+ *    watchdog renewed the earlier holds while the set waited; each is
+ *    checked instead (not found lost, still valid), not extended (an
+ *    extend would end its renewals);
+ *  - a lock whose lease ran out meanwhile (the extend answers
+ *    DLOCK_ELOST), or whose watchdog hold was found lost, is never
+ *    returned as held: the locks after it in the canonical order are given
+ *    back (a lost watchdog hold too) and taken again after it, while the
+ *    wait lasts (none left: DLOCK_ETIMEDOUT; wait DLOCK_NOWAIT:
+ *    DLOCK_ELOST);
+ *  - on failure every lock taken so far is released (the callback runs
+ *    once those releases are answered, so the handles are free for new
+ *    operations) and the first failure's code is given (DLOCK_EBUSY with
+ *    DLOCK_NOWAIT, DLOCK_ETIMEDOUT when the wait ran out on any lock,
+ *    DLOCK_ELOST, DLOCK_ECANCELED, DLOCK_EIO...), its message on the handle
+ *    that met it (dlock_async_lock_errmsg).
+ * The handles belong to the set until its callback: start no other
+ * operation on them and free none of them meanwhile (dlock_async_lock_free
+ * of the handle the set waits on ends the set with DLOCK_ECANCELED, the
+ * other locks given back; of another member it is undefined). A
+ * reentrant, fair, read or write handle that holds already re-enters (the
+ * set's release gives back one hold); a plain one fails the set
+ * (DLOCK_EINVAL).
+ * Cancel: dlock_async_multi_cancel. dlock_async_client_free ends the set
+ * with DLOCK_ECANCELED (its callback once, before the free returns; the
+ * holds taken run out with their leases, as every hold of a freed client).
+ * Returns DLOCK_OK (started: the callback runs exactly once, later),
+ * DLOCK_EINVAL (NULL locks or cb, n 0, a NULL handle, the same handle
+ * twice, handles of two clients, a bad wait or lease; the message is
+ * dlock_async_errmsg of the first handle's client), DLOCK_ENOMEM, or the
+ * refusal of the first lock's acquire (an operation pending on it...; the
+ * message on that handle); the callback never runs then. */
+DLOCK_EXPORT int dlock_async_multi_acquire(dlock_async_lock *const *locks, size_t n,
+                                           int64_t wait_ms, int64_t lease_ms,
+                                           dlock_async_multi_fn cb, void *udata);
+
+/* Cancels the set locks[0..n) being acquired by dlock_async_multi_acquire:
+ * it ends with DLOCK_ECANCELED and gives back what it took; its callback
+ * runs once those releases are answered (before this returns when it held
+ * nothing). A set that was failing already ends with its own code (its
+ * releases are not cancelled). A dlock_async_cancel of the member the set
+ * waits on also ends it with DLOCK_ECANCELED, but that member, if it held
+ * (its extend was cancelled), is left to the caller.
+ * Returns DLOCK_OK (an operation of the set was cancelled), DLOCK_ENOTHELD
+ * (none pending), DLOCK_EINVAL (as dlock_async_multi_acquire's set). */
+DLOCK_EXPORT int dlock_async_multi_cancel(dlock_async_lock *const *locks, size_t n);
+
+/* How long the set locks[0..n) is surely still held, in ms: the least
+ * dlock_async_lock_valid_ms of its locks (0 when one is not held, is
+ * lost, or locks is NULL or n is 0; a NULL entry counts as not held). No
+ * round trip. */
+DLOCK_EXPORT int64_t dlock_async_multi_valid_ms(dlock_async_lock *const *locks, size_t n);
+
+/* Starts releasing one hold of every lock in locks[0..n) (owner-checked,
+ * as dlock_async_release; all attempted even when one fails). The callback
+ * runs once every release is answered, with the first failure
+ * (DLOCK_ELOST, DLOCK_ENOTHELD for a handle that held nothing, DLOCK_EIO...;
+ * DLOCK_OK if none) and fences NULL. Returns DLOCK_OK (started),
+ * DLOCK_EINVAL (as dlock_async_multi_acquire's set, NULL cb), DLOCK_ENOMEM,
+ * or, when no release could be started, the first refusal (the callback
+ * never runs then). */
+DLOCK_EXPORT int dlock_async_multi_release(dlock_async_lock *const *locks, size_t n,
+                                           dlock_async_multi_fn cb, void *udata);
+
 /* ---- the synchronizer objects: semaphore, permit semaphore, latch ----
  * One handle type for the three (dlock_async_semaphore_new,
  * dlock_async_permits_new, dlock_async_latch_new), on the blocking
@@ -568,6 +657,55 @@ DLOCK_EXPORT int dlock_async_latch_set(dlock_async_object *o, int64_t count,
 /* Latch: DLOCK_OK with value the count, DLOCK_ECANCELED, or a failure. */
 DLOCK_EXPORT int dlock_async_latch_count(dlock_async_object *o, dlock_async_object_fn cb,
                                          void *udata);
+
+/* ---- the ID worker ----
+ * The blocking ID worker's ids (dlock_idworker_*, docs/idworker.md: the
+ * same layout, the same day counter "icr:<prefix>:<yyyy:mm:dd>", the same
+ * checks), handed out from the loop: async and blocking workers on one
+ * prefix never hand out the same id. */
+typedef struct dlock_async_idworker dlock_async_idworker;
+
+/* The callback of a next: code DLOCK_OK with id, or a failure (id 0;
+ * dlock_async_idworker_errmsg(w) says what). It may ask for more ids, free
+ * the worker or the client. */
+typedef void (*dlock_async_idworker_fn)(dlock_async_idworker *w, int code, uint64_t id,
+                                        void *udata);
+
+/* Creates an ID worker for prefix on c (opts as dlock_idworker_new's: the
+ * epoch and the batch; NULL: defaults). Nothing is sent. Freed by
+ * dlock_async_idworker_free or with its client. Returns DLOCK_OK,
+ * DLOCK_EINVAL (NULL argument, empty prefix, a bad option, a client being
+ * freed), DLOCK_ENAMETOOLONG, DLOCK_ENOMEM; the message is
+ * dlock_async_errmsg(c). */
+DLOCK_EXPORT int dlock_async_idworker_new(dlock_async_client *c, const char *prefix,
+                                          const dlock_idworker_options *opts,
+                                          dlock_async_idworker **out);
+
+/* Asks w for its next id. Any number of nexts may be pending: their
+ * callbacks run in the order they were asked for, with increasing ids,
+ * from the loop (never from this call), those the reserved block can serve
+ * at the loop's next turn. A block is reserved by one INCRBY of the day's
+ * counter for the nexts waiting then: the worker's batch, or as many as
+ * are waiting when that is more (a burst shares one round trip; with batch
+ * 1 no value is left over). The callback gets DLOCK_OK with the id,
+ * DLOCK_EOVERFLOW as dlock_idworker_next (the day's counter passed
+ * 2^32 - 1, the seconds no longer fit 31 bits), DLOCK_EPROTO (the counter
+ * went backwards), DLOCK_ECANCELED (the worker or the client freed), or a
+ * failure of the INCRBY (DLOCK_EIO...: every next waiting for it gets it;
+ * the values it may have reserved are a gap). Returns DLOCK_OK (the
+ * callback runs once, later), DLOCK_EINVAL (NULL w or cb, a worker or
+ * client being freed), DLOCK_ENOMEM. */
+DLOCK_EXPORT int dlock_async_idworker_next(dlock_async_idworker *w, dlock_async_idworker_fn cb,
+                                           void *udata);
+
+/* Ends w's pending nexts with DLOCK_ECANCELED (their callbacks run before
+ * this returns; called from one of w's callbacks, the memory goes when
+ * that returns) and frees w; an INCRBY out is dropped when it comes (its
+ * values a gap). NULL is a no-op. */
+DLOCK_EXPORT void dlock_async_idworker_free(dlock_async_idworker *w);
+
+/* w's last failure message ("" if none). */
+DLOCK_EXPORT const char *dlock_async_idworker_errmsg(const dlock_async_idworker *w);
 
 #ifdef __cplusplus
 }

@@ -154,6 +154,36 @@ int dl_redis_latch_count_down(dl_object *o, int64_t k, dl_err *err);
 int dl_redis_latch_count(dl_object *o, int64_t *count, dl_err *err);
 int dl_redis_latch_await(dl_object *o, int64_t wait_ms, dl_err *err);
 /* Its ID worker's day counter (idworker.c). */
+/* The ID worker's layout (idworker.c), shared by the blocking and the async
+ * worker: id = seconds since epoch_s (31 bits) << 32 | n, n from the UTC
+ * day's counter "icr:<prefix>:<yyyy:mm:dd>" (docs/idworker.md). */
+typedef struct dl_idw {
+    char *prefix;
+    int64_t epoch_s, batch;
+    int have_block;           /* the reserved block: next..end of day `day` */
+    int64_t day;
+    uint64_t next, end;
+    int64_t last_ts;          /* last seconds value issued (-1: none yet) */
+    uint64_t last_id;
+} dl_idw;
+/* Checks prefix and opts (NULL: defaults) into s. */
+int dl_idw_init(dl_idw *s, const char *prefix, const dlock_idworker_options *opts, dl_err *err);
+void dl_idw_fini(dl_idw *s);
+/* The next id from the block into *id; or, when the block is used up or of
+ * another day, *need_t >= 0: the Unix seconds whose day's block to reserve
+ * (dl_idw_key, INCRBY, dl_idw_fill), then take again. A failure: the
+ * clock before the epoch, seconds past 31 bits (DLOCK_EOVERFLOW), the
+ * counter found gone backwards (DLOCK_EPROTO). */
+int dl_idw_take(dl_idw *s, uint64_t *id, int64_t *need_t, dl_err *err);
+/* The counter key of the day of the Unix seconds t (malloc'd). */
+int dl_idw_key(const dl_idw *s, int64_t t, char **key, size_t *len, dl_err *err);
+/* The block n values up to hi (the INCRBY's reply) for t's day; a value past
+ * 2^32 - 1 DLOCK_EOVERFLOW. */
+int dl_idw_fill(dl_idw *s, int64_t t, int64_t n, long long hi, const char *key, dl_err *err);
+/* The INCR/INCRBY reply r into *value (the server's overflow:
+ * DLOCK_EOVERFLOW). */
+int dl_idw_reply(const redisReply *r, const char *key, size_t key_len, long long *value,
+                 dl_err *err);
 int dl_redis_id_incr(dlock_client *c, const char *key, size_t key_len, int64_t n,
                      long long *value, dl_err *err);
 
@@ -282,6 +312,12 @@ int dl_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms, uint64_t *fence
  * server no longer gives it to this owner; or a failure code (the handle
  * unchanged). */
 int dl_lock_reexpire(dlock_lock *l, dl_err *err);
+/* The multi-lock's canonical order (multilock.c), shared by the async
+ * multi-lock so that blocking and async sets on the same names take them in
+ * one order: by name (bytes, a prefix first), then the write side before
+ * anything else on the same name, then kind. <0, 0, >0 as memcmp. */
+int dl_multi_cmp(const char *an, size_t alen, dlock_kind ak, const char *bn, size_t blen,
+                 dlock_kind bk);
 
 /* Sets DLOCK_ECANCELED for lock l's wait in err. */
 static inline int dl_cancel_err(dlock_lock *l, dl_err *err) {

@@ -9,12 +9,16 @@
 
 static int rank(dlock_kind k) { return k == DLOCK_KIND_WRITE ? 0 : (int)k; }
 
-static int canon_cmp(const dlock_lock *a, const dlock_lock *b) {
-    size_t n = a->h.name_len < b->h.name_len ? a->h.name_len : b->h.name_len;
-    int c = memcmp(a->h.name, b->h.name, n);
+int dl_multi_cmp(const char *an, size_t alen, dlock_kind ak, const char *bn, size_t blen,
+                 dlock_kind bk) {
+    int c = memcmp(an, bn, alen < blen ? alen : blen);
     if (c) return c;
-    if (a->h.name_len != b->h.name_len) return a->h.name_len < b->h.name_len ? -1 : 1;
-    return rank(a->kind) - rank(b->kind);
+    if (alen != blen) return alen < blen ? -1 : 1;
+    return rank(ak) - rank(bk);
+}
+
+static int canon_cmp(const dlock_lock *a, const dlock_lock *b) {
+    return dl_multi_cmp(a->h.name, a->h.name_len, a->kind, b->h.name, b->h.name_len, b->kind);
 }
 
 /* Insertion sort of indices: sets are small. */

@@ -6,7 +6,8 @@
  * a blocking thread; a slot moved to another master under a pending request
  * and a waiter (MOVED followed, the waiter's channel subscribed again on
  * the new master); a name whose keys would span slots
- * refused. */
+ * refused; the multi-lock over names of the 3 masters and the ID worker
+ * beside a blocking one (extras). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -643,10 +644,93 @@ static void t_ask(th_server *s) {
     client_free(c);
 }
 
+/* ---- the multi-lock and the ID worker on a cluster ---- */
+
+static void on_set(dlock_async_lock *const *locks, size_t n, int code, const uint64_t *fences,
+                   void *ud) {
+    (void)locks, (void)n, (void)fences;
+    res *r = ud;
+    r->calls++;
+    r->code = code;
+    r->at = th_now_ms();
+}
+
+typedef struct idgot {
+    int calls, code;
+    uint64_t id;
+} idgot;
+
+static void on_cid(dlock_async_idworker *w, int code, uint64_t id, void *ud) {
+    (void)w;
+    idgot *g = ud;
+    g->calls++;
+    g->code = code;
+    g->id = id;
+}
+
+/* A set of names on the 3 masters, one held by a blocking client for a
+ * while: the set waits for it and holds every name, each key on its
+ * master; released. ID workers, async and blocking, on one prefix: ids
+ * increasing and all distinct, the day's counter (on its master) their
+ * count. */
+static void t_extras(th_server *s) {
+    (void)s;
+    cluster_up();
+    dlock_async_client *c = acluster();
+    char names[3][32];
+    spread_names("ac:m:", names, 3);
+    dlock_async_lock *set[3] = {ahandle(c, names[0], DLOCK_KIND_PLAIN),
+                                ahandle(c, names[1], DLOCK_KIND_REENTRANT),
+                                ahandle(c, names[2], DLOCK_KIND_WRITE)};
+    bhold bh = {.name = names[1], .kind = DLOCK_KIND_REENTRANT, .hold_ms = 400};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, bholder, &bh), 0);
+    RUN_UNTIL(atomic_load(&bh.go), 5000);
+    res r = {0};
+    START(dlock_async_multi_acquire(set, 3, 5000, 10000, on_set, &r));
+    WAIT_DONE(r, 6000);
+    pthread_join(t, NULL);
+    ASSERT_CODE(r.code, DLOCK_OK);
+    ASSERT(r.at >= bh.released_at);
+    ASSERT_GT(dlock_async_multi_valid_ms(set, 3), 5000);
+    for (int i = 0; i < 3; i++) {
+        redisContext *x = raw(owner_port(names[i]));
+        ASSERT_EQ(th_cmd_int(x, "EXISTS %s", names[i]), 1);
+        redisFree(x);
+    }
+    r = (res){0};
+    START(dlock_async_multi_release(set, 3, on_set, &r));
+    WAIT_DONE(r, 3000);
+    ASSERT_CODE(r.code, DLOCK_OK);
+
+    dlock_async_idworker *w = NULL;
+    ASSERT_CODE(dlock_async_idworker_new(c, "acid", NULL, &w), DLOCK_OK);
+    static idgot g[20];
+    for (int i = 0; i < 20; i++) START(dlock_async_idworker_next(w, on_cid, &g[i]));
+    RUN_UNTIL(g[19].calls > 0, 3000);
+    dlock_client *b = bcluster();
+    dlock_idworker *bw = NULL;
+    ASSERT_OK(dlock_idworker_new(b, "acid", NULL, &bw));
+    uint64_t all[40];
+    for (int i = 0; i < 20; i++) {
+        ASSERT_MSG(g[i].code == DLOCK_OK, "next: %s", dlock_async_idworker_errmsg(w));
+        if (i) ASSERT_U64_GT(g[i].id, g[i - 1].id);
+        all[i] = g[i].id;
+        ASSERT_OK(dlock_idworker_next(bw, &all[20 + i]));
+    }
+    for (int i = 0; i < 40; i++)
+        for (int j = 0; j < i; j++) ASSERT_MSG(all[i] != all[j], "id twice: %d %d", i, j);
+    dlock_idworker_free(bw);
+    dlock_client_free(b);
+    dlock_async_idworker_free(w);
+    client_free(c);
+}
+
 int main(int argc, char **argv) {
     static const async_case cases[] = {
         {"kinds", t_kinds},     {"counter", t_counter}, {"moved", t_moved},
-        {"objects", t_objects}, {"ask", t_ask},         {NULL, NULL},
+        {"objects", t_objects}, {"ask", t_ask},         {"extras", t_extras},
+        {NULL, NULL},
     };
     return async_main(argc, argv, "async_cluster", cases);
 }

@@ -22,10 +22,14 @@
  *   lock.c   the locks' operations (acquire with its wait, release,
  *            extend, cancel) for every kind of the table, and the
  *            client's fair wait time they send
+ *   idworker.c the ID worker: ids of the blocking worker's layout, a queue
+ *            of nexts served in order from a block one INCRBY reserves
  *   object.c the semaphore's, permit semaphore's and latch's handles and
  *            operations (acquire and await with their wait, release,
  *            count-down...), on the blocking objects' scripts
  *   object_calls.c their public calls: arguments checked, operations started
+ *   multi.c  the multi-lock: a set of lock handles taken all or nothing,
+ *            in the blocking multi-lock's order, by the public lock calls
  *   client.c the public client: options, URL, process, free
  *
  * Callers never call up this list (scripts/check-loops): a lower file
@@ -463,6 +467,8 @@ struct dlock_async_client {
     struct dlock_async_object *objs; /* every live object handle (object.c) */
     size_t nobjs;
     struct dl_aoreq *osettle;  /* the objects' requests owed (object.c) */
+    struct dlock_async_idworker *idws; /* every live ID worker (idworker.c) */
+    size_t nidws;
     int depth;                 /* inside dlock_async_process / a callback */
     int freeing;               /* dlock_async_client_free under way (or the
                                 * client is unusable): operations refused */
@@ -479,6 +485,16 @@ void dl_alock_free_all(dl_aclient *c);
 /* A new command connection: queues the releases owed for acquires whose
  * outcome a failure left unknown, first (the pipe's up). */
 void dl_alock_pipe_up(dl_apipe *p);
+/* What multi.c reads of a handle: its client, keys (name, kind) and hold
+ * count. */
+dl_aclient *dl_alock_client(const dlock_async_lock *l);
+const dl_akeys *dl_alock_keys(const dlock_async_lock *l);
+int64_t dl_alock_holds(const dlock_async_lock *l);
+
+/* ---- idworker.c ---- */
+/* Every ID worker of c freed, its nexts ended with DLOCK_ECANCELED (client
+ * free: from dl_aobj_free_all, before the connections fail). */
+void dl_aidw_free_all(dl_aclient *c);
 
 /* ---- object.c ---- */
 /* An object operation (DL_AOP_*; NONE: none pending, ONE: one request

@@ -852,6 +852,10 @@ void dlock_async_lock_on_lost(dlock_async_lock *l, dlock_async_lost_fn fn, void 
 
 int dlock_async_lock_is_lost(const dlock_async_lock *l) { return l ? l->lost : 0; }
 
+dl_aclient *dl_alock_client(const dlock_async_lock *l) { return l->c; }
+const dl_akeys *dl_alock_keys(const dlock_async_lock *l) { return l->k; }
+int64_t dl_alock_holds(const dlock_async_lock *l) { return l->holds; }
+
 int dlock_async_client_set_fair_wait(dlock_async_client *c, int64_t wait_ms) {
     if (!c) return DLOCK_EINVAL;
     if (c->freeing) {

@@ -771,6 +771,7 @@ void dlock_async_object_free(dlock_async_object *o) {
 }
 
 void dl_aobj_free_all(dl_aclient *c) {
+    dl_aidw_free_all(c); /* the ID workers' nexts first, on the same terms */
     /* every operation first (a callback may free other handles: look for
      * the next one afresh each time) */
     for (;;) {
