@@ -16,13 +16,12 @@
  *   crash     the master killed (and the sentinel asked first paused)
  *             while a lock is held and a waiter waits: the waiter rides
  *             out the outage and is served on the promoted replica once
- *             the holder's lease runs out there (the bare loop only: what
- *             it checks is above the loop)
+ *             the holder's lease runs out there
  *   replicas  wait_replicas: an acquire and an extend acknowledged by the
  *             replica; with the replica stopped an acquire fails with
  *             DLOCK_EREPLICAS and is given back, an extend fails and keeps
  *             the shorter validity, a cancel during the WAIT gives back
- *             what the attempt won (bare loop only) */
+ *             what the attempt won */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
