@@ -46,6 +46,23 @@
  *   Per worker: explicit leases or the watchdog, extends, waits of every
  *   form (try, timed, forever), and cancels (SIGUSR1, whose handler calls the
  *   async-signal-safe cancel).
+ * Async workers (issue 24): in the seeds the async API supports (one Redis
+ *   with or without persistence, the replica topology without
+ *   wait_replicas; every kind but the multi-lock, which has no async call;
+ *   not the foreign client), each worker is async one time in two, drawn
+ *   from a stream of its own (the other draws keep their values; the
+ *   schedule says "worker 1: async dlock, ..."). An async worker does the
+ *   same operations through dlock_async.h on a bare poll loop of its own
+ *   (dlock_async_fds, dlock_async_timeout, dlock_async_process): a shim
+ *   (wlock, wobj) starts each operation and turns the loop until its
+ *   callback ran, so the worker's logic is the blocking worker's; its work
+ *   and pauses turn the loop too (w_sleep_ms: the watchdog renews from the
+ *   loop's timer), its validity is dlock_async_lock_valid_ms, its lost
+ *   callback (dlock_async_lock_on_lost) logs the same L line, and its cancel
+ *   handler only writes to a pipe the loop polls, the loop then calling
+ *   dlock_async_cancel / dlock_async_object_cancel on the acquire or await
+ *   under way. The history does not tell the two APIs apart; a failing
+ *   seed's report names its async workers' history ids.
  * Faults: SIGSTOP/SIGCONT of a worker (holder or waiter, as it happens),
  * SIGKILL of a worker (a fresh one replaces it), SIGKILL and restart of the
  * lock server (RedLock: 1 or 2 masters), SIGSTOP of the server (RedLock: 1
