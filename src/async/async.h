@@ -121,6 +121,7 @@ struct dl_areq {
     dl_areq *next;
     dl_areq_fn done;
     int64_t deadline;
+    uint64_t end; /* the pipe's qbytes once its request was queued */
 };
 
 typedef struct dl_apipe dl_apipe;
@@ -143,6 +144,12 @@ struct dl_apipe {
     int64_t connect_deadline;
     dl_areq *head, *tail;      /* requests waiting for their replies, in order */
     size_t pending;
+    /* the bytes the requests queued on this connection (held, then conn)
+     * since it opened: a request whose end is past what left the client
+     * (qbytes - conn->olen) cannot have been answered yet, so a reply
+     * then is an extra one (a request the network doubled) and the
+     * connection is out of step */
+    uint64_t qbytes;
     dl_atimer timer;           /* the head request's deadline (connect too) */
     /* a reply no request waits for (a pub/sub message): 1 taken, 0 not
      * (the connection is then out of step). NULL: none expected. */

@@ -81,6 +81,7 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
     p->conn = NULL;
     p->ready = 0;
     p->nloaded = 0;
+    p->qbytes = 0;
     dl_atimer_stop(&p->cl->loop, &p->timer);
     dl_areq *q = p->head;
     p->head = p->tail = NULL;
@@ -155,7 +156,10 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
     return DLOCK_OK;
 }
 
-static int enqueue(dl_apipe *p, dl_areq *q) {
+/* before: out_conn(p)'s olen before the request was appended */
+static int enqueue(dl_apipe *p, dl_areq *q, size_t before) {
+    p->qbytes += out_conn(p)->olen - before;
+    q->end = p->qbytes;
     int64_t base = p->ready ? dl_now_ms() : p->connect_deadline;
     q->deadline = base + p->cl->command_timeout_ms;
     q->next = NULL;
@@ -171,14 +175,16 @@ static int enqueue(dl_apipe *p, dl_areq *q) {
 int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
                      dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    size_t before = rc ? 0 : out_conn(p)->olen;
     if (!rc) rc = dl_conn_append(out_conn(p), argc, argv, lens, err);
-    return rc ? rc : enqueue(p, q);
+    return rc ? rc : enqueue(p, q, before);
 }
 
 int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
                   const char **keys, const size_t *keylens, int nargs, const char **args,
                   const size_t *arglens, dl_err *err) {
     int rc = dl_apipe_open(p, err);
+    size_t before = rc ? 0 : out_conn(p)->olen;
     int known = 0;
     for (int i = 0; !rc && i < p->nloaded && !known; i++) known = p->loaded[i] == s;
     if (!rc) {
@@ -187,7 +193,7 @@ int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
         rc = dl_eval_queue(out_conn(p), &e, by_text || !known, err);
     }
     if (!rc && !known && p->nloaded < DL_APIPE_LOADED) p->loaded[p->nloaded++] = s;
-    return rc ? rc : enqueue(p, q);
+    return rc ? rc : enqueue(p, q, before);
 }
 
 /* Sentinel: r is ROLE's reply. A master: the requests held go out behind
@@ -232,7 +238,9 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
         return DLOCK_OK;
     }
     dl_areq *q = p->head;
-    if (!q) {
+    /* no request, or the head's not sent in full yet (queued by a done of
+     * this read: a reply of the same read that follows is an extra one) */
+    if (!q || q->end > p->qbytes - p->conn->olen) {
         freeReplyObject(r);
         return dl_seterr(err, DLOCK_EIO,
                          "the server sent a reply nobody asked for: connection out of step");
