@@ -120,14 +120,19 @@
  *     past its validity when the later began (paused or cut off past its
  *     lease), or a restart without persistence, or from a snapshot older
  *     than the hold, or a promotion without wait_replicas, came between
- *     them; those are counted as exempt;
+ *     them; those are counted as exempt; a semaphore restarted from a
+ *     snapshot counts again the permits taken since and still out (their
+ *     releases give them back once more): from the restart on, that many
+ *     more holders are exempt;
  *   stale writes: a write accepted by the fenced resource with a token not
  *     above every token it accepted before (never exempt);
  *   stale replies: a call that failed with DLOCK_EPROTO (a reply of the
  *     wrong shape: the proxies never corrupt bytes, so it was an earlier
  *     command's reply read as this one's answer; never exempt);
  *   tokens: strictly increasing per name across the history (exclusive
- *     sections and re-entries);
+ *     sections and re-entries), but after a restart that forgot the hold of
+ *     the larger token (a snapshot's hold found again by its owner comes
+ *     with its old token; the fence refuses it): exempt;
  *   short leases: an acquire that returned OK with less than half its lease
  *     left although nothing paused it (a multi-lock's early members); not
  *     for the fair lock, whose handed-over lease is counted, on purpose,
