@@ -58,9 +58,12 @@
  * a read handle and a write handle are two owners (no downgrade between
  * them).
  *
- * Failures. A connection lost, a server that stops answering or a reply
- * that is not RESP ends every operation pending on that connection, each
- * once, with an error (DLOCK_EIO, DLOCK_EPROTO, DLOCK_EAUTH...), but for
+ * Failures. A connection lost, a server that stops answering, a reply
+ * that is not RESP, or a reply that no request sent in full can be waiting
+ * for (an extra one, as when the network sends a request twice: the
+ * connection is out of step, DLOCK_EIO) ends every operation pending on
+ * that connection, each once, with an error (DLOCK_EIO, DLOCK_EPROTO,
+ * DLOCK_EAUTH...), but for
  * lock waits: a lock acquire that may wait (wait_ms != 0) and meets
  * DLOCK_EIO with time left waits on, as the blocking wait does, trying
  * again over a new connection after a pause (50 ms, doubling up to 1 s),

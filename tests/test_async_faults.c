@@ -10,8 +10,17 @@
  *            server's wait tries again until its deadline, and the acquire
  *            it ran when it thawed is given back; the client works again
  *   badinput distinct codes for bad arguments, URLs, kinds and leases;
- *            AUTH refused and accepted, an ACL user from the URL; unix:// */
+ *            AUTH refused and accepted, an ACL user from the URL; unix://
+ *   dupreply a request the network sends twice (a proxy doubles it): its
+ *            second reply, read with the first, is not taken for the reply
+ *            of a request queued by the first's callback (found by the
+ *            fault explorer's async workers, issue 24) */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,10 +483,125 @@ static void t_slots(th_server *s) {
     client_free(c);
 }
 
+/* ---- a request sent twice ---- */
+
+/* A proxy thread for one connection: 127.0.0.1:port to the server; when
+ * dup_next is set, the next chunk from the client goes to the server twice,
+ * in one write (the server then answers both at once). */
+typedef struct dproxy {
+    int lfd, to_port;
+    atomic_int dup_next, stop;
+    pthread_t th;
+} dproxy;
+
+static void *dproxy_run(void *arg) {
+    dproxy *d = arg;
+    int cfd = accept(d->lfd, NULL, NULL);
+    ASSERT(cfd >= 0);
+    int sfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d->to_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT(connect(sfd, (struct sockaddr *)&a, sizeof a) == 0);
+    static char buf[65536], two[131072];
+    while (!atomic_load(&d->stop)) {
+        struct pollfd pf[2] = {{.fd = cfd, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+        if (poll(pf, 2, 50) <= 0) continue;
+        if (pf[0].revents) {
+            ssize_t n = read(cfd, buf, sizeof buf);
+            if (n <= 0) break;
+            if (atomic_exchange(&d->dup_next, 0)) {
+                memcpy(two, buf, (size_t)n);
+                memcpy(two + n, buf, (size_t)n);
+                ASSERT(write(sfd, two, (size_t)(2 * n)) == 2 * n);
+            } else {
+                ASSERT(write(sfd, buf, (size_t)n) == n);
+            }
+        }
+        if (pf[1].revents) {
+            ssize_t n = read(sfd, buf, sizeof buf);
+            if (n <= 0) break;
+            ASSERT(write(cfd, buf, (size_t)n) == n);
+        }
+    }
+    close(cfd);
+    close(sfd);
+    return NULL;
+}
+
+static int dproxy_start(dproxy *d, int to_port) {
+    memset(d, 0, sizeof *d);
+    d->to_port = to_port;
+    d->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT(bind(d->lfd, (struct sockaddr *)&a, sizeof a) == 0);
+    ASSERT(listen(d->lfd, 4) == 0);
+    socklen_t al = sizeof a;
+    ASSERT(getsockname(d->lfd, (struct sockaddr *)&a, &al) == 0);
+    ASSERT(pthread_create(&d->th, NULL, dproxy_run, d) == 0);
+    return ntohs(a.sin_port);
+}
+
+static dlock_async_lock *dup_b;
+static res dup_rb;
+
+/* a's acquire ended: b's starts from its callback, queued behind the
+ * second copy of a's request */
+static void dup_a_done(dlock_async_lock *l, int code, uint64_t fence, void *ud) {
+    on_done(l, code, fence, ud);
+    START(dlock_async_acquire(dup_b, DLOCK_NOWAIT, 5000, on_done, &dup_rb));
+}
+
+static void t_dupreply(th_server *s) {
+    /* y held by a blocking client */
+    dlock_client *bc = th_client(s, 0);
+    dlock_lock *by = th_lock(bc, "dup:y", DLOCK_KIND_REENTRANT);
+    ASSERT_LOK(by, dlock_acquire(by, DLOCK_NOWAIT, 30000, NULL));
+
+    dproxy d;
+    int port = dproxy_start(&d, th_server_port(s));
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    dlock_async_client *c = NULL;
+    ASSERT_CODE(client_new(url, NULL, &c), DLOCK_OK);
+    dlock_async_lock *a = NULL;
+    ASSERT_CODE(dlock_async_lock_new(c, "dup:x", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &a), DLOCK_OK);
+    ASSERT_CODE(dlock_async_lock_new(c, "dup:y", DLOCK_CSTR, DLOCK_KIND_REENTRANT, &dup_b),
+                DLOCK_OK);
+    /* the scripts loaded, the connection open */
+    res r0 = {0}, r1 = {0};
+    hold(a, 5000, &r0);
+    START(dlock_async_release(a, on_done, &r1));
+    WAIT_DONE(r1, 3000);
+    ASSERT_CODE(r1.code, DLOCK_OK);
+
+    /* a's acquire sent twice: a re-entrant owner's second copy re-enters,
+     * so both replies say "acquired"; b's request (y, held by another)
+     * must not read the second one */
+    res ra = {0};
+    atomic_store(&d.dup_next, 1);
+    START(dlock_async_acquire(a, DLOCK_NOWAIT, 5000, dup_a_done, &ra));
+    WAIT_DONE(dup_rb, 5000);
+    ASSERT_CODE(ra.code, DLOCK_OK);
+    ASSERT_MSG(dup_rb.code != DLOCK_OK, "b acquired y, held by another client: it read the "
+               "second reply of a's doubled request");
+    ASSERT_EQ(dup_rb.calls, 1);
+    /* y is still the blocking client's */
+    ASSERT(dlock_lock_valid_ms(by) > 0);
+    ASSERT_LOK(by, dlock_release(by));
+
+    atomic_store(&d.stop, 1);
+    client_free(c);
+    pthread_join(d.th, NULL);
+    close(d.lfd);
+    dlock_lock_free(by);
+    dlock_client_free(bc);
+}
+
 int main(int argc, char **argv) {
     static const async_case cases[] = {
-        {"cancel", t_cancel}, {"restart", t_restart}, {"badinput", t_badinput},
-        {"slots", t_slots},   {NULL, NULL},
+        {"cancel", t_cancel}, {"restart", t_restart},   {"badinput", t_badinput},
+        {"slots", t_slots},   {"dupreply", t_dupreply}, {NULL, NULL},
     };
     return async_main(argc, argv, "async_faults", cases);
 }

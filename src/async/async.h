@@ -161,6 +161,7 @@ struct dl_areq {
     int redirects;             /* redirections followed so far */
     int asked;                 /* last sent with ASKING (an ASK): a TRYAGAIN
                                 * sends it with ASKING again */
+    uint64_t end;              /* the pipe's qbytes once its request was queued */
 };
 
 typedef struct dl_apipe dl_apipe;
@@ -183,6 +184,12 @@ struct dl_apipe {
     int64_t connect_deadline;
     dl_areq *head, *tail;      /* requests waiting for their replies, in order */
     size_t pending;
+    /* the bytes the requests queued on this connection (held, then conn)
+     * since it opened: a request whose end is past what left the client
+     * (qbytes - conn->olen) cannot have been answered yet, so a reply
+     * then is an extra one (a request the network doubled) and the
+     * connection is out of step */
+    uint64_t qbytes;
     dl_atimer timer;           /* the head request's deadline (connect too) */
     /* a reply no request waits for (a pub/sub message): 1 taken, 0 not
      * (the connection is then out of step). NULL: none expected. */

@@ -81,6 +81,7 @@ void dl_apipe_fail(dl_apipe *p, const dl_err *err) {
     p->conn = NULL;
     p->ready = 0;
     p->nloaded = 0;
+    p->qbytes = 0;
     dl_atimer_stop(&p->cl->loop, &p->timer);
     dl_areq *q = p->head;
     p->head = p->tail = NULL;
@@ -164,7 +165,10 @@ int dl_apipe_open(dl_apipe *p, dl_err *err) {
     return DLOCK_OK;
 }
 
-static int enqueue(dl_apipe *p, dl_areq *q) {
+/* before: out_conn(p)'s olen before the request was appended */
+static int enqueue(dl_apipe *p, dl_areq *q, size_t before) {
+    p->qbytes += out_conn(p)->olen - before;
+    q->end = p->qbytes;
     int64_t base = p->ready ? dl_now_ms() : p->connect_deadline;
     q->deadline = base + p->cl->command_timeout_ms;
     q->next = NULL;
@@ -190,7 +194,7 @@ static int queued(dl_apipe *p, dl_areq *q, size_t before) {
         q->rawlen = oc->olen - before;
         memcpy(q->raw, oc->obuf + before, q->rawlen);
     }
-    return enqueue(p, q);
+    return enqueue(p, q, before);
 }
 
 int dl_apipe_command(dl_apipe *p, dl_areq *q, int argc, const char **argv, const size_t *lens,
@@ -213,13 +217,15 @@ int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err) {
         dl_areq *a = calloc(1, sizeof *a);
         const char *argv[1] = {"ASKING"};
         size_t lens[1] = {6};
+        size_t before = out_conn(p)->olen;
         if (!a) rc = dl_seterr(err, DLOCK_ENOMEM, "out of memory");
         else if ((rc = dl_conn_append(out_conn(p), 1, argv, lens, err))) free(a);
         else {
             a->done = asking_done;
-            enqueue(p, a);
+            enqueue(p, a, before);
         }
     }
+    size_t before = rc ? 0 : out_conn(p)->olen;
     if (!rc) rc = dl_conn_append_raw(out_conn(p), q->raw, q->rawlen, err);
     if (rc) {
         free(q->raw);
@@ -230,7 +236,7 @@ int dl_apipe_resend(dl_apipe *p, dl_areq *q, int asking, dl_err *err) {
         free(q->raw);
         q->raw = NULL;
     }
-    return enqueue(p, q);
+    return enqueue(p, q, before);
 }
 
 int dl_apipe_eval(dl_apipe *p, dl_areq *q, dl_script *s, int by_text, int nkeys,
@@ -291,7 +297,9 @@ static int take(dl_apipe *p, redisReply *r, dl_err *err) {
         return DLOCK_OK;
     }
     dl_areq *q = p->head;
-    if (!q) {
+    /* no request, or the head's not sent in full yet (queued by a done of
+     * this read: a reply of the same read that follows is an extra one) */
+    if (!q || q->end > p->qbytes - p->conn->olen) {
         freeReplyObject(r);
         return dl_seterr(err, DLOCK_EIO,
                          "the server sent a reply nobody asked for: connection out of step");
