@@ -385,14 +385,15 @@ typedef void (*dlock_async_multi_fn)(dlock_async_lock *const *locks, size_t n, i
  *    last one is restarted (dlock_async_extend with lease_ms,
  *    owner-checked), so that on DLOCK_OK every lock has about its full
  *    lease from then: dlock_async_multi_valid_ms is about lease_ms however
- *    long the wait for the later locks took. With DLOCK_WATCHDOG the
- *    watchdog renewed the earlier holds while the set waited; each is
- *    checked instead (not found lost, still valid), not extended (an
- *    extend would end its renewals);
+ *    long the wait for the later locks took. DLOCK_WATCHDOG is refused
+ *    (DLOCK_ENOTSUP) in this version: checking the earlier holds on the
+ *    client only (not found lost, still valid) missed one the server had
+ *    forgotten (a restart without persistence) until the next renewal, and
+ *    an async extend would end its renewals;
  *  - a lock whose lease ran out meanwhile (the extend answers
- *    DLOCK_ELOST), or whose watchdog hold was found lost, is never
+ *    DLOCK_ELOST) is never
  *    returned as held: the locks after it in the canonical order are given
- *    back (a lost watchdog hold too) and taken again after it, while the
+ *    back and taken again after it, while the
  *    wait lasts (none left: DLOCK_ETIMEDOUT; wait DLOCK_NOWAIT:
  *    DLOCK_ELOST);
  *  - on failure every lock taken so far is released (the callback runs
@@ -414,6 +415,8 @@ typedef void (*dlock_async_multi_fn)(dlock_async_lock *const *locks, size_t n, i
  * Returns DLOCK_OK (started: the callback runs exactly once, later),
  * DLOCK_EINVAL (NULL locks or cb, n 0, a NULL handle, the same handle
  * twice, handles of two clients, a bad wait or lease; the message is
+ * dlock_async_errmsg of the first handle's client), DLOCK_ENOTSUP
+ * (DLOCK_WATCHDOG; the message likewise
  * dlock_async_errmsg of the first handle's client), DLOCK_ENOMEM, or the
  * refusal of the first lock's acquire (an operation pending on it...; the
  * message on that handle); the callback never runs then. */
